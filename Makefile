@@ -1,0 +1,32 @@
+# Two commands on a fresh machine with only Python 3.11 and make: `make demo` and `make test`.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint e2e constraints stack-up stack-down clean
+
+# Install once; again only when the requirements, the constraints or the package layout change.
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24"
+	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
+	$(PY) -m pip install -q --no-deps -e .
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) include/scripts/demo.py
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check dags plugins include tests benchmarks
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check dags plugins include tests benchmarks
+
+# Pin the whole tree from a known-good venv (Airflow's own constraints files are not reachable here).
+constraints: $(STAMP)
+	$(PY) -m pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
+
+clean:
+	rm -rf var .pytest_cache
