@@ -1,0 +1,235 @@
+"""The training stage as a state machine: what to do next, given what the cloud and GCS show now.
+
+Pure and JSON-shaped on purpose. The trigger only observes (machine status, maintenance notice,
+checkpoints, progress) and the operator only acts (request a checkpoint, re-provision, record an
+event); this module is the decision in between. Because the whole state travels in the trigger's
+arguments and every decision is re-derived from a fresh observation, a triggerer restart or a
+duplicate trigger copy lands on the same answer instead of trusting memory.
+
+    RUNNING --notice--> CHECKPOINT_REQUESTED --committed--> AWAITING_RESTART --machine back-->
+    RESUMING --progress past the checkpoint--> RUNNING ... --final step committed--> DONE
+    RUNNING --machine down, no notice--> RECOVERING (restart or re-provision) --> RESUMING
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+
+class Phase(StrEnum):
+    RUNNING = "RUNNING"
+    CHECKPOINT_REQUESTED = "CHECKPOINT_REQUESTED"
+    AWAITING_RESTART = "AWAITING_RESTART"
+    RESUMING = "RESUMING"
+    RECOVERING = "RECOVERING"
+    DONE = "DONE"
+    FAILED = "FAILED"
+
+
+class Machine(StrEnum):
+    """What the control plane can tell about the machine, folded to what matters here."""
+
+    READY = "READY"  # running and healthy: the workload can make progress
+    DOWN = "DOWN"  # exists but not ready: unhealthy, REPAIRING, STOPPED, TERMINATED, ONGOING, booting
+    GONE = "GONE"  # will not come back by itself: deleted, TPU PREEMPTED, spot VM terminated
+
+
+class Action(StrEnum):
+    REQUEST_CHECKPOINT = "request_checkpoint"
+    REPROVISION = "reprovision"
+    RECORD_EVENT = "record_event"
+    COMPLETE = "complete"
+    FAIL = "fail"
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: str  # SCHEDULED | UNSCHEDULED | ...
+    status: str  # PENDING | ONGOING
+    window_start: str | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One poll's worth of facts, taken fresh from the cloud and GCS."""
+
+    now: float
+    machine: Machine
+    notice: Notice | None
+    committed_step: int  # latest committed, verified checkpoint of this stage (0 = none)
+    progress_step: int  # the workload's latest reported step (0 = none yet)
+    resumed_from: int | None = None  # step the running workload resumed from at its current boot
+    boot_id: str | None = None  # changes every time the workload starts
+    request_ack_step: int | None = None  # committed step answering our checkpoint request
+
+
+@dataclass(frozen=True)
+class StageState:
+    target_step: int
+    phase: Phase = Phase.RUNNING
+    request_id: str | None = None
+    event: dict[str, Any] | None = None  # the maintenance event being handled, if any
+    last_step_seen: int = 0  # highest progress step seen while the machine was up
+    boot_id: str | None = None
+    reprovisions: int = 0
+    failure: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StageState:
+        return cls(**{**data, "phase": Phase(data["phase"])})
+
+
+@dataclass(frozen=True)
+class Limits:
+    restart_timeout: float  # seconds a machine may stay down before it is re-provisioned
+    max_reprovisions: int = 3
+
+
+@dataclass(frozen=True)
+class Transition:
+    state: StageState
+    actions: tuple[Action, ...] = ()
+    event: dict[str, Any] | None = None  # a finished event to record (with RECORD_EVENT)
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def differs_from(self, before: StageState) -> bool:
+        """Worth telling the operator: something to do, or a state to carry into the next trigger."""
+        return bool(self.actions) or self.state != before
+
+
+def _open_event(kind: str, obs: Observation, state: StageState, notice: Notice | None) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "notice_type": notice.kind if notice else None,
+        "window_start": notice.window_start if notice else None,
+        "detected_at": obs.now,
+        "step_at_detection": max(state.last_step_seen, obs.progress_step),
+        "committed_at_detection": obs.committed_step,
+        "checkpoint_step": None,
+        "checkpoint_committed_at": None,
+        "down_at": None,
+        "up_at": None,
+        "reprovisioned": False,
+    }
+
+
+def _resumed(state: StageState, obs: Observation) -> bool:
+    """The workload runs again on a new boot and has stepped past the point it resumed from."""
+    if obs.machine is not Machine.READY or obs.resumed_from is None:
+        return False
+    if obs.boot_id is not None and obs.boot_id != state.boot_id:
+        return obs.progress_step > obs.resumed_from
+    # Same boot and never seen down: the maintenance passed without stopping the workload.
+    event = state.event or {}
+    return event.get("down_at") is None and obs.progress_step > (event.get("checkpoint_step") or 0)
+
+
+def _close(state: StageState, obs: Observation) -> Transition:
+    event = dict(state.event or {})
+    resumed_from = obs.resumed_from or 0
+    reached = max(event.get("step_at_down") or 0, event.get("step_at_detection") or 0)
+    event.update(
+        up_at=event.get("up_at") or obs.now,
+        resumed_at=obs.now,
+        resumed_from_step=resumed_from,
+        steps_recomputed=max(0, reached - resumed_from),
+        downtime_s=(obs.now - event["down_at"]) if event.get("down_at") else 0.0,
+    )
+    new = replace(state, phase=Phase.RUNNING, event=None, request_id=None, boot_id=obs.boot_id,
+                  last_step_seen=obs.progress_step)
+    return Transition(new, (Action.RECORD_EVENT,), event)
+
+
+def _down(state: StageState, obs: Observation) -> StageState:
+    event = dict(state.event or {})
+    if event.get("down_at") is None:
+        event["down_at"] = obs.now
+        event["step_at_down"] = state.last_step_seen
+    return replace(state, event=event)
+
+
+def _maybe_reprovision(state: StageState, obs: Observation, limits: Limits) -> Transition:
+    event = state.event or {}
+    down_for = obs.now - (event.get("down_at") or obs.now)
+    if obs.machine is Machine.GONE or down_for > limits.restart_timeout:
+        if state.reprovisions >= limits.max_reprovisions:
+            why = f"machine did not come back after {state.reprovisions} re-provisions"
+            return Transition(replace(state, phase=Phase.FAILED, failure=why), (Action.FAIL,))
+        new_event = {**event, "reprovisioned": True, "down_at": event.get("down_at") or obs.now}
+        new = replace(state, phase=Phase.RECOVERING, event=new_event, reprovisions=state.reprovisions + 1)
+        return Transition(new, (Action.REPROVISION,))
+    return Transition(state)
+
+
+def next_step(state: StageState, obs: Observation, limits: Limits) -> Transition:
+    """Decide what the operator does after this observation. No action = keep watching."""
+    if state.phase in (Phase.DONE, Phase.FAILED):
+        return Transition(state)
+    if obs.committed_step >= state.target_step:
+        actions: tuple[Action, ...] = (Action.COMPLETE,)
+        event = None
+        if state.event is not None:  # the last stretch finished while an event was open
+            closing = _close(state, replace(obs, resumed_from=obs.resumed_from or obs.committed_step))
+            actions, event = (Action.RECORD_EVENT, Action.COMPLETE), closing.event
+        return Transition(replace(state, phase=Phase.DONE, event=None), actions, event)
+
+    same_boot = state.boot_id is None or obs.boot_id == state.boot_id
+    if obs.machine is Machine.READY and same_boot and state.phase not in (Phase.RESUMING, Phase.RECOVERING):
+        state = replace(state, last_step_seen=max(state.last_step_seen, obs.progress_step),
+                        boot_id=state.boot_id or obs.boot_id)
+
+    phase = state.phase
+    if phase is Phase.RUNNING:
+        if obs.notice is not None and obs.machine is not Machine.GONE:
+            rid = uuid.uuid4().hex[:12]
+            event = _open_event("maintenance", obs, state, obs.notice)
+            new = replace(state, phase=Phase.CHECKPOINT_REQUESTED, request_id=rid, event=event)
+            if obs.machine is Machine.DOWN:  # notice shorter than one poll: already going down
+                new = _down(replace(new, phase=Phase.AWAITING_RESTART), obs)
+            return Transition(new, (Action.REQUEST_CHECKPOINT,))
+        if obs.machine is not Machine.READY:
+            kind = "preemption" if obs.machine is Machine.GONE else "no_notice_loss"
+            event = _open_event(kind, obs, state, None)
+            new = _down(replace(state, phase=Phase.RECOVERING, event=event), obs)
+            return _maybe_reprovision(new, obs, limits)
+        if obs.boot_id and state.boot_id and obs.boot_id != state.boot_id:
+            # The machine went down and came back between two polls (or while no trigger watched):
+            # re-derive the event from what the workload says it resumed from.
+            event = _open_event("unobserved_restart", obs, state, None)
+            event.update(step_at_detection=state.last_step_seen, down_at=None)
+            return _close(replace(state, event=event, boot_id=None), obs)
+        return Transition(state)
+
+    if phase is Phase.CHECKPOINT_REQUESTED:
+        if obs.request_ack_step is not None:
+            event = {**(state.event or {}), "checkpoint_step": obs.request_ack_step,
+                     "checkpoint_committed_at": obs.now}
+            new = replace(state, phase=Phase.AWAITING_RESTART, event=event)
+            return Transition(_down(new, obs) if obs.machine is not Machine.READY else new)
+        if obs.machine is not Machine.READY:
+            # Down before our request was answered: the workload's own notice/SIGTERM checkpoint
+            # (or the last periodic one) is what it will resume from.
+            event = {**(state.event or {}), "checkpoint_step": obs.committed_step}
+            return Transition(_down(replace(state, phase=Phase.AWAITING_RESTART, event=event), obs))
+        return Transition(state)
+
+    if phase is Phase.AWAITING_RESTART:
+        if obs.machine is Machine.READY and obs.notice is None:
+            new = replace(state, phase=Phase.RESUMING, event={**(state.event or {}), "up_at": obs.now})
+            return _close(new, obs) if _resumed(new, obs) else Transition(new)
+        if obs.machine is not Machine.READY:
+            return _maybe_reprovision(_down(state, obs), obs, limits)
+        return Transition(state)
+
+    # RESUMING or RECOVERING: wait for the workload to step past the checkpoint it resumed from.
+    if _resumed(state, obs):
+        return _close(state, obs)
+    if obs.machine is not Machine.READY:
+        return _maybe_reprovision(_down(state, obs), obs, limits)
+    return Transition(state)
