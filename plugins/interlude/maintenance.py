@@ -64,6 +64,7 @@ class Observation:
     resumed_from: int | None = None  # step the running workload resumed from at its current boot
     boot_id: str | None = None  # changes every time the workload starts
     request_ack_step: int | None = None  # committed step answering our checkpoint request
+    workload_error: str | None = None  # the workload gave up (bad input, crash loop): retrying cannot help
 
 
 @dataclass(frozen=True)
@@ -99,8 +100,11 @@ class Transition:
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     def differs_from(self, before: StageState) -> bool:
-        """Worth telling the operator: something to do, or a state to carry into the next trigger."""
-        return bool(self.actions) or self.state != before
+        """Worth telling the operator: something to do, or a state to carry into the next trigger.
+
+        The running step count alone is not: it changes every poll and the trigger carries it.
+        """
+        return bool(self.actions) or replace(self.state, last_step_seen=0) != replace(before, last_step_seen=0)
 
 
 def _open_event(kind: str, obs: Observation, state: StageState, notice: Notice | None) -> dict[str, Any]:
@@ -171,6 +175,9 @@ def next_step(state: StageState, obs: Observation, limits: Limits) -> Transition
     """Decide what the operator does after this observation. No action = keep watching."""
     if state.phase in (Phase.DONE, Phase.FAILED):
         return Transition(state)
+    if obs.workload_error and obs.committed_step < state.target_step:
+        why = f"the workload failed: {obs.workload_error}"
+        return Transition(replace(state, phase=Phase.FAILED, failure=why), (Action.FAIL,))
     if obs.committed_step >= state.target_step:
         actions: tuple[Action, ...] = (Action.COMPLETE,)
         event = None

@@ -1,0 +1,191 @@
+"""Interlude's lifecycle DAG: choose an accelerator, validate, provision, train, fine-tune, tear down."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
+
+DOC_MD = """
+# Interlude: accelerator training
+
+One run takes a model through its whole life on Google Cloud TPUs or GPUs (or the local cloud):
+
+1. **choose** — `evaluate_capacity` reads what Google exposes per zone (offered types, quota,
+   reservations, queued resources); `decide` walks the **TPU-first** or **GPU-first** tree of the model
+   profile. Every leaf is a task you see in the grid: `tpu`, `gpu`, `smaller_gpu`, `convert_for_gpu`,
+   `convert_for_tpu`, `wait_for_capacity`, `stuck` (fails with a report of everything checked).
+2. **validate_runtime** — accelerator x runtime version x framework against `include/runtimes.yaml`
+   and the zone's live runtime list, before anything costs money. `plan_only` stops here.
+3. **provision** (setup) — TPU node or GPU VM (`onHostMaintenance=TERMINATE`), named from the run key,
+   adopted if it exists. A stockout walks the tree again without that zone and type.
+4. **train**, **finetune_gate**, **finetune** — the machine's agent runs each stage and checkpoints to
+   GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
+   and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
+   `simulateMaintenanceEvent`.
+5. **report**, then **teardown** (always, even after failures; checkpoints stay).
+
+Clearing a failed step re-runs its setup and teardown: the machine is provisioned again and the stage
+resumes from its latest committed checkpoint. Checkpoints live under
+`gs://<bucket>/interlude/<run_key>/`.
+"""
+
+DEFAULT_ZONES = ["us-central1-a", "us-central2-b"]
+
+with DAG(
+    dag_id="interlude_training",
+    doc_md=DOC_MD,
+    schedule=None,
+    catchup=False,
+    max_active_runs=4,
+    tags=["interlude", "training", "tpu", "gpu"],
+    default_args={"retries": 0},
+    params={
+        "model_profile": Param("reference-portable", type="string",
+                               enum=["reference-portable", "maxtext-tpu-only", "cuda-kernels-gpu-only"],
+                               description="What the model runs on and what converting it would cost."),
+        "strategy": Param("tpu_first", type="string", enum=["tpu_first", "gpu_first"],
+                          description="Which decision tree to walk."),
+        "zones": Param(DEFAULT_ZONES, type="array", items={"type": "string"}, minItems=1,
+                       description="Candidate zones, in order of preference."),
+        "framework": Param("jax", type="string", enum=["jax", "pytorch-xla", "tensorflow", "vllm-tpu", "pytorch"],
+                           description="The training framework, checked against the chosen hardware."),
+        "framework_version": Param("", type="string", description="Blank = any supported version."),
+        "tpu_runtime_version": Param("", type="string", description="Blank = recommended for the chosen TPU."),
+        "gpu_image": Param("", type="string", description="Image family; blank = recommended for the GPU."),
+        "bucket": Param("interlude-local", type="string", minLength=3, maxLength=63,
+                        description="GCS bucket for checkpoints, events and the report."),
+        "train_steps": Param(60, type="integer", minimum=1, description="Training steps."),
+        "finetune_steps": Param(30, type="integer", minimum=1, description="Fine-tuning steps."),
+        "checkpoint_every": Param(10, type="integer", minimum=1, description="Periodic checkpoint interval."),
+        "seed": Param(0, type="integer", minimum=0, description="Seed: same seed, same weights."),
+        "step_seconds": Param(0.1, type="number", minimum=0, description="Pacing of the reference trainer."),
+        "data_date": Param("", type="string", description="Fine-tuning data slice (YYYY-MM-DD); blank = the "
+                           "run's data interval start. The shipped sample covers 2024-01-01..2024-03-31."),
+        "plan_only": Param(False, type="boolean", description="Stop after validation; create nothing."),
+        "drill_maintenance": Param(False, type="boolean",
+                                   description="Rehearse maintenance in each stage (simulateMaintenanceEvent)."),
+        "poll_seconds": Param(1.0, type="number", minimum=0.1, description="How often triggers look."),
+        "restart_timeout_seconds": Param(120, type="number", minimum=1,
+                                         description="How long a machine may stay down before re-provisioning."),
+        "network": Param("", type="string", description="VPC network (blank = default)."),
+        "subnetwork": Param("", type="string", description="Subnetwork (blank = default)."),
+        "service_account": Param("", type="string", description="Service account email for the machine."),
+    },
+) as dag:
+
+    @task
+    def resolve_run() -> dict[str, Any]:
+        from interlude import lifecycle
+
+        ctx = get_current_context()
+        start = ctx.get("data_interval_start") or ctx["dag_run"].run_after
+        return lifecycle.resolve_run(ctx["params"], ctx["dag"].dag_id, ctx["run_id"], start.date().isoformat())
+
+    spec = resolve_run()
+
+    with TaskGroup("choose") as choose:
+
+        @task
+        def evaluate_capacity(spec: dict[str, Any]) -> dict[str, Any]:
+            from interlude import lifecycle
+
+            return lifecycle.evaluate_capacity(spec)
+
+        @task
+        def decide(spec: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+            from interlude import lifecycle
+
+            return lifecycle.decide(spec, report)
+
+        @task.branch
+        def route(decision: dict[str, Any]) -> str:
+            leaf = decision["leaf"]
+            return f"choose.{'wait_for_capacity' if leaf == 'wait' else leaf}"
+
+        @task(trigger_rule="none_failed_min_one_success")
+        def wait_for_capacity(spec: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
+            from interlude import lifecycle
+
+            return lifecycle.wait_for_capacity(spec, decision, float(spec["poll_seconds"]) * 5)
+
+        @task
+        def stuck(decision: dict[str, Any]) -> None:
+            from interlude import lifecycle
+
+            lifecycle.fail_stuck(decision)
+
+        @task
+        def conversion(decision: dict[str, Any]) -> dict[str, Any]:
+            conv = decision.get("conversion") or {}
+            print(f"Conversion for {decision['converted_for']}: {conv.get('person_days')} person-days; "
+                  f"{conv.get('notes')}")
+            return decision
+
+        report = evaluate_capacity(spec)
+        decision = decide(spec, report)
+        routed = route(decision)
+        leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
+        convert = [conversion.override(task_id=leaf)(decision) for leaf in ("convert_for_gpu", "convert_for_tpu")]
+        waited = wait_for_capacity(spec, decision)
+        routed >> [*leaves, *convert, waited, stuck(decision)]
+
+    @task(trigger_rule="none_failed_min_one_success")
+    def validate_runtime(spec: dict[str, Any]) -> dict[str, Any]:
+        from interlude import lifecycle
+
+        ti = get_current_context()["ti"]
+        waited = ti.xcom_pull(task_ids="choose.wait_for_capacity")
+        decision = waited or ti.xcom_pull(task_ids="choose.decide")
+        return lifecycle.validate_runtime(spec, decision)
+
+    @task.short_circuit(ignore_downstream_trigger_rules=True)
+    def continue_unless_plan_only(spec: dict[str, Any], validated: dict[str, Any]) -> bool:
+        if spec["plan_only"]:
+            print(f"Plan only: would provision {validated['decision']['accelerator_type']} in "
+                  f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created.")
+            return False
+        return True
+
+    @task
+    def provision(spec: dict[str, Any], validated: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        from interlude import lifecycle
+
+        return lifecycle.provision(spec, validated, report)
+
+    @task(trigger_rule="all_done")
+    def teardown(spec: dict[str, Any]) -> list[str]:
+        from interlude import lifecycle
+
+        return lifecycle.teardown(spec)
+
+    @task
+    def run_report(spec: dict[str, Any], machine: dict[str, Any], train: dict[str, Any],
+                   finetune: dict[str, Any]) -> dict[str, Any]:
+        from interlude import lifecycle
+
+        return lifecycle.run_report(spec, machine, [train, finetune])
+
+    from interlude.operators.stage import TrainingStageOperator
+    from interlude.sensors.checkpoint import CommittedCheckpointSensor
+
+    validated = validate_runtime(spec)
+    choose >> validated
+    gate = continue_unless_plan_only(spec, validated)
+    machine = provision(spec, validated, report)
+    gate >> machine
+
+    common = dict(machine=machine, spec=spec)
+    train = TrainingStageOperator(task_id="train", stage="train", order=1, **common)
+    finetune_gate = CommittedCheckpointSensor(
+        task_id="finetune_gate", bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
+        run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}", stage="train",
+        min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}", poll_interval=1.0,
+        stall_timeout=600)
+    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train", **common)
+    reported = run_report(spec, machine, train.output, finetune.output)
+    torn_down = teardown(spec)
+
+    train >> finetune_gate >> finetune >> reported >> torn_down
+    torn_down.as_teardown(setups=machine)

@@ -1,0 +1,103 @@
+"""Admin endpoints under `/_localcloud/` (not Google's API): what tests and demos need to play God.
+
+Preempt, crash or put a machine into maintenance, pick the next simulated maintenance, inject error
+bursts, read the event log and list machines with their process ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from interlude_localcloud.cloud import Cloud, Machine
+from interlude_localcloud.errors import ApiError, invalid, not_found
+from interlude_localcloud.scenario import Fault
+from interlude_localcloud.server import Request, Response, Router
+
+M = r"/_localcloud/machines/(?P<kind>tpu|gce)/(?P<zone>[^/]+)/(?P<name>[^/:]+)"
+
+
+class AdminApi:
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+
+    def register(self, r: Router) -> None:
+        r.add("GET", "/_localcloud/health", lambda req: Response({"ok": True}))
+        r.add("GET", "/_localcloud/events", self.events)
+        r.add("GET", "/_localcloud/machines", self.machines)
+        r.add("POST", "/_localcloud/faults", self.add_fault)
+        r.add("POST", "/_localcloud/next-maintenance", self.next_maintenance)
+        r.add("POST", M + ":preempt", self.preempt)
+        r.add("POST", M + ":crash", self.crash)
+        r.add("POST", M + ":maintenance", self.maintenance)
+
+    def _machine(self, req: Request) -> Machine:
+        m = self.cloud.machines.get((req.params["kind"], req.params["zone"], req.params["name"]))
+        if m is None:
+            raise not_found(f"{req.params['kind']}/{req.params['zone']}/{req.params['name']}")
+        return m
+
+    def events(self, req: Request) -> Response:
+        since = float(req.query.get("since", "0") or 0)
+        with self.cloud.lock:
+            return Response({"events": [e for e in self.cloud.events if e["t"] >= since]})
+
+    def machines(self, req: Request) -> Response:
+        with self.cloud.lock:
+            out: list[dict[str, Any]] = []
+            for m in self.cloud.machines.values():
+                out.append({
+                    "id": m.machine_id, "kind": m.kind, "zone": m.zone, "name": m.name,
+                    "state": m.resource.get("state") or m.resource.get("status"),
+                    "pid": m.proc.pid(), "boots": m.proc.boots, "disk_dir": str(m.proc.disk_dir),
+                    "spot": m.spot, "holds_capacity": m.holds, "maintenance": m.maintenance,
+                    "maintenance_event": m.maintenance_event, "preempted": m.preempted,
+                })
+            return Response({"machines": out})
+
+    def add_fault(self, req: Request) -> Response:
+        b = req.body or {}
+        if "path_regex" not in b:
+            raise invalid("path_regex is required")
+        with self.cloud.lock:
+            self.cloud.faults.append(Fault(path_regex=b["path_regex"], status=int(b.get("status", 503)),
+                                           count=int(b.get("count", 1)), method=b.get("method")))
+        return Response({"ok": True})
+
+    def next_maintenance(self, req: Request) -> Response:
+        b = req.body or {}
+        mtype = b.get("type", "SCHEDULED")
+        if mtype not in ("SCHEDULED", "UNSCHEDULED"):
+            raise invalid("type must be SCHEDULED or UNSCHEDULED")
+        with self.cloud.lock:
+            self.cloud.next_maintenance[b.get("kind") or "*"] = {
+                "type": mtype, "notice_seconds": b.get("notice_seconds")}
+        return Response({"ok": True})
+
+    def preempt(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._machine(req)
+            if not m.spot:
+                raise ApiError(400, "only spot/preemptible machines can be preempted", "FAILED_PRECONDITION")
+            self.cloud.preempt(m)
+            if m.kind == "gce" and (m.resource.get("scheduling") or {}).get(
+                    "instanceTerminationAction") == "DELETE":
+                self.cloud.destroy(m)
+        return Response({"ok": True})
+
+    def crash(self, req: Request) -> Response:
+        with self.cloud.lock:
+            self.cloud.crash(self._machine(req))
+        return Response({"ok": True})
+
+    def maintenance(self, req: Request) -> Response:
+        """Host maintenance Google starts on its own (default UNSCHEDULED with the short notice)."""
+        b = req.body or {}
+        with self.cloud.lock:
+            m = self._machine(req)
+            mtype = b.get("type", "UNSCHEDULED")
+            notice = b.get("notice_seconds")
+            if notice is None:
+                key = "unscheduled_notice" if mtype == "UNSCHEDULED" else "scheduled_notice"
+                notice = self.cloud.scenario.maintenance[m.kind][key]
+            self.cloud.schedule_maintenance(m, mtype, float(notice))
+        return Response({"ok": True})

@@ -1,0 +1,82 @@
+"""Static facts about machine and accelerator types (what Google's catalog would say about them)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class MachineTypeInfo:
+    name: str
+    cpus: int
+    memory_mb: int
+    gpu_type: str | None
+    gpu_count: int
+
+
+_G2_GPUS = {4: 1, 8: 1, 12: 1, 16: 1, 24: 2, 32: 1, 48: 4, 96: 8}
+_FIXED = {
+    "a3-megagpu-8g": ("nvidia-h100-mega-80gb", 8, 208),
+    "a3-ultragpu-8g": ("nvidia-h200-141gb", 8, 224),
+    "a4-highgpu-8g": ("nvidia-b200", 8, 224),
+}
+
+GPU_DESCRIPTIONS = {
+    "nvidia-l4": "NVIDIA L4",
+    "nvidia-tesla-t4": "NVIDIA T4",
+    "nvidia-tesla-a100": "NVIDIA A100 40GB",
+    "nvidia-a100-80gb": "NVIDIA A100 80GB",
+    "nvidia-h100-80gb": "NVIDIA H100 80GB",
+    "nvidia-h100-mega-80gb": "NVIDIA H100 Mega 80GB",
+    "nvidia-h200-141gb": "NVIDIA H200 141GB",
+    "nvidia-b200": "NVIDIA B200",
+}
+
+# Regional Compute quota metric per GPU type: (on-demand, spot). None = not a Compute regional quota.
+GPU_QUOTA_METRICS: dict[str, tuple[str | None, str | None]] = {
+    "nvidia-l4": ("NVIDIA_L4_GPUS", "PREEMPTIBLE_NVIDIA_L4_GPUS"),
+    "nvidia-tesla-t4": ("NVIDIA_T4_GPUS", "PREEMPTIBLE_NVIDIA_T4_GPUS"),
+    "nvidia-tesla-a100": ("NVIDIA_A100_GPUS", "PREEMPTIBLE_NVIDIA_A100_GPUS"),
+    "nvidia-a100-80gb": ("NVIDIA_A100_80GB_GPUS", "PREEMPTIBLE_NVIDIA_A100_80GB_GPUS"),
+    "nvidia-h100-80gb": (None, "PREEMPTIBLE_NVIDIA_H100_GPUS"),
+}
+
+# TPU accelerator type prefix -> (AcceleratorConfig.type enum, quota family name).
+TPU_FAMILIES = {
+    "v2": "V2", "v3": "V3", "v4": "V4", "v5litepod": "V5LITE_POD", "v5p": "V5P", "v6e": "V6E",
+}
+
+
+def machine_type(name: str) -> MachineTypeInfo | None:
+    """Describe a GCE machine type by name, or None when the local cloud does not know it."""
+    if name in _FIXED:
+        gpu, count, cpus = _FIXED[name]
+        return MachineTypeInfo(name, cpus, cpus * 9 * 1024, gpu, count)
+    m = re.fullmatch(r"g2-standard-(\d+)", name)
+    if m and int(m[1]) in _G2_GPUS:
+        n = int(m[1])
+        return MachineTypeInfo(name, n, n * 4 * 1024, "nvidia-l4", _G2_GPUS[n])
+    m = re.fullmatch(r"a3-highgpu-(\d)g", name)
+    if m and int(m[1]) in (1, 2, 4, 8):
+        n = int(m[1])
+        return MachineTypeInfo(name, 26 * n, 234 * 1024 * n, "nvidia-h100-80gb", n)
+    m = re.fullmatch(r"a2-(highgpu|ultragpu|megagpu)-(\d+)g", name)
+    if m:
+        n = int(m[2])
+        gpu = "nvidia-a100-80gb" if m[1] == "ultragpu" else "nvidia-tesla-a100"
+        return MachineTypeInfo(name, 12 * n, 85 * 1024 * n, gpu, n)
+    m = re.fullmatch(r"(n1|n2|e2)-(standard|highmem|highcpu)-(\d+)", name)
+    if m:
+        n = int(m[3])
+        per = {"standard": 3840, "highmem": 6656, "highcpu": 922}[m[2]]
+        return MachineTypeInfo(name, n, n * per, None, 0)
+    return None
+
+
+def tpu_family(accelerator_type: str) -> tuple[str, int]:
+    """("v6e-8") -> ("v6e", 8); raises ValueError for names that are not TPU types."""
+    m = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", accelerator_type)
+    if not m or m[1] not in TPU_FAMILIES:
+        raise ValueError(accelerator_type)
+    return m[1], int(m[2])

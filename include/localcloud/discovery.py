@@ -1,0 +1,218 @@
+"""Google's discovery documents as the local cloud's spec: response validation and enum (de)coding.
+
+The discovery documents shipped inside google-api-python-client are the machine-readable truth for
+field names and enum values. Validating every response against them keeps the local cloud from
+drifting away from Google's wire format; the same schema walk converts enums between names and the
+proto numbers that the proto-based REST clients (tpu_v2) send and ask for.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import googleapiclient
+
+DOCS_DIR = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents"
+
+# Output fields a resource must always carry (the discovery document cannot say "output, always set").
+REQUIRED_OUTPUT: dict[tuple[str, str], tuple[str, ...]] = {
+    ("tpu", "Node"): ("name", "state", "createTime", "acceleratorType", "runtimeVersion"),
+    ("tpu", "Operation"): ("name",),
+    ("tpu", "QueuedResource"): ("name", "state", "createTime"),
+    ("tpu", "AcceleratorType"): ("name", "type"),
+    ("tpu", "RuntimeVersion"): ("name", "version"),
+    ("compute", "Instance"): ("name", "id", "status", "selfLink", "zone", "machineType", "kind"),
+    ("compute", "Operation"): ("name", "id", "status", "selfLink", "operationType", "kind"),
+    ("compute", "Region"): ("name", "status", "selfLink", "kind"),
+}
+
+_DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
+
+
+@functools.cache
+def load(doc: str) -> dict[str, Any]:
+    """Load a discovery document by file stem, e.g. "tpu.v2" or "compute.v1"."""
+    return json.loads((DOCS_DIR / f"{doc}.json").read_text())
+
+
+@functools.cache
+def _proto_enum_numbers() -> dict[tuple[str, str], dict[str, int]]:
+    """(message name, json field name) -> {enum name: proto number}, from the installed tpu_v2 protos.
+
+    Discovery lists enum names in order but proto numbers have gaps (Node.State STOPPED=8), so the
+    numbers must come from the proto descriptors.
+    """
+    from google.cloud.tpu_v2 import types as tpu_types
+
+    table: dict[tuple[str, str], dict[str, int]] = {}
+
+    def visit(descriptor: Any) -> None:
+        for field in descriptor.fields:
+            if field.enum_type is not None:
+                table[(descriptor.name, field.json_name)] = {
+                    v.name: v.number for v in field.enum_type.values
+                }
+        for nested in descriptor.nested_types:
+            visit(nested)
+
+    for name in dir(tpu_types):
+        cls = getattr(tpu_types, name)
+        pb = getattr(cls, "pb", None)
+        if isinstance(cls, type) and callable(pb):
+            try:
+                visit(pb().DESCRIPTOR)
+            except (TypeError, AttributeError):
+                continue
+    return table
+
+
+def enum_numbers(family: str, schema_id: str, prop: str, names: list[str]) -> dict[str, int]:
+    """Name -> number for one enum field: proto numbers when known, else the discovery order."""
+    if family == "tpu":
+        known = _proto_enum_numbers().get((schema_id, prop))
+        if known:
+            return known
+    return {n: i for i, n in enumerate(names)}
+
+
+def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    if "$ref" in schema:
+        return schema["$ref"], doc["schemas"][schema["$ref"]]
+    return None, schema
+
+
+def transform_enums(
+    doc_name: str, schema_ref: str, value: Any, fn: Callable[[str, str, dict[str, int], Any], Any]
+) -> Any:
+    """Return a copy of value with fn(schema_id, prop, name->number, v) applied to every enum value."""
+    doc = load(doc_name)
+    family = doc_name.split(".")[0]
+
+    def walk(schema: dict[str, Any], val: Any, owner: str, prop: str) -> Any:
+        ref, schema = _resolve(doc, schema)
+        owner = ref or owner
+        if isinstance(val, dict):
+            props = schema.get("properties")
+            if props is not None:
+                return {
+                    k: (walk(props[k], v, owner, k) if k in props else v) for k, v in val.items()
+                }
+            extra = schema.get("additionalProperties")
+            if isinstance(extra, dict) and extra.get("type") != "any":
+                return {k: walk(extra, v, owner, prop) for k, v in val.items()}
+            return val
+        if isinstance(val, list) and "items" in schema:
+            return [walk(schema["items"], v, owner, prop) for v in val]
+        if "enum" in schema and not isinstance(val, (dict, list)):
+            return fn(owner, prop, enum_numbers(family, owner, prop, schema["enum"]), val)
+        return val
+
+    return walk({"$ref": schema_ref}, value, schema_ref, "")
+
+
+def enums_to_names(doc_name: str, schema_ref: str, value: Any) -> Any:
+    """Decode a request body: enum numbers (as the proto REST clients send them) become names."""
+
+    def fn(_owner: str, _prop: str, numbers: dict[str, int], v: Any) -> Any:
+        if isinstance(v, int) and not isinstance(v, bool):
+            for name, number in numbers.items():
+                if number == v:
+                    return name
+        return v
+
+    return transform_enums(doc_name, schema_ref, value, fn)
+
+
+def enums_to_numbers(doc_name: str, schema_ref: str, value: Any) -> Any:
+    """Encode a response for `$alt=json;enum-encoding=int`."""
+
+    def fn(_owner: str, _prop: str, numbers: dict[str, int], v: Any) -> Any:
+        return numbers.get(v, v) if isinstance(v, str) else v
+
+    return transform_enums(doc_name, schema_ref, value, fn)
+
+
+def validate(
+    doc_name: str, schema_ref: str, value: Any, *, int_enums: bool = False, request: bool = False
+) -> list[str]:
+    """Check value against the schema; return human-readable violations (empty when valid).
+
+    Checks: no unknown fields, JSON types, enum membership, RFC3339 for google-datetime, int64 as
+    strings, and (for responses) the output fields listed in REQUIRED_OUTPUT.
+    """
+    doc = load(doc_name)
+    family = doc_name.split(".")[0]
+    errors: list[str] = []
+
+    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str) -> None:
+        ref, schema = _resolve(doc, schema)
+        owner = ref or owner
+        typ = schema.get("type")
+        if typ == "any" or val is None and request:
+            return
+        if ref is not None or typ == "object":
+            if not isinstance(val, dict):
+                errors.append(f"{path}: expected object ({owner}), got {type(val).__name__}")
+                return
+            props = schema.get("properties")
+            extra = schema.get("additionalProperties")
+            if props is not None:
+                for k, v in val.items():
+                    if k in props:
+                        walk(props[k], v, f"{path}.{k}", owner, k)
+                    elif isinstance(extra, dict):
+                        walk(extra, v, f"{path}.{k}", owner, k)
+                    else:
+                        errors.append(f"{path}: unknown field {k!r} in {owner}")
+                top = path == "$" or re.fullmatch(r"\$\.\w+\[\d+\]", path) is not None
+                if ref is not None and not request and top:
+                    for req in REQUIRED_OUTPUT.get((family, ref), ()):
+                        if req not in val:
+                            errors.append(f"{path}: output field {req!r} of {ref} not set")
+            elif isinstance(extra, dict):
+                for k, v in val.items():
+                    walk(extra, v, f"{path}.{k}", owner, k)
+            return
+        if typ == "array":
+            if not isinstance(val, list):
+                errors.append(f"{path}: expected array, got {type(val).__name__}")
+                return
+            for i, item in enumerate(val):
+                walk(schema.get("items", {}), item, f"{path}[{i}]", owner, prop)
+            return
+        if typ == "string":
+            if "enum" in schema:
+                numbers = enum_numbers(family, owner, prop, schema["enum"])
+                ok = val in schema["enum"] or (
+                    (int_enums or request) and isinstance(val, int) and val in numbers.values()
+                )
+                if not ok:
+                    errors.append(f"{path}: {val!r} is not a valid {owner}.{prop} enum value")
+                return
+            if not isinstance(val, str):
+                errors.append(f"{path}: expected string, got {type(val).__name__}")
+                return
+            if schema.get("format") == "google-datetime" and not _DATETIME.match(val):
+                errors.append(f"{path}: {val!r} is not an RFC3339 timestamp")
+            if schema.get("format") in ("int64", "uint64") and not re.fullmatch(r"-?\d+", val):
+                errors.append(f"{path}: {val!r} is not an int64 string")
+            return
+        if typ == "integer":
+            if not isinstance(val, int) or isinstance(val, bool):
+                if not (request and isinstance(val, str) and val.lstrip("-").isdigit()):
+                    errors.append(f"{path}: expected integer, got {val!r}")
+            return
+        if typ == "number":
+            if not isinstance(val, (int, float)) or isinstance(val, bool):
+                errors.append(f"{path}: expected number, got {val!r}")
+            return
+        if typ == "boolean" and not isinstance(val, bool):
+            errors.append(f"{path}: expected boolean, got {val!r}")
+
+    walk({"$ref": schema_ref}, value, "$", schema_ref, "")
+    return errors

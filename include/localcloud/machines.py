@@ -1,0 +1,112 @@
+"""Machine processes: a booted TPU node or GCE VM runs its startup-script as a local bash process.
+
+Each machine has a disk dir under the state dir (kept across reboots, removed on delete); the script
+runs there in its own process group with stdout/stderr appended to `serial.log`, so going down for
+maintenance can signal the whole group (SIGTERM, SIGKILL after a grace) the way a host shutdown would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+
+class MachineProcess:
+    """The guest side of one machine: its disk dir and, while booted, its startup-script process."""
+
+    def __init__(self, machine_id: str, disk_dir: Path, env: dict[str, str]) -> None:
+        self.machine_id = machine_id
+        self.disk_dir = disk_dir
+        self.env = env
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._lock = threading.Lock()
+        self.boots = 0
+
+    @property
+    def serial_log(self) -> Path:
+        return self.disk_dir / "serial.log"
+
+    def _log(self, line: str) -> None:
+        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        with self.serial_log.open("a") as f:
+            f.write(f"[localcloud {time.strftime('%H:%M:%S')}] {line}\n")
+
+    def boot(self, script: str | None) -> None:
+        """Start the startup script (a machine with no script just boots)."""
+        with self._lock:
+            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            self.boots += 1
+            self._log(f"boot #{self.boots}")
+            if not script or (self._proc is not None and self._proc.poll() is None):
+                return
+            path = self.disk_dir / ".startup-script"
+            path.write_text(script)
+            env = dict(os.environ)
+            env.update(self.env)
+            env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+            log = self.serial_log.open("ab")
+            try:
+                self._proc = subprocess.Popen(
+                    ["bash", str(path)], cwd=self.disk_dir, env=env, stdout=log,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                )
+            finally:
+                log.close()
+
+    def running(self) -> bool:
+        with self._lock:
+            return self._proc is not None and self._proc.poll() is None
+
+    def pid(self) -> int | None:
+        with self._lock:
+            return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def shutdown(self, grace: float, reason: str, block: bool = False) -> None:
+        """SIGTERM the process group, SIGKILL after `grace` seconds (in a thread unless block)."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            self._log(f"shutdown ({reason})")
+        if proc is None:
+            return
+
+        def stop() -> None:
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+            else:
+                _signal_group(proc, signal.SIGKILL)  # stragglers left in the group
+
+        if block:
+            stop()
+        else:
+            threading.Thread(target=stop, name=f"stop-{self.machine_id}", daemon=True).start()
+
+    def crash(self) -> None:
+        """SIGKILL the process group, as a kernel panic or host crash would."""
+        with self._lock:
+            proc, self._proc = self._proc, None
+            self._log("crash (SIGKILL)")
+        if proc is not None:
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+
+    def destroy(self) -> None:
+        """Kill everything and remove the disk (machine deleted)."""
+        self.crash()
+        shutil.rmtree(self.disk_dir, ignore_errors=True)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,86 @@
+"""Per-machine metadata server (`/_machines/<id>/computeMetadata/v1/...`), as a guest sees it.
+
+Mirrors metadata.google.internal: `Metadata-Flavor: Google` required, text values, `?alt=json`,
+and `?wait_for_change=true` long-polls keyed by ETag so a workload can block until maintenance news.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from interlude_localcloud.cloud import Cloud, Machine, rfc3339
+from interlude_localcloud.errors import ApiError
+from interlude_localcloud.server import Request, Response, Router
+
+
+class MetadataApi:
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+
+    def register(self, r: Router) -> None:
+        r.add("GET", r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/(?P<key>.*)", self.get)
+
+    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:
+        if m is None:
+            return None
+        key = key.rstrip("/") if key.endswith("/") and key != "instance/attributes/" else key
+        if key == "instance/maintenance-event":
+            return m.maintenance_event
+        if key == "instance/preempted":
+            return "TRUE" if m.preempted else "FALSE"
+        if key == "instance/upcoming-maintenance":
+            mt = m.maintenance
+            data: dict[str, Any] = {} if mt is None else {
+                "type": mt["type"], "can_reschedule": mt["can_reschedule"],
+                "window_start_time": rfc3339(mt["start"]), "window_end_time": rfc3339(mt["end"]),
+                "latest_window_start_time": rfc3339(max(mt["latest"], mt["start"])),
+                "maintenance_status": mt["status"],
+            }
+            return json.dumps(data)
+        if key == "instance/name":
+            return m.name
+        if key == "instance/id":
+            return str(m.resource.get("id", ""))
+        if key == "instance/zone":
+            return f"projects/{self.cloud.scenario.project}/zones/{m.zone}"
+        if key == "project/project-id":
+            return self.cloud.scenario.project
+        if key == "instance/attributes/":
+            attrs = m.attributes()
+            return json.dumps(attrs) if alt_json else "".join(f"{k}\n" for k in sorted(attrs))
+        if key.startswith("instance/attributes/"):
+            return m.attributes().get(key.removeprefix("instance/attributes/"))
+        return None
+
+    def get(self, req: Request) -> Response:
+        if req.headers.get("Metadata-Flavor", req.headers.get("metadata-flavor")) != "Google":
+            raise ApiError(403, "Missing Metadata-Flavor:Google header.", "PERMISSION_DENIED")
+        key = req.params["key"]
+        alt_json = req.query.get("alt") == "json"
+        wait = req.query.get("wait_for_change", "").lower() == "true"
+        timeout = float(req.query.get("timeout_sec", "60") or 60)
+        last = req.query.get("last_etag")
+        deadline = time.time() + min(timeout, 300.0)
+        with self.cloud.lock:
+            value = self._value(self.cloud.machine_by_id(req.params["mid"]), key, alt_json)
+            if value is None:
+                raise ApiError(404, "Not Found", "NOT_FOUND")
+            etag = _etag(value)
+            if wait:
+                target = last or etag
+                while etag == target and time.time() < deadline:
+                    self.cloud.changed.wait(timeout=max(0.0, min(1.0, deadline - time.time())))
+                    new = self._value(self.cloud.machine_by_id(req.params["mid"]), key, alt_json)
+                    if new is None:
+                        break
+                    value, etag = new, _etag(new)
+        ctype = "application/json" if key == "instance/upcoming-maintenance" or alt_json else "text/plain"
+        return Response(None, raw=value.encode(), headers={"ETag": etag, "Content-Type": ctype,
+                                                           "Metadata-Flavor": "Google"})
+
+
+def _etag(value: str) -> str:
+    return hashlib.md5(value.encode()).hexdigest()[:16]  # noqa: S324 - an ETag, not security

@@ -1,0 +1,196 @@
+"""HTTP front: a threading stdlib server with a regex router, fault injection and strict validation.
+
+Strict mode validates every successful JSON answer against Google's discovery document and turns a
+violation into a 500, so a test that talks to the local cloud fails when the wire format drifts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from interlude_localcloud import discovery
+from interlude_localcloud.cloud import Cloud
+from interlude_localcloud.errors import ApiError, invalid
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    params: dict[str, str]
+    query: dict[str, str]
+    body: Any
+    headers: dict[str, str]
+    int_enums: bool = False
+    doc: str = ""
+
+
+@dataclass
+class Response:
+    """A JSON answer; `schema` names the discovery schema to validate/encode it with."""
+
+    body: Any
+    schema: str | None = None
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    raw: bytes | None = None  # non-JSON answers (metadata server text)
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass
+class Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+    doc: str  # discovery doc ("tpu.v2", "compute.v1") or "" for non-Google endpoints
+    request_schema: str | None = None
+
+
+class Router:
+    def __init__(self) -> None:
+        self.routes: list[Route] = []
+
+    def add(self, method: str, pattern: str, handler: Handler, doc: str = "",
+            request_schema: str | None = None) -> None:
+        self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema))
+
+    def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
+        path_known = False
+        for r in self.routes:
+            m = r.pattern.match(path)
+            if m:
+                path_known = True
+                if r.method == method:
+                    return r, {k: unquote(v) for k, v in m.groupdict().items()}, True
+        return None, {}, path_known
+
+
+def family_of(path: str) -> str:
+    return "compute" if path.startswith("/compute/") else "tpu"
+
+
+class LocalCloudServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, port: int, cloud: Cloud, router: Router, strict: bool) -> None:
+        self.cloud = cloud
+        self.router = router
+        self.strict = strict
+        self.violations: list[str] = []
+        super().__init__(("127.0.0.1", port), _Handler)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: LocalCloudServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._dispatch("POST")
+
+    def do_DELETE(self) -> None:  # noqa: N802
+        self._dispatch("DELETE")
+
+    def do_PATCH(self) -> None:  # noqa: N802
+        self._dispatch("PATCH")
+
+    def do_PUT(self) -> None:  # noqa: N802
+        self._dispatch("PUT")
+
+    def _send(self, status: int, payload: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(payload)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(payload)
+
+    def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json; charset=UTF-8", headers)
+
+    def _dispatch(self, method: str) -> None:
+        split = urlsplit(self.path)
+        path = split.path
+        query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        family = family_of(path)
+        try:
+            fault = None
+            if not path.startswith(("/_localcloud", "/_machines")):
+                fault = self.server.cloud.take_fault(method, path)
+            if fault is not None:
+                raise ApiError(fault.status, "Injected fault: the service is temporarily unavailable.")
+            route, params, known = self.server.router.match(method, path)
+            if route is None:
+                raise ApiError(405 if known else 404, f"No such method: {method} {path}",
+                               "UNIMPLEMENTED" if known else "NOT_FOUND")
+            body: Any = None
+            if raw.strip():
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError as e:
+                    raise invalid(f"Invalid JSON payload received. {e}") from e
+            int_enums = "enum-encoding=int" in query.get("$alt", "")
+            if route.request_schema and body is not None:
+                if not isinstance(body, dict):
+                    raise invalid("Invalid JSON payload received. Expected an object.")
+                problems = discovery.validate(route.doc, route.request_schema, body, request=True)
+                if problems:
+                    raise invalid("Invalid JSON payload received. " + "; ".join(problems[:3]))
+                body = discovery.enums_to_names(route.doc, route.request_schema, body)
+            req = Request(method, path, params, query, body, dict(self.headers.items()), int_enums,
+                          route.doc)
+            resp = route.handler(req)
+            if resp.raw is not None:
+                self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"),
+                           resp.headers)
+                return
+            out = resp.body
+            if resp.schema and route.doc:
+                if self.server.strict:
+                    problems = discovery.validate(route.doc, resp.schema, out)
+                    if problems:
+                        msg = f"localcloud strict mode: {resp.schema} response violates {route.doc}: " \
+                              + "; ".join(problems[:5])
+                        self.server.violations.append(msg)
+                        raise ApiError(500, msg, "INTERNAL")
+                if int_enums:
+                    out = discovery.enums_to_numbers(route.doc, resp.schema, out)
+            self._send_json(resp.status, out, resp.headers)
+        except ApiError as e:
+            self._send_json(e.code, e.body(family))
+        except Exception as e:  # noqa: BLE001 - a server bug must reach the client as a 500
+            log.error("localcloud internal error: %s", traceback.format_exc())
+            self.server.violations.append(f"internal error: {e!r}")
+            self._send_json(500, ApiError(500, f"Internal error: {e!r}").body(family))
+
+
+def serve(port: int, cloud: Cloud, router: Router, strict: bool) -> tuple[LocalCloudServer, threading.Thread]:
+    """Start serving on 127.0.0.1:port (0 = any free port) in a daemon thread."""
+    srv = LocalCloudServer(port, cloud, router, strict)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1},
+                         name="localcloud-http", daemon=True)
+    t.start()
+    return srv, t

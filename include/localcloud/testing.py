@@ -1,0 +1,102 @@
+"""In-process local cloud for tests: `with running_localcloud("default") as lc: ...`."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from interlude_localcloud import scenario as scenario_mod
+from interlude_localcloud.app import LocalCloud
+from interlude_localcloud.scenario import Scenario
+
+
+class Admin:
+    """Client for the `/_localcloud/` admin endpoints (works against a subprocess cloud too)."""
+
+    def __init__(self, api_endpoint: str) -> None:
+        self.base = api_endpoint.rstrip("/") + "/_localcloud"
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=30) as resp:
+            return json.loads(resp.read() or b"{}")
+
+    def events(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """The event log: every create/delete/boot/maintenance/preemption/fault with timestamps."""
+        return self._call("GET", f"/events?since={since}")["events"]
+
+    def machines(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/machines")["machines"]
+
+    def machine(self, kind: str, zone: str, name: str) -> dict[str, Any] | None:
+        return next((m for m in self.machines() if m["id"] == f"{kind}-{zone}-{name}"), None)
+
+    def inject_fault(self, path_regex: str, status: int = 503, count: int = 1, method: str | None = None) -> None:
+        """The next `count` API requests whose path matches answer with `status` (429/503 bursts)."""
+        self._call("POST", "/faults", {"path_regex": path_regex, "status": status, "count": count,
+                                       "method": method})
+
+    def next_maintenance(self, type: str = "SCHEDULED", notice_seconds: float | None = None,  # noqa: A002
+                         kind: str | None = None) -> None:
+        """Type/notice (simulated seconds) of the next simulateMaintenanceEvent (kind tpu|gce|None=any)."""
+        self._call("POST", "/next-maintenance", {"type": type, "notice_seconds": notice_seconds, "kind": kind})
+
+    def preempt(self, kind: str, zone: str, name: str) -> None:
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:preempt", {})
+
+    def crash(self, kind: str, zone: str, name: str) -> None:
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:crash", {})
+
+    def maintenance(self, kind: str, zone: str, name: str, type: str = "UNSCHEDULED",  # noqa: A002
+                    notice_seconds: float | None = None) -> None:
+        """Google-initiated maintenance on a machine (default: unscheduled, short notice)."""
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance",
+                   {"type": type, "notice_seconds": notice_seconds})
+
+
+class RunningLocalCloud:
+    """What running_localcloud yields."""
+
+    def __init__(self, lc: LocalCloud) -> None:
+        self._lc = lc
+        self.api_endpoint = lc.api_endpoint
+        self.gcs_endpoint = lc.gcs_endpoint
+        self.project = lc.project
+        self.scenario = lc.scenario
+        self.state_dir = lc.state_dir
+        self.admin = Admin(lc.api_endpoint)
+
+    @property
+    def cloud(self) -> Any:
+        """The in-process state (for assertions only; drive the cloud through its APIs)."""
+        return self._lc.cloud
+
+    @property
+    def violations(self) -> list[str]:
+        """Strict-mode schema violations and internal errors seen so far."""
+        return list(self._lc.server.violations) if self._lc.server else []
+
+    def stop(self) -> None:
+        self._lc.stop()
+
+
+@contextmanager
+def running_localcloud(scenario: str | Path | Scenario = "default", state_dir: Path | None = None,
+                       strict: bool = True, gcs: bool = True) -> Iterator[RunningLocalCloud]:
+    """Start a local cloud on free ports (API in-process, GCS emulator as a child process).
+
+    `scenario` is a shipped scenario name, a YAML path or a Scenario. In strict mode every answer is
+    validated against Google's discovery documents and a violation becomes a 500 the client sees.
+    """
+    sc = scenario if isinstance(scenario, Scenario) else scenario_mod.load(scenario)
+    lc = LocalCloud(sc, state_dir=state_dir, strict=strict, gcs=gcs).start()
+    try:
+        yield RunningLocalCloud(lc)
+    finally:
+        lc.stop()

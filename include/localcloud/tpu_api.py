@@ -1,0 +1,519 @@
+"""Cloud TPU API v2 (and the v2alpha1 maintenance methods) over REST, as tpu.googleapis.com serves it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from interlude_localcloud.catalog import TPU_FAMILIES, tpu_family
+from interlude_localcloud.cloud import Cloud, Machine, rfc3339
+from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
+from interlude_localcloud.server import Request, Response, Router
+
+LOC = r"/(?P<ver>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
+NODE = LOC + r"/nodes/(?P<node>[^/:]+)"
+QR = LOC + r"/queuedResources/(?P<qr>[^/:]+)"
+TYPE_URL = "type.googleapis.com/google.cloud.tpu.v2."
+EMPTY_URL = "type.googleapis.com/google.protobuf.Empty"
+FAMILY_BY_ENUM = {v: k for k, v in TPU_FAMILIES.items()}
+
+
+def stockout_message(zone: str) -> str:
+    return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud '
+            "TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) "
+            f"[EID: 0x{abs(hash((zone, time.time()))) % (1 << 48):012x}]")
+
+
+class TpuApi:
+    """Handlers for /v2 and /v2alpha1. Node lifecycle: CREATING -> READY (HEALTHY) -> DELETING."""
+
+    def __init__(self, cloud: Cloud) -> None:
+        self.cloud = cloud
+        cloud.tick_hooks.append(self._retry_waiting)
+
+    def register(self, r: Router) -> None:
+        for ver in ("v2", "v2alpha1"):
+            doc = f"tpu.{ver}"
+            loc = LOC.replace("(?P<ver>v2|v2alpha1)", ver)
+            node = NODE.replace("(?P<ver>v2|v2alpha1)", ver)
+            qr = QR.replace("(?P<ver>v2|v2alpha1)", ver)
+            r.add("GET", node, self.get_node, doc)
+            r.add("GET", loc + "/nodes", self.list_nodes, doc)
+            r.add("POST", loc + "/nodes", self.create_node, doc, "Node")
+            r.add("DELETE", node, self.delete_node, doc)
+            r.add("PATCH", node, self.patch_node, doc, "Node")
+            r.add("POST", node + ":stop", self.stop_node, doc)
+            r.add("POST", node + ":start", self.start_node, doc)
+            r.add("GET", loc + r"/operations/(?P<op>[^/:]+)", self.get_operation, doc)
+            r.add("GET", loc + "/operations", self.list_operations, doc)
+            r.add("GET", loc + "/acceleratorTypes", self.list_accelerator_types, doc)
+            r.add("GET", loc + r"/acceleratorTypes/(?P<t>[^/]+)", self.get_accelerator_type, doc)
+            r.add("GET", loc + "/runtimeVersions", self.list_runtime_versions, doc)
+            r.add("GET", loc + r"/runtimeVersions/(?P<v>[^/]+)", self.get_runtime_version, doc)
+            r.add("GET", qr, self.get_qr, doc)
+            r.add("GET", loc + "/queuedResources", self.list_qr, doc)
+            r.add("POST", loc + "/queuedResources", self.create_qr, doc, "QueuedResource")
+            r.add("DELETE", qr, self.delete_qr, doc)
+            if ver == "v2alpha1":
+                r.add("POST", node + ":simulateMaintenanceEvent", self.simulate_maintenance, doc,
+                      "SimulateMaintenanceEventRequest")
+                r.add("POST", node + ":performMaintenance", self.perform_maintenance, doc,
+                      "PerformMaintenanceRequest")
+
+    # helpers ---------------------------------------------------------------------------------
+    def _zone(self, req: Request) -> str:
+        zone = req.params["zone"]
+        if req.params["project"] != self.cloud.scenario.project:
+            raise ApiError(403, f"Permission denied on project {req.params['project']}", "PERMISSION_DENIED")
+        if zone not in self.cloud.scenario.zones:
+            raise not_found(f"projects/{req.params['project']}/locations/{zone}")
+        return zone
+
+    def _parent(self, zone: str) -> str:
+        return f"projects/{self.cloud.scenario.project}/locations/{zone}"
+
+    def _node(self, req: Request) -> Machine:
+        zone = self._zone(req)
+        m = self.cloud.machines.get(("tpu", zone, req.params["node"]))
+        if m is None:
+            raise not_found(f"{self._parent(zone)}/nodes/{req.params['node']}")
+        return m
+
+    def render_node(self, m: Machine, alpha: bool = False) -> dict[str, Any]:
+        out = dict(m.resource)
+        if alpha:
+            out.pop("apiVersion", None)  # v2alpha1's enum has no V2
+        up = self.cloud.upcoming(m)
+        if up is not None:
+            out["upcomingMaintenance"] = up
+        return out
+
+    def _operation(self, zone: str, verb: str, target: str) -> dict[str, Any]:
+        name = f"{self._parent(zone)}/operations/{self.cloud.op_suffix()}"
+        op = {
+            "name": name,
+            "metadata": {"@type": TYPE_URL + "OperationMetadata", "createTime": rfc3339(),
+                         "target": target, "verb": verb, "cancelRequested": False, "apiVersion": "v2"},
+            "done": False,
+        }
+        self.cloud.operations[name] = op
+        return op
+
+    def _finish(self, op: dict[str, Any], response: dict[str, Any] | None = None,
+                error: dict[str, Any] | None = None) -> None:
+        op["done"] = True
+        op["metadata"]["endTime"] = rfc3339()
+        if error is not None:
+            op["error"] = error
+        else:
+            op["response"] = response or {"@type": EMPTY_URL}
+        self.cloud.log("tpu_operation_done", operation=op["name"], verb=op["metadata"]["verb"],
+                       error=error)
+
+    def _op_response(self, op: dict[str, Any]) -> Response:
+        return Response(dict(op), "Operation")
+
+    def _accelerator_type(self, zone: str, node: dict[str, Any]) -> str:
+        at = node.get("acceleratorType")
+        if not at and node.get("acceleratorConfig"):
+            cfg = node["acceleratorConfig"]
+            fam = FAMILY_BY_ENUM.get(cfg.get("type", ""))
+            dims = [int(x) for x in str(cfg.get("topology", "")).split("x") if x.isdigit()]
+            if fam is None or not dims:
+                raise invalid("acceleratorConfig needs a type and a topology like 2x4")
+            chips = 1
+            for d in dims:
+                chips *= d
+            at = f"{fam}-{chips * (2 if fam in ('v4', 'v5p', 'v2', 'v3') else 1)}"
+        if not at:
+            raise invalid("Field acceleratorType or acceleratorConfig is required")
+        if at not in self.cloud.scenario.zones[zone].tpu_types:
+            raise invalid(f'Accelerator type "{at}" is not available in zone "{zone}"')
+        return at
+
+    def _quota_error(self, zone: str, at: str, spot: bool) -> dict[str, Any] | None:
+        quotas = self.cloud.scenario.tpu_quotas.get(zone) or {}
+        fam, size = tpu_family(at)
+        key = f"{fam}{'-spot' if spot else ''}"
+        if key not in quotas:
+            return None
+        used = sum(tpu_family(m.cap_type)[1] for m in self.cloud.machines.values()
+                   if m.kind == "tpu" and m.zone == zone and m.holds and m.spot == spot
+                   and tpu_family(m.cap_type)[0] == fam)
+        if used + size <= quotas[key]:
+            return None
+        metric = f"TPU{TPU_FAMILIES[fam].replace('_', '')}{'Preemptible' if spot else ''}PerProjectPerZoneForTPUAPI"
+        return {"code": 8, "message": f"Quota limit '{metric}' has been exceeded. Limit: {quotas[key]:g} "
+                                      f"in zone {zone}."}
+
+    def _make_node(self, zone: str, node_id: str, body: dict[str, Any], qr_name: str | None = None
+                   ) -> Machine:
+        at = self._accelerator_type(zone, body)
+        rv = body.get("runtimeVersion")
+        if not rv:
+            raise invalid("Field runtimeVersion is required")
+        if rv not in self.cloud.scenario.zones[zone].runtime_versions:
+            raise invalid(f'Runtime version "{rv}" is not available in zone "{zone}"')
+        sched = body.get("schedulingConfig") or {}
+        spot = bool(sched.get("spot") or sched.get("preemptible"))
+        fam, size = tpu_family(at)
+        res: dict[str, Any] = {k: v for k, v in body.items() if k not in (
+            "name", "state", "health", "healthDescription", "createTime", "id", "networkEndpoints",
+            "upcomingMaintenance", "symptoms", "apiVersion", "multisliceNode", "queuedResource")}
+        topo = {8: "2x4", 4: "2x2", 16: "4x4", 32: "4x8", 1: "1x1"}.get(size if fam in ("v5litepod", "v6e")
+                                                                    else size // 2, "2x4")
+        res.update(
+            name=f"{self._parent(zone)}/nodes/{node_id}", acceleratorType=at, runtimeVersion=rv,
+            state="CREATING", createTime=rfc3339(), id=self.cloud.new_id(), apiVersion="V2",
+            acceleratorConfig=body.get("acceleratorConfig") or {"type": TPU_FAMILIES[fam], "topology": topo},
+            networkConfig=body.get("networkConfig") or {
+                "network": f"projects/{self.cloud.scenario.project}/global/networks/default",
+                "subnetwork": f"projects/{self.cloud.scenario.project}/regions/"
+                              f"{self.cloud.scenario.zones[zone].region}/subnetworks/default",
+                "enableExternalIps": False},
+            schedulingConfig=sched,
+        )
+        if qr_name:
+            res["queuedResource"] = qr_name
+        return self.cloud.new_machine("tpu", zone, node_id, res, spot, at, 1)
+
+    def _node_ready(self, m: Machine) -> None:
+        n = self.cloud.machines.get(("tpu", m.zone, m.name))
+        m.resource.update(state="READY", health="HEALTHY",
+                          networkEndpoints=[{"ipAddress": f"10.128.0.{2 + int(m.resource['id']) % 250}",
+                                             "port": 8470}])
+        if n is m:
+            self.cloud.boot(m)
+
+    # nodes -----------------------------------------------------------------------------------
+    def get_node(self, req: Request) -> Response:
+        with self.cloud.lock:
+            return Response(self.render_node(self._node(req), req.doc.endswith("alpha1")), "Node")
+
+    def list_nodes(self, req: Request) -> Response:
+        with self.cloud.lock:
+            zone = self._zone(req)
+            alpha = req.doc.endswith("alpha1")
+            nodes = [self.render_node(m, alpha) for (k, z, _), m in sorted(self.cloud.machines.items())
+                     if k == "tpu" and z == zone]
+            return Response({"nodes": nodes} if nodes else {}, "ListNodesResponse")
+
+    def create_node(self, req: Request) -> Response:
+        node_id = req.query.get("nodeId", "")
+        body = req.body or {}
+        with self.cloud.lock:
+            zone = self._zone(req)
+            if not node_id:
+                raise invalid("Field nodeId is required")
+            if ("tpu", zone, node_id) in self.cloud.machines:
+                raise already_exists(f"{self._parent(zone)}/nodes/{node_id}")
+            m = self._make_node(zone, node_id, body)
+            op = self._operation(zone, "create", m.resource["name"])
+            error = self._quota_error(zone, m.cap_type, m.spot)
+            if error is None and not self.cloud.has_capacity(zone, m.cap_type, m.spot, "tpu", 1):
+                error = {"code": 8, "message": stockout_message(zone)}
+            if error is None:
+                m.holds = True
+            self.cloud.log("tpu_node_create", node=m.resource["name"], accelerator=m.cap_type,
+                           spot=m.spot, outcome="ok" if error is None else error["message"])
+
+            def done() -> None:
+                if m.deleted:
+                    return
+                if error is not None:
+                    self.cloud.machines.pop(("tpu", zone, node_id), None)
+                    m.deleted = True
+                    self._finish(op, error=error)
+                    return
+                self._node_ready(m)
+                self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
+
+            self.cloud.after(self.cloud.scenario.delay("tpu_create"), done)
+            return self._op_response(op)
+
+    def delete_node(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._node(req)
+            if m.resource.get("state") == "DELETING":
+                op = self._operation(m.zone, "delete", m.resource["name"])
+            else:
+                op = self._operation(m.zone, "delete", m.resource["name"])
+                m.resource["state"] = "DELETING"
+                m.generation += 1
+                m.maintenance = None
+                self.cloud.take_down(m, "delete")
+            self.cloud.log("tpu_node_delete", node=m.resource["name"])
+
+            def done() -> None:
+                if not m.deleted:
+                    self.cloud.destroy(m)
+                self._finish(op)
+
+            self.cloud.after(self.cloud.scenario.delay("tpu_delete"), done)
+            return self._op_response(op)
+
+    def patch_node(self, req: Request) -> Response:
+        mask = [f.strip() for f in req.query.get("updateMask", "").split(",") if f.strip()]
+        if not mask:
+            raise invalid("Field updateMask is required")
+        body = req.body or {}
+        with self.cloud.lock:
+            m = self._node(req)
+            allowed = {"labels", "metadata", "description", "tags", "networkConfig", "schedulingConfig"}
+            for f in mask:
+                top = f.split(".")[0]
+                if top not in allowed:
+                    raise invalid(f"Field {f} cannot be updated")
+                if top in body:
+                    m.resource[top] = body[top]
+                else:
+                    m.resource.pop(top, None)
+            op = self._operation(m.zone, "update", m.resource["name"])
+            self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
+            return self._op_response(op)
+
+    def stop_node(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._node(req)
+            if m.resource.get("state") not in ("READY", "STOPPED"):
+                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be stopped",
+                               "FAILED_PRECONDITION")
+            op = self._operation(m.zone, "stop", m.resource["name"])
+            m.resource["state"] = "STOPPING"
+            m.generation += 1
+            m.maintenance = None
+            self.cloud.take_down(m, "stop")
+
+            def done() -> None:
+                m.resource["state"] = "STOPPED"
+                m.resource.pop("health", None)
+                m.holds = False
+                self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
+
+            self.cloud.after_for(m, self.cloud.scenario.delay("tpu_stop"), done)
+            return self._op_response(op)
+
+    def start_node(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._node(req)
+            if m.resource.get("state") not in ("STOPPED", "PREEMPTED", "TERMINATED"):
+                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be started",
+                               "FAILED_PRECONDITION")
+            op = self._operation(m.zone, "start", m.resource["name"])
+            if not self.cloud.has_capacity(m.zone, m.cap_type, m.spot, "tpu", 1):
+                self._finish(op, error={"code": 8, "message": stockout_message(m.zone)})
+                return self._op_response(op)
+            m.holds = True
+            m.preempted = False
+            m.resource["state"] = "STARTING"
+            m.generation += 1
+
+            def done() -> None:
+                self._node_ready(m)
+                self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
+
+            self.cloud.after_for(m, self.cloud.scenario.delay("tpu_start"), done)
+            return self._op_response(op)
+
+    def simulate_maintenance(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._node(req)
+            if m.resource.get("state") != "READY":
+                raise ApiError(400, "Maintenance can only be simulated on a READY node", "FAILED_PRECONDITION")
+            op = self._operation(m.zone, "simulateMaintenanceEvent", m.resource["name"])
+            op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
+            mtype, notice = self.cloud.choose_maintenance("tpu")
+            self.cloud.schedule_maintenance(m, mtype, notice)
+            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
+                              **self.render_node(m, True)})
+            return self._op_response(op)
+
+    def perform_maintenance(self, req: Request) -> Response:
+        with self.cloud.lock:
+            m = self._node(req)
+            if m.maintenance is None or m.maintenance["status"] != "PENDING":
+                raise ApiError(400, "There is no pending maintenance on this node", "FAILED_PRECONDITION")
+            op = self._operation(m.zone, "performMaintenance", m.resource["name"])
+            op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
+            self.cloud.log("perform_maintenance", machine=m.machine_id)
+            self.cloud.begin_maintenance(m)
+            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
+                              **self.render_node(m, True)})
+            return self._op_response(op)
+
+    # operations, catalog -----------------------------------------------------------------------
+    def get_operation(self, req: Request) -> Response:
+        with self.cloud.lock:
+            zone = self._zone(req)
+            name = f"{self._parent(zone)}/operations/{req.params['op']}"
+            op = self.cloud.operations.get(name)
+            if op is None:
+                raise not_found(name)
+            return Response(dict(op), "Operation")
+
+    def list_operations(self, req: Request) -> Response:
+        with self.cloud.lock:
+            zone = self._zone(req)
+            ops = [dict(o) for n, o in self.cloud.operations.items() if n.startswith(self._parent(zone) + "/")]
+            return Response({"operations": ops} if ops else {}, "ListOperationsResponse")
+
+    def _atype(self, zone: str, t: str) -> dict[str, Any]:
+        fam, size = tpu_family(t)
+        return {"name": f"{self._parent(zone)}/acceleratorTypes/{t}", "type": t,
+                "acceleratorConfigs": [{"type": TPU_FAMILIES[fam], "topology": "2x4" if size == 8 else "1x1"}]}
+
+    def list_accelerator_types(self, req: Request) -> Response:
+        zone = self._zone(req)
+        types = [self._atype(zone, t) for t in self.cloud.scenario.zones[zone].tpu_types]
+        return Response({"acceleratorTypes": types} if types else {}, "ListAcceleratorTypesResponse")
+
+    def get_accelerator_type(self, req: Request) -> Response:
+        zone = self._zone(req)
+        if req.params["t"] not in self.cloud.scenario.zones[zone].tpu_types:
+            raise not_found(f"{self._parent(zone)}/acceleratorTypes/{req.params['t']}")
+        return Response(self._atype(zone, req.params["t"]), "AcceleratorType")
+
+    def list_runtime_versions(self, req: Request) -> Response:
+        zone = self._zone(req)
+        vs = [{"name": f"{self._parent(zone)}/runtimeVersions/{v}", "version": v}
+              for v in self.cloud.scenario.zones[zone].runtime_versions]
+        return Response({"runtimeVersions": vs} if vs else {}, "ListRuntimeVersionsResponse")
+
+    def get_runtime_version(self, req: Request) -> Response:
+        zone = self._zone(req)
+        v = req.params["v"]
+        if v not in self.cloud.scenario.zones[zone].runtime_versions:
+            raise not_found(f"{self._parent(zone)}/runtimeVersions/{v}")
+        return Response({"name": f"{self._parent(zone)}/runtimeVersions/{v}", "version": v}, "RuntimeVersion")
+
+    # queued resources --------------------------------------------------------------------------
+    def _qr(self, req: Request) -> dict[str, Any]:
+        zone = self._zone(req)
+        qr = self.cloud.queued.get((zone, req.params["qr"]))
+        if qr is None:
+            raise not_found(f"{self._parent(zone)}/queuedResources/{req.params['qr']}")
+        return qr
+
+    @staticmethod
+    def _render_qr(qr: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in qr.items() if not k.startswith("_")}
+
+    def get_qr(self, req: Request) -> Response:
+        with self.cloud.lock:
+            return Response(self._render_qr(self._qr(req)), "QueuedResource")
+
+    def list_qr(self, req: Request) -> Response:
+        with self.cloud.lock:
+            zone = self._zone(req)
+            qrs = [self._render_qr(q) for (z, _), q in sorted(self.cloud.queued.items()) if z == zone]
+            return Response({"queuedResources": qrs} if qrs else {}, "ListQueuedResourcesResponse")
+
+    def create_qr(self, req: Request) -> Response:
+        qr_id = req.query.get("queuedResourceId", "")
+        body = req.body or {}
+        with self.cloud.lock:
+            zone = self._zone(req)
+            if not qr_id:
+                raise invalid("Field queuedResourceId is required")
+            if (zone, qr_id) in self.cloud.queued:
+                raise already_exists(f"{self._parent(zone)}/queuedResources/{qr_id}")
+            specs = ((body.get("tpu") or {}).get("nodeSpec")) or []
+            if not specs:
+                raise invalid("Field tpu.nodeSpec is required")
+            spot = "spot" in body
+            for s in specs:
+                if not s.get("nodeId") or not s.get("node"):
+                    raise invalid("Each nodeSpec needs nodeId and node")
+                self._accelerator_type(zone, s["node"])
+                if ("tpu", zone, s["nodeId"]) in self.cloud.machines:
+                    raise already_exists(f"{self._parent(zone)}/nodes/{s['nodeId']}")
+            name = f"{self._parent(zone)}/queuedResources/{qr_id}"
+            qr: dict[str, Any] = {k: v for k, v in body.items() if k in (
+                "tpu", "spot", "guaranteed", "queueingPolicy", "reservationName")}
+            qr.update(name=name, createTime=rfc3339(),
+                      state={"state": "CREATING", "stateInitiator": "USER"},
+                      _zone=zone, _id=qr_id, _spot=spot, _nodes=[])
+            self.cloud.queued[(zone, qr_id)] = qr
+            op = self._operation(zone, "create", name)
+            self.cloud.log("queued_resource_create", queued_resource=name)
+
+            def accepted() -> None:
+                if qr.get("_deleted"):
+                    return
+                qr["state"] = {"state": "ACCEPTED", "stateInitiator": "USER", "acceptedData": {}}
+                self._finish(op, {"@type": TYPE_URL + "QueuedResource", **self._render_qr(qr)})
+                self.cloud.log("queued_resource_state", queued_resource=name, state="ACCEPTED")
+
+            self.cloud.after(min(self.cloud.scenario.delay("queue_accept"), 1.0), accepted)
+            return self._op_response(op)
+
+    def _retry_waiting(self) -> None:
+        """Tick hook: ACCEPTED/WAITING_FOR_RESOURCES queued resources take capacity when it exists."""
+        for qr in list(self.cloud.queued.values()):
+            state = qr["state"]["state"]
+            if state not in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
+                continue
+            zone = qr["_zone"]
+            specs = qr["tpu"]["nodeSpec"]
+            need: dict[str, int] = {}
+            for s in specs:
+                at = self._accelerator_type(zone, s["node"])
+                need[at] = need.get(at, 0) + 1
+            if all(self.cloud.has_capacity(zone, at, qr["_spot"], "tpu", n) for at, n in need.items()):
+                self._provision(qr)
+            elif state == "ACCEPTED":
+                qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "SERVICE"}
+                self.cloud.log("queued_resource_state", queued_resource=qr["name"],
+                               state="WAITING_FOR_RESOURCES")
+
+    def _provision(self, qr: dict[str, Any]) -> None:
+        zone = qr["_zone"]
+        qr["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE", "provisioningData": {}}
+        self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="PROVISIONING")
+        nodes: list[Machine] = []
+        for s in qr["tpu"]["nodeSpec"]:
+            node = dict(s["node"])
+            if qr["_spot"]:
+                node["schedulingConfig"] = {**(node.get("schedulingConfig") or {}), "spot": True}
+            m = self._make_node(zone, s["nodeId"], node, qr["name"])
+            m.holds = True
+            nodes.append(m)
+        qr["_nodes"] = nodes
+
+        def active() -> None:
+            if qr.get("_deleted"):
+                return
+            for m in nodes:
+                if not m.deleted:
+                    self._node_ready(m)
+            qr["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE", "activeData": {}}
+            self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="ACTIVE")
+
+        self.cloud.after(self.cloud.scenario.delay("tpu_create"), active)
+
+    def delete_qr(self, req: Request) -> Response:
+        force = req.query.get("force", "").lower() in ("true", "1")
+        with self.cloud.lock:
+            qr = self._qr(req)
+            live = [m for m in qr["_nodes"] if not m.deleted]
+            if live and not force:
+                raise ApiError(400, f"Queued resource {qr['name']} has nodes; delete them first or use "
+                                    "force=true", "FAILED_PRECONDITION")
+            op = self._operation(qr["_zone"], "delete", qr["name"])
+            qr["state"] = {"state": "DELETING", "stateInitiator": "USER", "deletingData": {}}
+            qr["_deleted"] = True
+            for m in live:
+                m.resource["state"] = "DELETING"
+                m.generation += 1
+                self.cloud.take_down(m, "delete")
+
+            def done() -> None:
+                for m in live:
+                    if not m.deleted:
+                        self.cloud.destroy(m)
+                self.cloud.queued.pop((qr["_zone"], qr["_id"]), None)
+                self._finish(op)
+                self.cloud.log("queued_resource_deleted", queued_resource=qr["name"])
+
+            self.cloud.after(self.cloud.scenario.delay("tpu_delete"), done)
+            return self._op_response(op)

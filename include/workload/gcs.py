@@ -1,0 +1,32 @@
+"""One way to get a Google Cloud Storage client, for the machine and for Airflow alike.
+
+Why a factory: the same code talks to real GCS (application default credentials on a VM, a service
+account on a worker) and to a local emulator (``STORAGE_EMULATOR_HOST``), which accepts no credentials
+at all. ``google-cloud-storage`` already routes to the emulator when the variable is set, but it would
+still try to find real credentials first; giving it anonymous credentials and a project keeps a
+credential-less machine (a test, the local cloud) from failing or, worse, picking up someone's real
+credentials.
+"""
+
+from __future__ import annotations
+
+import os
+
+from google.cloud import storage
+
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+DEFAULT_EMULATOR_PROJECT = "local-project"
+
+
+def storage_client(project: str | None = None) -> storage.Client:
+    """Return a storage client: anonymous against the emulator when one is configured, real otherwise."""
+    emulator = os.environ.get(EMULATOR_ENV)
+    if emulator:
+        from google.auth.credentials import AnonymousCredentials
+
+        return storage.Client(
+            project=project or os.environ.get("GOOGLE_CLOUD_PROJECT") or DEFAULT_EMULATOR_PROJECT,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": emulator},
+        )
+    return storage.Client(project=project)

@@ -1,0 +1,92 @@
+"""Stage plans: how the control plane hands a stage of work to a machine.
+
+On Google Cloud the control plane has no way into a VM besides SSH, and a machine that reboots after
+maintenance must know by itself what to run. So the operator writes one small JSON object per stage
+under the run's prefix, and the machine's agent (started by the startup script on every boot) runs
+the plans in order, each resuming from its latest committed checkpoint. Writing a plan twice is
+harmless: the same stage gets the same object.
+
+    gs://BUCKET/interlude/RUN_KEY/plan/01-train.json
+    gs://BUCKET/interlude/RUN_KEY/plan/02-finetune.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from google.cloud import storage
+
+from interlude_workload.gcs import storage_client
+
+_STAGE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+
+
+@dataclass(frozen=True)
+class StagePlan:
+    order: int
+    stage: str
+    steps: int
+    checkpoint_every: int
+    seed: int
+    step_seconds: float = 0.0
+    init_from_stage: str | None = None
+    data_date: str | None = None
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        if not _STAGE.match(self.stage):
+            raise ValueError(f"stage {self.stage!r} must match {_STAGE.pattern}")
+        if self.steps < 1 or self.checkpoint_every < 1:
+            raise ValueError("steps and checkpoint_every must be positive")
+
+    def trainer_args(self, bucket: str, run_key: str) -> list[str]:
+        """Arguments for `python -m interlude_workload.train` (an argv list: never a shell string)."""
+        args = [
+            "--bucket",
+            bucket,
+            "--run-key",
+            run_key,
+            "--stage",
+            self.stage,
+            "--steps",
+            str(self.steps),
+            "--checkpoint-every",
+            str(self.checkpoint_every),
+            "--seed",
+            str(self.seed),
+            "--step-seconds",
+            str(self.step_seconds),
+            "--keep",
+            str(self.keep_checkpoints),
+        ]
+        if self.init_from_stage:
+            args += ["--init-from-stage", self.init_from_stage]
+        if self.data_date:
+            args += ["--data-date", self.data_date]
+        return args
+
+
+def plan_prefix(run_key: str) -> str:
+    return f"interlude/{run_key}/plan/"
+
+
+def write_plan(bucket: str, run_key: str, plan: StagePlan, client: storage.Client | None = None) -> str:
+    client = client or storage_client()
+    name = f"{plan_prefix(run_key)}{plan.order:02d}-{plan.stage}.json"
+    client.bucket(bucket).blob(name).upload_from_string(
+        json.dumps(asdict(plan), sort_keys=True), content_type="application/json"
+    )
+    return f"gs://{bucket}/{name}"
+
+
+def read_plans(bucket: str, run_key: str, client: storage.Client | None = None) -> list[StagePlan]:
+    client = client or storage_client()
+    plans: list[StagePlan] = []
+    for blob in client.list_blobs(bucket, prefix=plan_prefix(run_key)):
+        if blob.name.endswith(".json"):
+            data: dict[str, Any] = json.loads(blob.download_as_bytes())
+            plans.append(StagePlan(**data))
+    return sorted(plans, key=lambda p: p.order)

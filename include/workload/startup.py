@@ -1,0 +1,148 @@
+"""Render the startup script that runs the trainer on an accelerator machine.
+
+The operators put the result in the machine's ``startup-script`` metadata. It runs again on every boot
+(that is how a machine resumes after maintenance: the trainer finds its latest committed checkpoint), so
+it must be safe to run twice: resume is the default, and a start-fresh request carries a token that is
+applied once (see ``--fresh`` in :mod:`interlude_workload.train`).
+
+What the script assumes of the machine:
+
+* bash, and a Python (``python`` argument, default ``python3`` on PATH) that can import
+  ``interlude_workload`` (a VM image with the package, or ``pip_install`` specs installed on first boot,
+  e.g. a wheel copied from the bucket or ``git+https://...``); on the local cloud, ``python3`` on PATH
+  is the project's virtualenv;
+* the machine's service account may read/write the checkpoint bucket (real GCS) or
+  ``STORAGE_EMULATOR_HOST`` is set (local cloud);
+* one host per stage (a single-host TPU slice or one VM): one writer of checkpoints.
+
+Every value is shell-quoted with :func:`shlex.quote`; nothing from parameters is interpreted by bash.
+The script appends the trainer's output to a local log (``$INTERLUDE_LOG_DIR``, else the machine's dir
+on the local cloud, else ``log_dir``) and to its own stdout (the machine's serial console), forwards
+SIGTERM to the trainer (GCE's startup-script service may signal only the script), and exits with the
+trainer's code: 0 done, 143 stopped by SIGTERM after committing, anything else a failure.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+
+_TEMPLATE = """#!/bin/bash
+# Interlude workload startup script (rendered by interlude_workload.startup.render). Runs on every boot.
+set -u
+PYTHON={python}
+STAGE={stage}
+RUN_KEY={run_key}
+if [ -n "${{INTERLUDE_LOG_DIR:-}}" ]; then LOG_DIR="$INTERLUDE_LOG_DIR"
+elif [ -n "${{INTERLUDE_MACHINE_ID:-}}" ]; then LOG_DIR="$PWD"
+else LOG_DIR={log_dir}; fi
+mkdir -p "$LOG_DIR" 2>/dev/null && [ -w "$LOG_DIR" ] || LOG_DIR="$PWD"
+LOG="$LOG_DIR"/{log_name}
+say() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) startup: $*" | tee -a "$LOG"; }}
+{exports}
+if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
+if ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then
+{install}
+fi
+say "boot: starting $STAGE of $RUN_KEY"
+# tee ignores SIGTERM (inherited through exec): when the machine's processes get SIGTERM, the trainer
+# must still be able to write its last lines while it commits.
+"$PYTHON" -m interlude_workload.train {args} > >(trap '' TERM; exec tee -a "$LOG") 2>&1 &
+child=$!
+trap 'say "SIGTERM: forwarding to trainer $child"; kill -TERM "$child" 2>/dev/null' TERM INT
+rc=0
+wait "$child" || rc=$?
+while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
+if [ "$rc" -eq 0 ]; then say "trainer finished"; else say "trainer exited with $rc"; fi
+exit "$rc"
+"""
+
+_INSTALL = """  say "installing the workload package"
+  "$PYTHON" -m pip install --quiet {specs} >>"$LOG" 2>&1 || {{ say "pip install failed"; exit 3; }}
+  "$PYTHON" -c 'import interlude_workload' || {{ say "interlude_workload still not importable"; exit 3; }}"""
+
+_NO_INSTALL = """  say "$PYTHON cannot import interlude_workload (install it in the image or pass pip_install)"
+  exit 3"""
+
+
+def trainer_args(
+    *,
+    bucket: str,
+    run_key: str,
+    stage: str,
+    steps: int,
+    checkpoint_every: int,
+    seed: int = 0,
+    init_from_stage: str | None = None,
+    data_date: str | None = None,
+    data_dir: str | None = None,
+    step_seconds: float = 0.0,
+    keep: int = 3,
+    fresh: str | None = None,
+    hold_margin_seconds: float | None = None,
+) -> list[str]:
+    """The trainer's command-line arguments (unquoted list)."""
+    args = [
+        "--bucket", bucket, "--run-key", run_key, "--stage", stage, "--steps", str(int(steps)),
+        "--checkpoint-every", str(int(checkpoint_every)), "--seed", str(int(seed)), "--keep", str(int(keep)),
+    ]  # fmt: skip
+    optional = {
+        "--init-from-stage": init_from_stage,
+        "--data-date": data_date,
+        "--data-dir": data_dir,
+        "--fresh": fresh,
+        "--step-seconds": repr(float(step_seconds)) if step_seconds else None,
+        "--hold-margin-seconds": repr(float(hold_margin_seconds))
+        if hold_margin_seconds is not None
+        else None,
+    }
+    for flag, value in optional.items():
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def render(
+    *,
+    bucket: str,
+    run_key: str,
+    stage: str,
+    steps: int,
+    checkpoint_every: int,
+    seed: int = 0,
+    init_from_stage: str | None = None,
+    data_date: str | None = None,
+    data_dir: str | None = None,
+    step_seconds: float = 0.0,
+    keep: int = 3,
+    fresh: str | None = None,
+    hold_margin_seconds: float | None = None,
+    python: str = "python3",
+    log_dir: str = "/var/log/interlude",
+    env: Mapping[str, str] | None = None,
+    pip_install: Sequence[str] = (),
+) -> str:
+    """The startup script text. ``fresh`` should be a token unique to one start-fresh request."""
+    args = trainer_args(
+        bucket=bucket, run_key=run_key, stage=stage, steps=steps, checkpoint_every=checkpoint_every,
+        seed=seed, init_from_stage=init_from_stage, data_date=data_date, data_dir=data_dir,
+        step_seconds=step_seconds, keep=keep, fresh=fresh, hold_margin_seconds=hold_margin_seconds,
+    )  # fmt: skip
+    exports = []
+    for name, value in sorted((env or {}).items()):
+        if not name.isidentifier():
+            raise ValueError(f"bad environment variable name {name!r}")
+        exports.append(f"export {name}={shlex.quote(value)}")
+    install = (
+        _INSTALL.format(specs=" ".join(shlex.quote(s) for s in pip_install)) if pip_install else _NO_INSTALL
+    )
+    return _TEMPLATE.format(
+        python=shlex.quote(python),
+        log_dir=shlex.quote(log_dir),
+        log_name=shlex.quote(f"interlude-{run_key}-{stage}.log"),
+        exports="\n".join(exports),
+        install=install,
+        stage=shlex.quote(stage),
+        run_key=shlex.quote(run_key),
+        args=" ".join(shlex.quote(a) for a in args),
+    )

@@ -1,0 +1,168 @@
+"""The reference trainer: ``python -m interlude_workload.train --bucket B --run-key K --stage train ...``.
+
+It trains (stage ``train``) or fine-tunes (stage ``finetune``, starting from train's final checkpoint
+and one day's data slice) the small MLP of :mod:`interlude_workload.model`, through the SDK
+(:mod:`interlude_workload.sdk`) like any user's code would: resume from the latest committed checkpoint,
+checkpoint every N steps, on SIGTERM, on maintenance notices and control requests, hold before a
+maintenance window. Resume is bit-identical to an uninterrupted run; the final digest (sha256 of the
+final weights) is printed and stored in the final manifest. Exit codes: 0 done (also at once when the
+final step is already committed), 143 stopped by SIGTERM after committing, 2 bad input, 1 other failure.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Single-threaded BLAS: bit-identical results must not depend on how a library splits a matmul.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from interlude_workload import data, model  # noqa: E402
+from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer, weights_digest  # noqa: E402
+
+CLASSES = 3
+STAGE_SEED_OFFSET = {"train": 0, "finetune": 1}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m interlude_workload.train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--run-key", required=True)
+    parser.add_argument("--stage", required=True, choices=["train", "finetune"])
+    parser.add_argument("--steps", type=int, required=True, help="total steps of this stage")
+    parser.add_argument("--checkpoint-every", type=int, required=True)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--init-from-stage", default=None, help="take initial weights from this stage's latest"
+    )
+    parser.add_argument("--data-date", default=None, help="YYYY-MM-DD: fine-tune on this day's slice")
+    parser.add_argument("--data-dir", default=None, help="local dir or gs://bucket/prefix with the CSVs")
+    parser.add_argument("--step-seconds", type=float, default=0.0, help="pace each step to take this long")
+    parser.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
+    parser.add_argument(
+        "--fresh",
+        nargs="?",
+        const="always",
+        default=None,
+        metavar="TOKEN",
+        help="wipe this stage's checkpoints first; with TOKEN only once per token (safe in startup scripts)",
+    )
+    parser.add_argument(
+        "--hold-margin-seconds",
+        type=float,
+        default=10.0,
+        help="checkpoint and hold this long before a maintenance window starts",
+    )
+    parser.add_argument("--max-hold-seconds", type=float, default=1800.0)
+    parser.add_argument("--metadata-url", default="", help="default: $INTERLUDE_METADATA_URL or Google's")
+    parser.add_argument("--no-maintenance-watch", action="store_true")
+    parser.add_argument("--control-poll-seconds", type=float, default=1.0)
+    args = parser.parse_args(argv)
+    if args.steps < 1 or args.checkpoint_every < 1:
+        parser.error("--steps and --checkpoint-every must be >= 1")
+    if args.fresh == "always":  # plain --fresh: a token of its own, so it wipes on every start
+        args.fresh = f"always-{time.time_ns()}"
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    x, y = data.load(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
+    ckpt = Checkpointer(
+        args.bucket,
+        args.run_key,
+        args.stage,
+        total_steps=args.steps,
+        checkpoint_every=args.checkpoint_every,
+        keep=args.keep,
+        metadata_url=None if args.no_maintenance_watch else args.metadata_url,
+        hold_margin_seconds=args.hold_margin_seconds,
+        max_hold_seconds=args.max_hold_seconds,
+        control_poll_seconds=args.control_poll_seconds,
+        fresh=args.fresh,
+    )
+    with ckpt:
+        restored = ckpt.start()
+        if restored is not None and restored.step >= args.steps:
+            digest = restored.checkpoint.extra.get("weights_sha256", "")
+            ckpt.log(f"final step {restored.step} already committed; nothing to do")
+            ckpt.log(f"final digest {digest}")
+            ckpt.close("done")
+            return 0
+        if restored is not None:
+            state = model.TrainState.from_payload(restored.arrays, restored.state)
+            start_step = restored.step
+        else:
+            rng = np.random.default_rng([args.seed, STAGE_SEED_OFFSET[args.stage]])
+            if args.init_from_stage:
+                source = ckpt.restore(stage=args.init_from_stage)
+                if source is None:
+                    ckpt.log(f"no committed checkpoint in stage {args.init_from_stage} to start from")
+                    ckpt.close("failed")
+                    return 2
+                params = {k: source.arrays[f"param_{k}"] for k in model.PARAM_NAMES}
+                ckpt.log(f"initial weights from {args.init_from_stage} step {source.step}")
+            else:
+                params = model.init_params(rng, x.shape[1], CLASSES)
+            state = model.new_state(rng, params, len(y))
+            start_step = 0
+        ckpt.log(
+            f"training {args.stage} steps {start_step + 1}..{args.steps} on {len(y)} rows"
+            + (f" dated {args.data_date}" if args.data_date else "")
+        )
+        if ckpt.stop_requested:
+            ckpt.close("stopped")
+            return EXIT_SIGTERM
+        for step in range(start_step + 1, args.steps + 1):
+            started = time.monotonic()
+            loss = model.train_step(state, x, y)
+            if args.step_seconds > 0:
+                ckpt.pace(started, args.step_seconds)
+            reason = ckpt.step_finished(step, loss=loss)
+            if step % 10 == 0 or reason:
+                ckpt.log(f"step {step}/{args.steps} loss {loss:.5f}")
+            if reason:
+                arrays, json_state = state.to_payload()
+                extra = {"seed": args.seed, "data_date": args.data_date, "reason": reason}
+                if step >= args.steps:
+                    digest = weights_digest(state.params)
+                    extra["weights_sha256"] = digest
+                    extra["train_accuracy"] = model.accuracy(state.params, x, y)
+                metrics = {
+                    "loss": loss,
+                    **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {}),
+                }
+                ckpt.commit(step, arrays, json_state, metrics=metrics, extra=extra, reason=reason)
+            if ckpt.stop_requested:
+                ckpt.log(f"stopped by SIGTERM after committing step {step}")
+                ckpt.close("stopped")
+                return EXIT_SIGTERM
+            ckpt.wait_while_held()
+            if ckpt.stop_requested:
+                ckpt.log(f"stopped by SIGTERM while holding at committed step {step}")
+                ckpt.close("stopped")
+                return EXIT_SIGTERM
+        ckpt.log(f"final digest {weights_digest(state.params)}")
+        ckpt.close("done")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""Run Interlude on the local cloud: start it, point Airflow at it, run a DAG. Used by `make demo` and tests.
+
+Nothing here is needed in production; it is the one place that knows how the local pieces are wired
+(ports, environment, the Airflow connection), so the demo and the end-to-end tests cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = ROOT / "include" / "localcloud" / "scenarios"
+
+
+@dataclass
+class LocalCloud:
+    process: subprocess.Popen[str]
+    api_endpoint: str
+    gcs_endpoint: str
+    project: str
+    state_dir: Path
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def admin(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        import requests
+
+        url = f"{self.api_endpoint}/_localcloud/{path.lstrip('/')}"
+        resp = requests.post(url, json=body or {}, timeout=30) if body is not None else requests.get(url, timeout=30)
+        resp.raise_for_status()
+        return resp.json() if resp.content else None
+
+
+def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_port: int = 0) -> LocalCloud:
+    """Start `python -m interlude_localcloud` and wait for its ready line."""
+    scenario_path = Path(scenario)
+    if not scenario_path.exists():
+        scenario_path = SCENARIOS / f"{scenario}.yaml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    log = open(state_dir / "localcloud.log", "a")  # noqa: SIM115 - lives as long as the process
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "interlude_localcloud", "--port", str(port), "--gcs-port", str(gcs_port),
+         "--scenario", str(scenario_path), "--state-dir", str(state_dir)],
+        stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                raise RuntimeError(f"local cloud exited with {proc.returncode}; see {state_dir / 'localcloud.log'}")
+            continue
+        try:
+            ready = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if ready.get("ready"):
+            project = ready.get("project", "interlude-local")
+            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir)
+    proc.kill()
+    raise RuntimeError("local cloud did not report ready within 60 s")
+
+
+def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
+    """Environment for every Airflow process that should use the local cloud."""
+    conn = {"conn_type": "google_cloud_platform",
+            "extra": {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
+                      "compute_endpoint": cloud.api_endpoint}}
+    env = dict(os.environ)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__API__HOST": "127.0.0.1",
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn),
+        "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint,
+        "GOOGLE_CLOUD_PROJECT": cloud.project,
+        "NO_PROXY": "127.0.0.1,localhost",
+    })
+    return env
+
+
+def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
+    from google.api_core.exceptions import Conflict
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": cloud.gcs_endpoint})
+    try:
+        client.create_bucket(bucket)
+    except Conflict:
+        pass
+
+
+def ensure_airflow_db(env: dict[str, str]) -> None:
+    home = Path(env["AIRFLOW_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    if not (home / "airflow.db").exists():
+        subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: Path,
+              timeout: float = 900) -> int:
+    """`airflow dags test` with conf; output to log_path; returns its exit code."""
+    cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
+    with open(log_path, "w") as out:
+        return subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode

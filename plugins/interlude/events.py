@@ -1,0 +1,98 @@
+"""Maintenance events and the run report, kept next to the checkpoints.
+
+One object per event, named from its content (stage, kind, detection time), so a duplicate trigger
+copy or a retried task writes the same object again instead of a second record. The report is
+recomputed from those objects and the checkpoints, never accumulated in memory.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from interlude_workload.gcs import storage_client
+
+
+def events_prefix(run_key: str) -> str:
+    return f"interlude/{run_key}/events/"
+
+
+def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -> str:
+    detected = int(float(event.get("detected_at") or 0) * 1000)
+    name = f"{events_prefix(run_key)}{stage}-{detected:015d}-{event.get('kind', 'event')}.json"
+    blob = storage_client().bucket(bucket).blob(name)
+    blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True),
+                            content_type="application/json")
+    return f"gs://{bucket}/{name}"
+
+
+def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
+    client = storage_client()
+    blobs = sorted(client.list_blobs(bucket, prefix=events_prefix(run_key)), key=lambda b: b.name)
+    return [json.loads(b.download_as_bytes()) for b in blobs if b.name.endswith(".json")]
+
+
+def build_report(*, run_key: str, placement: dict[str, Any], stages: list[dict[str, Any]],
+                 events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Goodput = productive training time / wall time; badput split by cause.
+
+    `stages` carry each stage's start/end (epoch seconds), steps, and mean step time. Productive
+    time is steps that count once; downtime and recomputed steps are badput, and so is the time
+    between stages (provisioning, waiting for the fine-tune gate).
+    """
+    start = min((s["started_at"] for s in stages), default=0.0)
+    end = max((s["finished_at"] for s in stages), default=0.0)
+    wall = max(end - start, 1e-9)
+    step_time = {s["stage"]: float(s.get("mean_step_seconds") or 0.0) for s in stages}
+    downtime = sum(float(e.get("downtime_s") or 0.0) for e in events)
+    recomputed = sum(int(e.get("steps_recomputed") or 0) for e in events)
+    recompute_s = sum(int(e.get("steps_recomputed") or 0) * step_time.get(e.get("stage", ""), 0.0)
+                      for e in events)
+    productive = sum(int(s["steps"]) * step_time.get(s["stage"], 0.0) for s in stages)
+    productive = min(productive, wall)
+    other = max(wall - productive - downtime - recompute_s, 0.0)
+    return {
+        "run_key": run_key,
+        "accelerator": placement.get("accelerator_type"),
+        "zone": placement.get("zone"),
+        "placement": {k: placement.get(k) for k in ("kind", "name", "zone", "mode", "runtime")},
+        "stages": stages,
+        "events": events,
+        "steps_recomputed": recomputed,
+        "wall_seconds": round(wall, 3),
+        "goodput": round(productive / wall, 4),
+        "badput_seconds": {
+            "maintenance_downtime": round(downtime, 3),
+            "recomputed_steps": round(recompute_s, 3),
+            "checkpointing_and_other": round(other, 3),
+        },
+    }
+
+
+def write_report(bucket: str, run_key: str, report: dict[str, Any]) -> str:
+    name = f"interlude/{run_key}/report.json"
+    storage_client().bucket(bucket).blob(name).upload_from_string(
+        json.dumps(report, indent=2, sort_keys=True), content_type="application/json")
+    return f"gs://{bucket}/{name}"
+
+
+def render_report(report: dict[str, Any]) -> str:
+    lines = [
+        f"Interlude run report  {report['run_key']}",
+        f"  accelerator {report['accelerator']} in {report['zone']} ({report['placement'].get('kind')}, "
+        f"{report['placement'].get('mode')})",
+    ]
+    for s in report["stages"]:
+        lines.append(f"  stage {s['stage']}: {s['steps']} steps, final checkpoint {s.get('final_uri', '?')}")
+    lines.append(f"  maintenance events: {len(report['events'])}")
+    for e in report["events"]:
+        lines.append(
+            f"    - {e.get('stage')}: {e.get('kind')} ({e.get('notice_type') or 'no notice'}), checkpoint step "
+            f"{e.get('checkpoint_step')}, downtime {float(e.get('downtime_s') or 0):.1f}s, "
+            f"steps recomputed {e.get('steps_recomputed')}, resumed from {e.get('resumed_from_step')}"
+        )
+    bad = report["badput_seconds"]
+    lines.append(f"  steps recomputed: {report['steps_recomputed']}   goodput: {report['goodput']:.1%} of "
+                 f"{report['wall_seconds']:.1f}s wall")
+    lines.append("  badput: " + ", ".join(f"{k} {v:.1f}s" for k, v in bad.items()))
+    return "\n".join(lines)

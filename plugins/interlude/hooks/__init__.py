@@ -1,0 +1,6 @@
+"""Hooks for Google's Cloud TPU and Compute Engine APIs (and the local cloud that imitates them).
+
+Import from the modules: ``interlude.hooks.tpu`` (TpuHook, AsyncTpuHook), ``interlude.hooks.compute``
+(ComputeHook, AsyncComputeHook), ``interlude.hooks.errors`` (the exception classes). Nothing is imported
+here so that ``import interlude.hooks.errors`` stays cheap for callers that only need the exceptions.
+"""

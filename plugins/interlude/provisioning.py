@@ -1,0 +1,193 @@
+"""Provisioning and teardown: request bodies as data, creates that adopt, deletes that always finish.
+
+Names come from the run key, so a retry, a clear or a re-provision after a preemption asks for the
+same resource and adopts it if it exists. The request bodies are built here as plain JSON (the REST
+shape Google documents) so the same body is logged, kept in XCom for a re-provision, and sent.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from interlude import naming
+
+DEFAULT_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+# Deep Learning VM images (project deeplearning-platform-release) by family; see include/runtimes.yaml.
+DLVM_PROJECT = "deeplearning-platform-release"
+
+
+@dataclass(frozen=True)
+class MachineRequest:
+    """Everything a create needs, JSON-shaped (this is what XCom carries between tasks)."""
+
+    kind: str  # tpu_node | gce_vm
+    zone: str
+    name: str
+    accelerator_type: str
+    accelerator_count: int
+    machine_type: str | None
+    runtime: str  # TPU runtime version, or GPU image family
+    mode: str  # on_demand | spot | reservation | queued
+    body: dict[str, Any] = field(default_factory=dict)
+    reservation: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0) -> str:
+    """The script every boot runs: start the agent, which resumes every planned stage.
+
+    Every value is shell-quoted. On Google Cloud the image must provide a Python with the
+    `interlude` package's workload installed (a Deep Learning VM image plus
+    `pip install` of this repository, or a custom image); set INTERLUDE_PYTHON to choose it.
+    """
+    q = shlex.quote
+    return "\n".join([
+        "#!/bin/bash",
+        "# Interlude: runs on every boot; the agent resumes from the latest committed checkpoint.",
+        "set -u",
+        'PY="${INTERLUDE_PYTHON:-python3}"',
+        f'exec "$PY" -m interlude_workload.agent --bucket {q(bucket)} --run-key {q(run_key)} '
+        f"--idle-poll {q(str(idle_poll))}",
+        "",
+    ])
+
+
+def tpu_node_body(*, accelerator_type: str, runtime: str, mode: str, labels: dict[str, str], script: str,
+                  network: str | None, subnetwork: str | None, service_account: str | None,
+                  reservation: str | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "acceleratorType": accelerator_type,
+        "runtimeVersion": runtime,
+        "networkConfig": {"enableExternalIps": False},
+        "labels": labels,
+        "metadata": {"startup-script": script},
+    }
+    if network:
+        body["networkConfig"]["network"] = network
+    if subnetwork:
+        body["networkConfig"]["subnetwork"] = subnetwork
+    if service_account:
+        body["serviceAccount"] = {"email": service_account, "scope": DEFAULT_SCOPES}
+    if mode == "spot":
+        body["schedulingConfig"] = {"spot": True}
+    elif mode == "reservation":
+        body["schedulingConfig"] = {"reserved": True}
+    return body
+
+
+def gce_vm_body(*, name: str, zone: str, accelerator_type: str, count: int, machine_type: str, image_family: str,
+                mode: str, labels: dict[str, str], script: str, network: str | None, subnetwork: str | None,
+                service_account: str | None, reservation: str | None = None) -> dict[str, Any]:
+    spot = mode == "spot"
+    body: dict[str, Any] = {
+        "name": name,
+        "machineType": f"zones/{zone}/machineTypes/{machine_type}",
+        "labels": labels,
+        "disks": [{
+            "boot": True,
+            "autoDelete": True,
+            "initializeParams": {
+                "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{image_family}",
+                "diskSizeGb": "200",
+            },
+        }],
+        # No accessConfigs: no external IP. Egress goes through Cloud NAT / Private Google Access.
+        "networkInterfaces": [{k: v for k, v in (("network", network or "global/networks/default"),
+                                                 ("subnetwork", subnetwork)) if v}],
+        # GPU VMs cannot live-migrate: they must stop for host maintenance and may come back by themselves.
+        "scheduling": {
+            "onHostMaintenance": "TERMINATE",
+            "automaticRestart": not spot,
+            "provisioningModel": "SPOT" if spot else "STANDARD",
+            **({"instanceTerminationAction": "STOP"} if spot else {}),
+        },
+        "metadata": {"items": [{"key": "startup-script", "value": script},
+                               {"key": "install-nvidia-driver", "value": "True"}]},
+    }
+    if machine_type.startswith("n1-"):  # A2/A3/G2/A4 carry their GPUs in the machine type
+        body["guestAccelerators"] = [{"acceleratorType": f"zones/{zone}/acceleratorTypes/{accelerator_type}",
+                                      "acceleratorCount": count}]
+    if service_account:
+        body["serviceAccounts"] = [{"email": service_account, "scopes": DEFAULT_SCOPES}]
+    if reservation:
+        body["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION",
+                                       "key": "compute.googleapis.com/reservation-name", "values": [reservation]}
+    return body
+
+
+def machine_request(decision: dict[str, Any], runtime: str, *, bucket: str, run_key: str, dag_id: str,
+                    network: str | None = None, subnetwork: str | None = None,
+                    service_account: str | None = None, idle_poll: float = 1.0) -> MachineRequest:
+    """Build the create request for the accelerator a decision names."""
+    script = startup_script(bucket, run_key, idle_poll)
+    labels = naming.labels(run_key, dag_id)
+    zone, accel = decision["zone"], decision["accelerator_type"]
+    mode = decision.get("mode") or "on_demand"
+    reservation = decision.get("reservation")
+    if decision["kind"] == "tpu":
+        name = naming.resource_name(run_key, "tpu")
+        body = tpu_node_body(accelerator_type=accel, runtime=runtime, mode=mode, labels=labels, script=script,
+                             network=network, subnetwork=subnetwork, service_account=service_account,
+                             reservation=reservation)
+        return MachineRequest("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
+    name = naming.resource_name(run_key, "vm")
+    count = int(decision.get("count") or 1)
+    machine_type = decision.get("machine_type") or "n1-standard-8"
+    body = gce_vm_body(name=name, zone=zone, accelerator_type=accel, count=count, machine_type=machine_type,
+                       image_family=runtime, mode=mode, labels=labels, script=script, network=network,
+                       subnetwork=subnetwork, service_account=service_account, reservation=reservation)
+    return MachineRequest("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
+
+
+def _hooks(gcp_conn_id: str | None) -> tuple[Any, Any]:
+    from interlude.hooks.compute import ComputeHook
+    from interlude.hooks.tpu import TpuHook
+
+    return TpuHook(gcp_conn_id=gcp_conn_id), ComputeHook(gcp_conn_id=gcp_conn_id)
+
+
+def create(request: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+    """Create (or adopt) the machine. Raises the hooks' StockoutError / QuotaExceededError."""
+    tpu, compute = _hooks(gcp_conn_id)
+    if request["kind"] == "tpu_node":
+        return tpu.create_node(request["zone"], request["name"], request["body"])
+    return compute.insert_instance(request["zone"], request["body"])
+
+
+def delete(request: dict[str, Any], gcp_conn_id: str | None) -> None:
+    tpu, compute = _hooks(gcp_conn_id)
+    if request["kind"] == "tpu_node":
+        tpu.delete_node(request["zone"], request["name"])
+    else:
+        compute.delete_instance(request["zone"], request["name"])
+
+
+def reprovision(request: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+    """The machine is gone or will not come back: replace it under the same name (same checkpoints)."""
+    delete(request, gcp_conn_id)
+    return create(request, gcp_conn_id)
+
+
+def teardown_run(run_key: str, zones: list[str], gcp_conn_id: str | None) -> list[str]:
+    """Delete every node, queued resource and VM labelled with this run, in every candidate zone."""
+    tpu, compute = _hooks(gcp_conn_id)
+    deleted: list[str] = []
+    for zone in zones:
+        for qr in tpu.list_queued_resources(zone):
+            if qr.get("labels", {}).get("interlude-run") == run_key or qr["name"].rsplit("/", 1)[-1].startswith(
+                    run_key + "-"):
+                tpu.delete_queued_resource(zone, qr["name"].rsplit("/", 1)[-1], force=True)
+                deleted.append(qr["name"])
+        for node in tpu.list_nodes(zone):
+            if (node.get("labels") or {}).get("interlude-run") == run_key:
+                tpu.delete_node(zone, node["name"].rsplit("/", 1)[-1])
+                deleted.append(node["name"])
+        for vm in compute.list_instances(zone, filter=f"labels.interlude-run = {run_key}"):
+            if (vm.get("labels") or {}).get("interlude-run") == run_key:
+                compute.delete_instance(zone, vm["name"])
+                deleted.append(f"zones/{zone}/instances/{vm['name']}")
+    return deleted

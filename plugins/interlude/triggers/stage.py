@@ -1,0 +1,153 @@
+"""StageTrigger: watch one training stage's machine and checkpoints until something needs doing.
+
+It only observes. Each poll it reads the machine (one list call per zone and interval, shared by
+every trigger in this triggerer that watches that zone) and the stage's facts in GCS, asks the
+pure state machine what that means, and yields exactly one event when the operator has to act or
+carry a new state forward. Everything it knows is in its arguments plus a fresh look at the world,
+so after a triggerer restart, or with two copies running, it reaches the same conclusion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from interlude.maintenance import Limits, Phase, StageState, next_step
+from interlude.observe import observation, progress_line, read_stage_facts
+
+_ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+class ZoneListCache:
+    """One in-flight or recent list call per (api, endpoint, zone), shared by all triggers.
+
+    A thousand watched machines in one zone cost one list call per interval, not a thousand gets.
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[list[dict[str, Any]]]]] = {}
+        self.calls = 0
+
+    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> list[dict[str, Any]]:
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
+            self.calls += 1
+            entry = (now, asyncio.ensure_future(fetch()))
+            self._entries[key] = entry
+        return await asyncio.shield(entry[1])
+
+
+ZONE_LISTS = ZoneListCache()
+
+
+class StageTrigger(BaseTrigger):
+    def __init__(
+        self,
+        *,
+        placement: dict[str, Any],
+        bucket: str,
+        run_key: str,
+        stage: str,
+        state: dict[str, Any],
+        restart_timeout: float,
+        poll_interval: float = 5.0,
+        drill_at_step: int | None = None,
+        gcp_conn_id: str | None = "google_cloud_default",
+        log_every: float = 10.0,
+    ) -> None:
+        super().__init__()
+        self.placement = placement
+        self.bucket = bucket
+        self.run_key = run_key
+        self.stage = stage
+        self.state = state
+        self.restart_timeout = restart_timeout
+        self.poll_interval = poll_interval
+        self.drill_at_step = drill_at_step
+        self.gcp_conn_id = gcp_conn_id
+        self.log_every = log_every
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "placement": self.placement,
+                "bucket": self.bucket,
+                "run_key": self.run_key,
+                "stage": self.stage,
+                "state": self.state,
+                "restart_timeout": self.restart_timeout,
+                "poll_interval": self.poll_interval,
+                "drill_at_step": self.drill_at_step,
+                "gcp_conn_id": self.gcp_conn_id,
+                "log_every": self.log_every,
+            },
+        )
+
+    def _hook(self) -> Any:
+        if self.placement["kind"] == "gce_vm":
+            from interlude.hooks.compute import AsyncComputeHook
+
+            return AsyncComputeHook(gcp_conn_id=self.gcp_conn_id)
+        from interlude.hooks.tpu import AsyncTpuHook
+
+        return AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
+
+    async def _machine(self, hook: Any) -> dict[str, Any] | None:
+        zone, name = self.placement["zone"], self.placement["name"]
+        if self.placement["kind"] == "gce_vm":
+            fetch: _ListFn = lambda: hook.list_instances(zone)  # noqa: E731
+        else:
+            fetch = lambda: hook.list_nodes(zone)  # noqa: E731
+        key = (self.placement["kind"], self.gcp_conn_id or "", zone)
+        items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
+        for item in items:
+            if item.get("name", "").rsplit("/", 1)[-1] == name:
+                return item
+        return None
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        state = StageState.from_dict(self.state)
+        limits = Limits(restart_timeout=self.restart_timeout)
+        hook = self._hook()
+        last_log = 0.0
+        try:
+            while True:
+                resource = await self._machine(hook)
+                facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
+                                                state.request_id)
+                obs = observation(self.placement["kind"], resource, facts)
+                if time.monotonic() - last_log >= self.log_every:
+                    self.log.info("%s  (%s, machine %s)", progress_line(self.stage, facts.progress),
+                                  state.phase.value, obs.machine.value)
+                    last_log = time.monotonic()
+                if (self.drill_at_step is not None and state.phase is Phase.RUNNING
+                        and facts.committed_step >= self.drill_at_step):
+                    yield TriggerEvent({"status": "drill", "state": state.to_dict(), "actions": [],
+                                        "event": None})
+                    return
+                t = next_step(state, obs, limits)
+                if t.differs_from(state):
+                    yield TriggerEvent({
+                        "status": "transition",
+                        "state": t.state.to_dict(),
+                        "actions": [a.value for a in t.actions],
+                        "event": t.event,
+                        "progress": facts.progress,
+                    })
+                    return
+                state = t.state  # carries the running step count between polls
+                await asyncio.sleep(self.poll_interval)
+        except Exception as exc:  # noqa: BLE001 - reported to execute_complete, which fails loudly
+            self.log.exception("stage trigger failed")
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}",
+                                "state": state.to_dict()})
+        finally:
+            close = getattr(hook, "aclose", None)
+            if close is not None:
+                await close()

@@ -1,0 +1,186 @@
+"""Maintenance and preemption, observed as a Google Cloud user would, plus the machine's own process.
+
+TPU: scheduled notice via v2alpha1 simulateMaintenanceEvent (googleapiclient + the shipped discovery
+doc), upcomingMaintenance read from raw REST (tpu_v2 drops it), performMaintenance, unscheduled
+maintenance, spot preemption. GCE: the same through compute_v1.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+from google.auth.credentials import AnonymousCredentials
+from google.cloud import tpu_v2
+from googleapiclient.discovery import build
+
+from interlude_localcloud.testing import RunningLocalCloud
+from tests.include.localcloud.conftest import ZONE, Compute, gpu_instance
+
+SCRIPT = "trap 'echo term >> boots.txt; exit 0' TERM\necho boot >> boots.txt\nwhile true; do sleep 0.1; done\n"
+
+
+def until(pred: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = pred()
+        if got:
+            return got
+        time.sleep(0.03)
+    raise AssertionError(f"timed out waiting for {what or pred}")
+
+
+def boots_file(lc: RunningLocalCloud, kind: str, name: str) -> Path:
+    return Path(lc.admin.machine(kind, ZONE, name)["disk_dir"]) / "boots.txt"
+
+
+def lines(p: Path) -> list[str]:
+    return p.read_text().split() if p.exists() else []
+
+
+def raw_node(lc: RunningLocalCloud, name: str) -> dict[str, Any]:
+    """What a user sees over plain REST (enum names, upcomingMaintenance included)."""
+    return requests.get(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes/{name}",
+                        timeout=5).json()
+
+
+def metadata(lc: RunningLocalCloud, kind: str, name: str, key: str) -> requests.Response:
+    url = f"{lc.api_endpoint}/_machines/{kind}-{ZONE}-{name}/computeMetadata/v1/{key}"
+    return requests.get(url, headers={"Metadata-Flavor": "Google"}, timeout=10)
+
+
+def make_node(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient, name: str, spot: bool = False) -> None:
+    node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e",
+                       metadata={"startup-script": SCRIPT},
+                       scheduling_config=tpu_v2.SchedulingConfig(spot=spot))
+    tpu.create_node(parent=f"projects/{lc.project}/locations/{ZONE}", node_id=name, node=node).result(timeout=10)
+    until(lambda: lines(boots_file(lc, "tpu", name)) == ["boot"], what="first boot")
+
+
+def v2alpha1(lc: RunningLocalCloud) -> Any:
+    return build("tpu", "v2alpha1", credentials=AnonymousCredentials(), static_discovery=True,
+                 client_options={"api_endpoint": lc.api_endpoint})
+
+
+def test_tpu_scheduled_maintenance_cycle(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    make_node(lc, tpu, "m1")
+    name = f"projects/{lc.project}/locations/{ZONE}/nodes/m1"
+    api = v2alpha1(lc)
+    op = api.projects().locations().nodes().simulateMaintenanceEvent(name=name, body={"workerIds": ["0"]}).execute()
+    assert op["done"] is True
+    n = raw_node(lc, "m1")
+    up = n["upcomingMaintenance"]
+    assert up["maintenanceStatus"] == "PENDING" and up["type"] == "SCHEDULED" and up["canReschedule"]
+    assert up["windowStartTime"] < up["windowEndTime"]
+    assert n["state"] == "READY"
+    alpha = api.projects().locations().nodes().get(name=name).execute()
+    assert alpha["upcomingMaintenance"]["maintenanceStatus"] == "PENDING"
+    assert metadata(lc, "tpu", "m1", "instance/maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert metadata(lc, "tpu", "m1", "instance/upcoming-maintenance").json()["maintenance_status"] == "PENDING"
+    # 7200 s notice / 3600 = 2 s later the window opens: node down, process terminated.
+    down = until(lambda: (d := raw_node(lc, "m1")).get("health") == "UNHEALTHY_MAINTENANCE" and d, what="down")
+    assert down["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
+    until(lambda: lines(boots_file(lc, "tpu", "m1")) == ["boot", "term"], what="SIGTERM reached the script")
+    # Back after the restart duration: healthy, field cleared, startup script ran again.
+    until(lambda: raw_node(lc, "m1").get("health") == "HEALTHY", what="healthy again")
+    assert "upcomingMaintenance" not in raw_node(lc, "m1")
+    assert tpu.get_node(name=name).state == tpu_v2.Node.State.READY
+    until(lambda: lines(boots_file(lc, "tpu", "m1")) == ["boot", "term", "boot"], what="reboot")
+    assert metadata(lc, "tpu", "m1", "instance/maintenance-event").text == "NONE"
+    events = [e["event"] for e in lc.admin.events() if e.get("machine") == "tpu-us-central1-a-m1"]
+    assert events.index("maintenance_notice") < events.index("maintenance_start") < events.index("maintenance_end")
+
+
+def test_tpu_perform_maintenance_unscheduled_and_preemption(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    make_node(lc, tpu, "m2", spot=True)
+    name = f"projects/{lc.project}/locations/{ZONE}/nodes/m2"
+    api = v2alpha1(lc)
+    lc.admin.next_maintenance("SCHEDULED", notice_seconds=10 * 86400, kind="tpu")
+    api.projects().locations().nodes().simulateMaintenanceEvent(name=name, body={}).execute()
+    assert raw_node(lc, "m2")["upcomingMaintenance"]["maintenanceStatus"] == "PENDING"
+    api.projects().locations().nodes().performMaintenance(name=name, body={}).execute()
+    n = raw_node(lc, "m2")
+    assert n["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING" and n["health"] == "UNHEALTHY_MAINTENANCE"
+    until(lambda: raw_node(lc, "m2").get("health") == "HEALTHY", what="back")
+    until(lambda: lines(boots_file(lc, "tpu", "m2")).count("boot") == 2, what="second boot")
+    # Unscheduled (Google-initiated), short notice.
+    lc.admin.maintenance("tpu", ZONE, "m2")
+    up = raw_node(lc, "m2")["upcomingMaintenance"]
+    assert up["type"] == "UNSCHEDULED" and up["canReschedule"] is False
+    until(lambda: raw_node(lc, "m2").get("health") == "UNHEALTHY_MAINTENANCE", what="unscheduled down")
+    until(lambda: raw_node(lc, "m2").get("health") == "HEALTHY", what="unscheduled back")
+    until(lambda: lines(boots_file(lc, "tpu", "m2")).count("boot") == 3, what="third boot")
+    # Spot preemption: no notice, PREEMPTED, process gone for good.
+    lc.admin.preempt("tpu", ZONE, "m2")
+    assert tpu.get_node(name=name).state == tpu_v2.Node.State.PREEMPTED
+    until(lambda: lc.admin.machine("tpu", ZONE, "m2")["pid"] is None, what="process stopped")
+    until(lambda: lines(boots_file(lc, "tpu", "m2"))[-1] == "term", what="term")
+    assert metadata(lc, "tpu", "m2", "instance/preempted").text == "TRUE"
+
+
+def test_crash_restarts_the_process(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    make_node(lc, tpu, "c1")
+    pid = lc.admin.machine("tpu", ZONE, "c1")["pid"]
+    lc.admin.crash("tpu", ZONE, "c1")
+    until(lambda: lines(boots_file(lc, "tpu", "c1")) == ["boot", "boot"], what="reboot after crash")
+    assert lc.admin.machine("tpu", ZONE, "c1")["pid"] not in (None, pid)
+    assert raw_node(lc, "c1")["state"] == "READY"
+
+
+def test_metadata_wait_for_change(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    make_node(lc, tpu, "w1")
+    first = metadata(lc, "tpu", "w1", "instance/maintenance-event")
+    assert first.text == "NONE" and first.headers["ETag"]
+    assert metadata(lc, "tpu", "w1", "project/project-id").text == lc.project
+    assert "startup-script" in metadata(lc, "tpu", "w1", "instance/attributes/").text
+    assert requests.get(f"{lc.api_endpoint}/_machines/tpu-{ZONE}-w1/computeMetadata/v1/instance/name",
+                        timeout=5).status_code == 403
+    lc.admin.next_maintenance("UNSCHEDULED", notice_seconds=3600, kind="tpu")
+    started = time.time()
+    import threading
+
+    threading.Timer(0.3, lambda: v2alpha1(lc).projects().locations().nodes().simulateMaintenanceEvent(
+        name=f"projects/{lc.project}/locations/{ZONE}/nodes/w1", body={}).execute()).start()
+    changed = metadata(lc, "tpu", "w1", f"instance/maintenance-event?wait_for_change=true&timeout_sec=10"
+                                        f"&last_etag={first.headers['ETag']}")
+    assert changed.text == "TERMINATE_ON_HOST_MAINTENANCE" and 0.2 < time.time() - started < 5
+
+
+def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, compute: Compute) -> None:
+    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
+        "vm1", script=SCRIPT, automatic_restart=True)))
+    until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot"], what="first boot")
+    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="vm1")
+    up = compute.get("vm1").resource_status.upcoming_maintenance
+    assert up.maintenance_status == "PENDING" and up.type_ == "SCHEDULED"
+    assert metadata(lc, "gce", "vm1", "instance/upcoming-maintenance?alt=json").json()["type"] == "SCHEDULED"
+    # GPU VM: 3600 s notice -> 1 s; then TERMINATED while the host is serviced, RUNNING again (automaticRestart).
+    until(lambda: compute.get("vm1").status == "TERMINATED", what="terminated for maintenance")
+    assert compute.get("vm1").resource_status.upcoming_maintenance.maintenance_status == "ONGOING"
+    until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot", "term"], what="term")
+    until(lambda: compute.get("vm1").status == "RUNNING", what="running again")
+    assert "upcoming_maintenance" not in compute.get("vm1").resource_status
+    until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot", "term", "boot"], what="reboot")
+    # performMaintenance starts a pending maintenance at once.
+    lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")
+    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="vm1")
+    compute.instances.perform_maintenance(project=lc.project, zone=ZONE, instance="vm1")
+    assert compute.get("vm1").status == "TERMINATED"
+    until(lambda: compute.get("vm1").status == "RUNNING", what="running after performMaintenance")
+    # Unscheduled maintenance through the admin endpoint.
+    lc.admin.maintenance("gce", ZONE, "vm1")
+    assert compute.get("vm1").resource_status.upcoming_maintenance.type_ == "UNSCHEDULED"
+    until(lambda: compute.get("vm1").status == "TERMINATED", what="unscheduled down")
+    until(lambda: compute.get("vm1").status == "RUNNING", what="unscheduled back")
+    # Spot VM preempted: TERMINATED, preempted TRUE, process gone, capacity released.
+    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
+        "spot1", spot=True, script=SCRIPT)))
+    until(lambda: lines(boots_file(lc, "gce", "spot1")) == ["boot"], what="spot boot")
+    lc.admin.preempt("gce", ZONE, "spot1")
+    assert compute.get("spot1").status == "TERMINATED"
+    assert metadata(lc, "gce", "spot1", "instance/preempted").text == "TRUE"
+    until(lambda: lines(boots_file(lc, "gce", "spot1")) == ["boot", "term"], what="spot term")
+    assert not lc.admin.machine("gce", ZONE, "spot1")["holds_capacity"]

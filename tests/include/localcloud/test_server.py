@@ -1,0 +1,81 @@
+"""The HTTP front: strict validation, fault injection, many concurrent clients."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from google.api_core import exceptions
+from google.cloud import tpu_v2
+
+from interlude_localcloud.testing import RunningLocalCloud
+from tests.include.localcloud.conftest import ZONE, fast_scenario
+
+
+def test_injected_503_burst_then_recovery(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    parent = f"projects/{lc.project}/locations/{ZONE}"
+    lc.admin.inject_fault(r"/nodes$", status=503, count=2, method="GET")
+    for _ in range(2):
+        r = requests.get(f"{lc.api_endpoint}/v2/{parent}/nodes", timeout=5)
+        assert r.status_code == 503 and r.json()["error"]["status"] == "UNAVAILABLE"
+    assert list(tpu.list_nodes(parent=parent)) == []
+    lc.admin.inject_fault(r"/instances", status=429, count=1)
+    r = requests.get(f"{lc.api_endpoint}/compute/v1/projects/{lc.project}/zones/{ZONE}/instances", timeout=5)
+    assert r.status_code == 429 and r.json()["error"]["errors"][0]["reason"] == "rateLimitExceeded"
+    assert [e for e in lc.admin.events() if e["event"] == "fault_injected"][-1]["status"] == 429
+
+
+def test_scenario_faults_apply_from_start() -> None:
+    from interlude_localcloud.testing import running_localcloud
+
+    sc = fast_scenario(faults=[{"path_regex": "/acceleratorTypes", "status": 503, "count": 1}])
+    with running_localcloud(sc, gcs=False) as lc:
+        url = f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/acceleratorTypes"
+        assert requests.get(url, timeout=5).status_code == 503
+        assert requests.get(url, timeout=5).status_code == 200
+
+
+def test_fifty_concurrent_clients(lc: RunningLocalCloud) -> None:
+    parent = f"projects/{lc.project}/locations/{ZONE}"
+
+    def work(i: int) -> int:
+        from google.auth.credentials import AnonymousCredentials
+
+        c = tpu_v2.TpuClient(transport="rest", client_options={"api_endpoint": lc.api_endpoint},
+                             credentials=AnonymousCredentials())
+        if i % 10 == 0:
+            try:
+                c.create_node(parent=parent, node_id=f"c{i}", node=tpu_v2.Node(
+                    accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"))
+            except exceptions.GoogleAPICallError:
+                return -1
+        list(c.list_nodes(parent=parent))
+        return len(list(c.list_accelerator_types(parent=parent)))
+
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(work, range(50)))
+    assert results == [2] * 50
+
+
+def test_strict_mode_turns_schema_drift_into_500(lc: RunningLocalCloud) -> None:
+    from interlude_localcloud.server import Response
+
+    # Break one handler the way a careless change would: an unknown field in a Node.
+    router = lc._lc.server.router  # noqa: SLF001 - the test plays the careless developer
+    route = next(r for r in router.routes if r.pattern.pattern.endswith("/acceleratorTypes$") and r.doc == "tpu.v2")
+    original = route.handler
+    route.handler = lambda req: Response({"acceleratorTypes": [{"name": "x", "type": "y", "color": "red"}]},
+                                         "ListAcceleratorTypesResponse")
+    try:
+        r = requests.get(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/acceleratorTypes", timeout=5)
+        assert r.status_code == 500 and "unknown field 'color'" in r.json()["error"]["message"]
+    finally:
+        route.handler = original
+        lc._lc.server.violations.clear()  # noqa: SLF001
+
+
+@pytest.mark.parametrize("path", ["/v2/projects/test-proj/locations/us-central1-a/bogus", "/nothing"])
+def test_unknown_paths_are_404(lc: RunningLocalCloud, path: str) -> None:
+    r = requests.get(lc.api_endpoint + path, timeout=5)
+    assert r.status_code == 404 and r.json()["error"]["code"] == 404

@@ -1,0 +1,94 @@
+"""The SDK from both sides: a user's own loop in-process, and control requests to a running trainer."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+
+from interlude_workload.checkpoints import CheckpointStore
+from interlude_workload.sdk import Checkpointer, decode_payload, encode_payload, weights_digest
+
+from .trainer_proc import start_trainer, trainer_cmd, wait_for_text
+
+
+def _user_loop(bucket: str, total: int, stop_after: int | None = None) -> tuple[np.ndarray, list[str]]:
+    """The README's example loop: a user's own model state, checkpointed through the SDK."""
+    reasons: list[str] = []
+    with Checkpointer(bucket, "user-run", "train", total_steps=total, checkpoint_every=4, metadata_url=None,
+                      progress_seconds=0.2) as ckpt:
+        restored = ckpt.start()
+        if restored is None:
+            weights, rng, start = np.zeros(3), np.random.default_rng(0), 0
+        else:
+            weights, start = restored.arrays["weights"], restored.step
+            rng = np.random.default_rng()
+            rng.bit_generator.state = restored.state["rng"]
+        for step in range(start + 1, total + 1):
+            weights = weights + rng.normal(size=3)
+            reason = ckpt.step_finished(step, loss=float(np.abs(weights).sum()))
+            if reason:
+                reasons.append(reason)
+                ckpt.commit(step, {"weights": weights}, {"rng": rng.bit_generator.state}, reason=reason)
+            if ckpt.stop_requested or step == stop_after:
+                break
+            ckpt.wait_while_held()
+    return weights, reasons
+
+
+def test_user_loop_resumes_bit_identically_through_the_sdk(bucket: str) -> None:
+    straight, reasons = _user_loop(bucket, 10)
+    assert reasons == ["periodic", "periodic", "final"]
+    CheckpointStore(bucket, "user-run", "train").wipe()
+    _user_loop(bucket, 10, stop_after=6)  # "crash" after step 6: steps 5 and 6 are lost, 4 is committed
+    resumed, reasons = _user_loop(bucket, 10)
+    assert reasons == ["periodic", "final"]
+    assert weights_digest({"w": resumed}) == weights_digest({"w": straight})
+    progress = CheckpointStore(bucket, "user-run", "train").read_progress()
+    assert progress["step"] == 10 and progress["total_steps"] == 10 and progress["state"] == "done"
+    assert progress["resumed_from"] == 4 and progress["last_checkpoint_step"] == 10
+
+
+def test_payload_round_trip_keeps_dtypes_shapes_and_bytes() -> None:
+    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], dtype=np.int64)}
+    back, state = decode_payload(encode_payload(arrays, {"k": [1, 2]}))
+    assert state == {"k": [1, 2]}
+    assert weights_digest(back) == weights_digest(arrays)
+    assert weights_digest({"a": arrays["a"].astype(np.float64)}) != weights_digest({"a": arrays["a"]})
+
+
+def test_control_request_is_answered_within_a_step_and_progress_is_reported(bucket: str, tmp_path: Path) -> None:
+    log = tmp_path / "trainer.log"
+    cmd = trainer_cmd(bucket, "ctl", "--step-seconds", "0.1", "--control-poll-seconds", "0.5", steps=500, every=1000)
+    proc = start_trainer(cmd, log)
+    store = CheckpointStore(bucket, "ctl", "train")
+    try:
+        wait_for_text(log, "step 10/500", proc)
+        time.sleep(1.2)  # let progress.json catch up
+        progress = store.read_progress()
+        assert progress["total_steps"] == 500 and progress["step"] >= 10 and progress["loss"] > 0
+        assert 3 < progress["steps_per_second"] < 12 and progress["eta_seconds"] > 0
+        requested = time.monotonic()
+        store.request_checkpoint("req-1", reason="test")
+        step = None
+        while step is None and time.monotonic() - requested < 10:
+            step = store.checkpoint_for_request("req-1")
+            time.sleep(0.05)
+        elapsed = time.monotonic() - requested
+        assert step is not None and elapsed < 0.5 + 0.1 * 3 + 1.0  # one poll, a step, write latency
+        latest = store.latest(verify="full").checkpoint
+        assert latest is not None and latest.step == step and latest.extra["reason"] == "control"
+        assert store.pending_requests() == []
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=20) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "control request req-1 answered with step" in text
+    stored_log = store.read_log()
+    assert "control request req-1 answered" in stored_log and "stopped by SIGTERM" in stored_log
+    assert store.read_progress()["state"] == "stopped"

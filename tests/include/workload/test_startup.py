@@ -1,0 +1,73 @@
+"""The rendered startup script, run by real bash: quoting, logging, exit codes, SIGTERM forwarding."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from interlude_workload.checkpoints import CheckpointStore
+from interlude_workload.startup import render
+
+from .trainer_proc import UNREACHABLE_METADATA, digest_of, wait_for_text
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    bin_dir = Path(sys.executable).parent  # as on the local cloud: python3 on PATH is the venv's
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "INTERLUDE_LOG_DIR": str(tmp_path / "logs"),
+            "INTERLUDE_METADATA_URL": UNREACHABLE_METADATA}
+
+
+def _script(tmp_path: Path, **kwargs: object) -> Path:
+    path = tmp_path / "startup.sh"
+    path.write_text(render(**kwargs))  # type: ignore[arg-type]
+    return path
+
+
+def test_script_runs_trainer_logs_and_exits_zero(bucket: str, tmp_path: Path) -> None:
+    hostile = "tok'en; touch $HOME/pwned `id`"
+    script = _script(tmp_path, bucket=bucket, run_key="boot", stage="train", steps=12, checkpoint_every=5,
+                     seed=3, fresh=hostile, env={"EXTRA": "$(touch pwned)"})
+    done = subprocess.run(["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "logs" / "interlude-boot-train.log").read_text()
+    assert "boot: starting train of boot" in log and "trainer finished" in log
+    assert digest_of(log) == digest_of(done.stdout)  # the serial console sees what the file log sees
+    assert CheckpointStore(bucket, "boot", "train").fresh_token() == hostile  # passed through verbatim
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_script_forwards_sigterm_and_returns_trainer_code(bucket: str, tmp_path: Path) -> None:
+    script = _script(tmp_path, bucket=bucket, run_key="term", stage="train", steps=400, checkpoint_every=100,
+                     step_seconds=0.02)
+    log = tmp_path / "logs" / "interlude-term-train.log"
+    proc = subprocess.Popen(["bash", str(script)], env=_env(tmp_path), cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        (tmp_path / "logs").mkdir(exist_ok=True)
+        log.touch()
+        wait_for_text(log, "step 10/400", proc)  # type: ignore[arg-type]
+        proc.send_signal(signal.SIGTERM)  # only bash, as a service manager may do
+        assert proc.wait(timeout=30) == 143
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert "SIGTERM: forwarding to trainer" in text and "trainer exited with 143" in text
+    stopped = int(text.split("stopped by SIGTERM after committing step ")[1].split()[0])
+    assert CheckpointStore(bucket, "term", "train").latest().checkpoint.step == stopped
+
+
+def test_script_fails_clearly_without_python_or_package(bucket: str, tmp_path: Path) -> None:
+    env = _env(tmp_path)
+    missing = _script(tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1,
+                      python="no-such-python")
+    assert subprocess.run(["bash", str(missing)], env=env, cwd=tmp_path, capture_output=True).returncode == 127
+    no_pkg = _script(tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1,
+                     python="/usr/bin/python3")
+    out = subprocess.run(["bash", str(no_pkg)], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 3 and "cannot import interlude_workload" in out.stdout

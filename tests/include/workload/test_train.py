@@ -1,0 +1,128 @@
+"""The reference trainer as real processes: kills and resumes give bit-identical final weights."""
+
+from __future__ import annotations
+
+import random
+import signal
+import time
+from pathlib import Path
+
+from interlude_workload.checkpoints import COMMITTED, CheckpointStore
+
+from .trainer_proc import digest_of, run_trainer, start_trainer, trainer_cmd, wait_for_text
+
+STEPS = 60
+
+
+def _reference_digest(bucket: str, steps: int = STEPS, seed: int = 7) -> str:
+    """Uninterrupted, checkpointing only at the end: the truth interrupted runs must reproduce."""
+    done = run_trainer(trainer_cmd(bucket, "reference", steps=steps, every=steps, seed=seed))
+    assert done.returncode == 0, done.stderr + done.stdout
+    return digest_of(done.stdout)
+
+
+def _kill_and_resume(bucket: str, run_key: str, log: Path, sig: signal.Signals, rng: random.Random,
+                     kills: int) -> tuple[int, list[int]]:
+    """Start, kill at a random moment of training, restart; repeat; then let it finish."""
+    codes: list[int] = []
+    cmd = trainer_cmd(bucket, run_key, "--step-seconds", "0.02", steps=STEPS, every=7)
+    for _ in range(kills):
+        mark = log.stat().st_size if log.exists() else 0
+        proc = start_trainer(cmd, log)
+        try:
+            if wait_for_text(log, "training train steps", proc, start_at=mark) and proc.poll() is None:
+                time.sleep(rng.uniform(0.0, 0.6))
+                proc.send_signal(sig)
+            codes.append(proc.wait(timeout=30))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    final = start_trainer(cmd, log)
+    return final.wait(timeout=60), codes
+
+
+def test_uninterrupted_run_is_deterministic_and_final_is_committed(bucket: str) -> None:
+    first = _reference_digest(bucket)
+    again = run_trainer(trainer_cmd(bucket, "second", steps=STEPS, every=9))
+    assert again.returncode == 0 and digest_of(again.stdout) == first  # checkpoint cadence changes nothing
+    latest = CheckpointStore(bucket, "second", "train").latest(verify="full").checkpoint
+    assert latest is not None and latest.step == STEPS and latest.extra["weights_sha256"] == first
+    other_seed = run_trainer(trainer_cmd(bucket, "third", steps=STEPS, every=STEPS, seed=8))
+    assert digest_of(other_seed.stdout) != first
+
+
+def test_sigkill_at_random_points_then_resume_is_bit_identical(bucket: str, tmp_path: Path) -> None:
+    reference = _reference_digest(bucket)
+    log = tmp_path / "trainer.log"
+    code, codes = _kill_and_resume(bucket, "killed", log, signal.SIGKILL, random.Random(1234), kills=3)
+    output = log.read_text()
+    assert code == 0, output[-3000:]
+    assert codes.count(-signal.SIGKILL) >= 2, codes  # really killed mid-run
+    assert output.count("resume point: step") >= 2
+    assert digest_of(output) == reference
+
+
+def test_sigterm_commits_current_step_and_resume_is_bit_identical(bucket: str, tmp_path: Path) -> None:
+    reference = _reference_digest(bucket)
+    log = tmp_path / "trainer.log"
+    code, codes = _kill_and_resume(bucket, "termed", log, signal.SIGTERM, random.Random(99), kills=2)
+    output = log.read_text()
+    assert code == 0, output[-3000:]
+    assert 143 in codes, codes
+    assert "stopped by SIGTERM after committing step" in output
+    stopped_steps = [int(line.rsplit(" ", 1)[1]) for line in output.splitlines()
+                     if "stopped by SIGTERM after committing step" in line]
+    resumed = [int(line.split("resume point: step ")[1].split()[0]) for line in output.splitlines()
+               if "resume point: step" in line]
+    assert resumed[: len(stopped_steps)] == stopped_steps  # zero steps recomputed after SIGTERM
+    assert digest_of(output) == reference
+
+
+def test_uncommitted_and_corrupt_checkpoints_are_never_resumed(bucket: str) -> None:
+    reference = _reference_digest(bucket)
+    first = run_trainer(trainer_cmd(bucket, "tamper", steps=30, every=10))
+    assert first.returncode == 0
+    store = CheckpointStore(bucket, "tamper", "train")
+    # Step 30 (final) loses its COMMITTED marker; step 20 gets a payload with a wrong checksum.
+    store.bucket.blob(store.step_prefix(30) + COMMITTED).delete()
+    payload = store.bucket.blob(store.step_prefix(20) + "arrays.npz")
+    data = bytearray(payload.download_as_bytes())
+    data[-40] ^= 0xFF
+    payload.upload_from_string(bytes(data))
+    resumed = run_trainer(trainer_cmd(bucket, "tamper", steps=STEPS, every=10))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "skipped train step 30: not committed" in resumed.stdout
+    assert "skipped train step 20: payload arrays.npz: crc32c" in resumed.stdout
+    assert "resume point: step 10" in resumed.stdout
+    assert digest_of(resumed.stdout) == reference
+
+
+def test_committed_final_step_exits_at_once_and_fresh_token_restarts_once(bucket: str) -> None:
+    done = run_trainer(trainer_cmd(bucket, "again", steps=20, every=10))
+    digest = digest_of(done.stdout)
+    rerun = run_trainer(trainer_cmd(bucket, "again", steps=20, every=10))
+    assert rerun.returncode == 0 and "already committed; nothing to do" in rerun.stdout
+    assert digest_of(rerun.stdout) == digest and "checkpoint step" not in rerun.stdout
+    fresh = run_trainer(trainer_cmd(bucket, "again", "--fresh", "try-2", steps=20, every=10))
+    assert "start fresh (token try-2)" in fresh.stdout and "checkpoint step 10 committed" in fresh.stdout
+    assert digest_of(fresh.stdout) == digest
+    reboot = run_trainer(trainer_cmd(bucket, "again", "--fresh", "try-2", steps=20, every=10))
+    assert "already applied" in reboot.stdout and "nothing to do" in reboot.stdout
+
+
+def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None:
+    assert run_trainer(trainer_cmd(bucket, "ft", steps=20, every=10)).returncode == 0
+    digests = []
+    for day in ("2024-01-05", "2024-02-20"):
+        out = run_trainer(trainer_cmd(bucket, f"ft-{day[5:7]}", "--init-from-stage", "train",
+                                      stage="finetune", steps=10, every=5))
+        assert out.returncode == 2 and "no committed checkpoint in stage train" in out.stdout
+        ft = run_trainer(trainer_cmd(bucket, "ft", "--init-from-stage", "train", "--data-date", day,
+                                     "--fresh", day, stage="finetune", steps=10, every=5))
+        assert ft.returncode == 0, ft.stdout + ft.stderr
+        assert "latest of stage train: step 20" in ft.stdout and f"16 rows dated {day}" in ft.stdout
+        digests.append(digest_of(ft.stdout))
+    assert digests[0] != digests[1]
+    bad = run_trainer(trainer_cmd(bucket, "ft", "--data-date", "1999-01-01", stage="finetune", steps=5))
+    assert bad.returncode == 2 and "no rows dated 1999-01-01" in bad.stderr

@@ -1,0 +1,126 @@
+"""CheckpointTrigger against a real GCS emulator: satisfied, waiting, corrupt rejected, stall detected."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from interlude.triggers.checkpoint import CheckpointTrigger
+from interlude_workload.checkpoints import CheckpointStore
+from interlude_workload.testing import GcsEmulator, running_gcs_emulator
+
+
+@pytest.fixture(scope="module")
+def gcs() -> Iterator[GcsEmulator]:
+    with running_gcs_emulator() as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def store(gcs: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> CheckpointStore:
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.endpoint)
+    bucket = f"t-{uuid.uuid4().hex[:12]}"
+    gcs.create_bucket(bucket)
+    return CheckpointStore(bucket, "run-t", "train")
+
+
+def _trigger(store: CheckpointStore, min_step: int, **kwargs: Any) -> CheckpointTrigger:
+    args: dict[str, Any] = {"stall_timeout": 30.0, "since": time.time(), "poll_interval": 0.05, **kwargs}
+    return CheckpointTrigger(bucket=store.bucket_name, run_key=store.run_key, stage=store.stage,
+                             min_step=min_step, **args)
+
+
+async def _events(trigger: CheckpointTrigger, timeout: float = 20.0) -> list[dict[str, Any]]:
+    async def collect() -> list[dict[str, Any]]:
+        return [event.payload async for event in trigger.run()]
+
+    return await asyncio.wait_for(collect(), timeout)
+
+
+def _corrupt(store: CheckpointStore, step: int) -> None:
+    blob = store.bucket.blob(store.step_prefix(step) + "w")
+    blob.upload_from_string(b"X" * len(blob.download_as_bytes()))
+
+
+def test_serialize_round_trips_through_the_dotted_path(store: CheckpointStore) -> None:
+    trigger = _trigger(store, 10, fail_on_corrupt=False)
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    assert path == "interlude.triggers.checkpoint.CheckpointTrigger"
+    rebuilt = getattr(importlib.import_module(module), name)(**kwargs)
+    assert rebuilt.serialize() == (path, kwargs)
+    import json
+
+    assert json.loads(json.dumps(kwargs)) == kwargs
+
+
+def test_satisfied_by_existing_committed_checkpoint(store: CheckpointStore) -> None:
+    store.write(10, {"w": b"ten"})
+    store.write(12, {"w": b"twelve"})
+    events = asyncio.run(_events(_trigger(store, 10)))
+    assert len(events) == 1
+    assert events[0]["status"] == "success" and events[0]["step"] == 12
+    assert events[0]["uri"] == store.uri(12)
+
+
+def test_waits_until_the_target_step_is_committed(store: CheckpointStore) -> None:
+    store.write(10, {"w": b"ten"})
+    store.bucket.blob(store.step_prefix(20) + "w").upload_from_string(b"partial")  # not committed
+
+    async def scenario() -> list[dict[str, Any]]:
+        task = asyncio.ensure_future(_events(_trigger(store, 20)))
+        await asyncio.sleep(0.6)
+        assert not task.done()  # step 10 and an uncommitted step 20 do not satisfy it
+        await asyncio.to_thread(store.write, 20, {"w": b"twenty"})
+        return await task
+
+    events = asyncio.run(scenario())
+    assert [(e["status"], e["step"]) for e in events] == [("success", 20)]
+
+
+def test_corrupt_checkpoint_is_rejected_and_reported(store: CheckpointStore) -> None:
+    store.write(10, {"w": b"ten!"})
+    store.write(20, {"w": b"twenty"})
+    _corrupt(store, 20)
+    events = asyncio.run(_events(_trigger(store, 20)))
+    assert events[0]["status"] == "error" and events[0]["reason"] == "corrupt"
+    assert "step 20" in events[0]["message"] and "crc32c" in events[0]["message"]
+    # Below the corrupt one the older good checkpoint still counts, and the corruption is reported.
+    events = asyncio.run(_events(_trigger(store, 5)))
+    assert events[0]["status"] == "success" and events[0]["step"] == 10
+    assert [r["step"] for r in events[0]["rejected"]] == [20]
+
+
+def test_corrupt_not_counted_when_tolerated_ends_as_stall(store: CheckpointStore) -> None:
+    store.write(20, {"w": b"twenty"})
+    _corrupt(store, 20)
+    events = asyncio.run(_events(_trigger(store, 20, fail_on_corrupt=False, stall_timeout=0.5)))
+    assert events[0]["status"] == "error" and events[0]["reason"] == "stalled"
+    assert events[0]["latest_step"] is None
+
+
+def test_stall_detected_when_no_new_commit_appears(store: CheckpointStore) -> None:
+    store.write(10, {"w": b"ten"})
+    started = time.monotonic()
+    events = asyncio.run(_events(_trigger(store, 50, stall_timeout=0.8)))
+    assert events[0]["status"] == "error" and events[0]["reason"] == "stalled"
+    assert events[0]["latest_step"] == 10 and "stalled" in events[0]["message"]
+    assert 0.7 <= time.monotonic() - started < 10
+
+
+def test_new_commits_keep_a_slow_run_from_counting_as_stalled(store: CheckpointStore) -> None:
+    async def scenario() -> list[dict[str, Any]]:
+        task = asyncio.ensure_future(_events(_trigger(store, 6, stall_timeout=1.2)))
+        for step in range(1, 7):
+            await asyncio.sleep(0.5)
+            await asyncio.to_thread(store.write, step, {"w": str(step).encode()})
+        return await task
+
+    events = asyncio.run(scenario())  # 3 s in total, but never 1.2 s without a new commit
+    assert [(e["status"], e["step"]) for e in events] == [("success", 6)]
