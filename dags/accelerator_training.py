@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
 
 DOC_MD = """
@@ -63,7 +64,13 @@ with DAG(
         "step_seconds": Param(0.1, type="number", minimum=0, description="Pacing of the reference trainer."),
         "data_date": Param("", type="string", description="Fine-tuning data slice (YYYY-MM-DD); blank = the "
                            "run's data interval start. The shipped sample covers 2024-01-01..2024-03-31."),
+        "spot": Param(False, type="boolean",
+                      description="Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints)."),
         "plan_only": Param(False, type="boolean", description="Stop after validation; create nothing."),
+        "require_conversion_approval": Param(
+            False, type="boolean",
+            description="When the tree chooses to convert the model to the other accelerator family, wait for "
+                        "a person to approve the effort estimate (Required actions) before going on."),
         "drill_maintenance": Param(False, type="boolean",
                                    description="Rehearse maintenance in each stage (simulateMaintenanceEvent)."),
         "poll_seconds": Param(1.0, type="number", minimum=0.1, description="How often triggers look."),
@@ -123,6 +130,11 @@ with DAG(
                   f"{conv.get('notes')}")
             return decision
 
+        @task.short_circuit(ignore_downstream_trigger_rules=False)
+        def approval_required(spec: dict[str, Any]) -> bool:
+            """Skips only the approval task below: validate_runtime still follows the convert leaf."""
+            return bool(spec.get("require_conversion_approval"))
+
         report = evaluate_capacity(spec)
         decision = decide(spec, report)
         routed = route(decision)
@@ -130,6 +142,16 @@ with DAG(
         convert = [conversion.override(task_id=leaf)(decision) for leaf in ("convert_for_gpu", "convert_for_tpu")]
         waited = wait_for_capacity(spec, decision)
         routed >> [*leaves, *convert, waited, stuck(decision)]
+        for family, leaf in zip(("GPU", "TPU"), convert, strict=True):
+            name = f"convert_for_{family.lower()}"
+            approve = ApprovalOperator(
+                task_id=f"approve_{name}", fail_on_reject=True, subject=f"Convert the model for {family}?",
+                body="{% set d = ti.xcom_pull(task_ids='choose.decide') %}"
+                     "Model **{{ d['model'] }}** has no capacity on its own accelerator family. The tree chose "
+                     f"to convert it for {family} and run on {{{{ d['accelerator_type'] }}}} in "
+                     "{{ d['zone'] }}.\n\nEstimated effort: **{{ d['conversion']['person_days'] }} "
+                     "person-days**; {{ d['conversion']['notes'] }}\n\nApprove to go on, reject to fail the run.")
+            leaf >> approval_required.override(task_id=f"{name}_needs_approval")(spec) >> approve
 
     @task(trigger_rule="none_failed_min_one_success")
     def validate_runtime(spec: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +194,8 @@ with DAG(
 
     validated = validate_runtime(spec)
     choose >> validated
+    # A skipped approval (not required) must not hide the convert leaf's success from validate_runtime.
+    convert >> validated
     gate = continue_unless_plan_only(spec, validated)
     machine = provision(spec, validated, report)
     gate >> machine

@@ -13,9 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-from interlude import dev
+from interlude import dev, events, naming
 
 ROOT = Path(__file__).resolve().parents[2]
+CONF = {"drill_maintenance": True, "train_steps": 200, "finetune_steps": 150, "checkpoint_every": 10,
+        "step_seconds": 0.1, "data_date": "2024-01-15", "bucket": "interlude-demo"}
 
 
 def main() -> int:
@@ -23,28 +25,26 @@ def main() -> int:
     var.mkdir(parents=True, exist_ok=True)
     cloud = dev.start_localcloud("default", var / "localcloud")
     try:
-        print(f"local cloud: {cloud.api_endpoint} (GCS {cloud.gcs_endpoint})")
+        print(f"local cloud: {cloud.api_endpoint} (GCS {cloud.gcs_endpoint}); state in {var}")
         env = dev.airflow_env(var / "airflow", cloud)
         dev.ensure_airflow_db(env)
-        conf = {"drill_maintenance": True, "train_steps": 60, "finetune_steps": 30, "checkpoint_every": 10,
-                "step_seconds": 0.1, "bucket": "interlude-demo"}
-        dev.ensure_bucket(cloud, conf["bucket"])
+        dev.ensure_bucket(cloud, CONF["bucket"])
         log = var / "dags-test.log"
-        print(f"running interlude_training with {json.dumps(conf)} (log: {log})")
+        print(f"running interlude_training with {json.dumps(CONF)}\n  (Airflow log: {log})")
         started = time.monotonic()
-        rc = dev.dags_test(env, "interlude_training", conf, log)
-        print(f"dags test exited {rc} after {time.monotonic() - started:.0f}s")
-        text = log.read_text()
-        report = [line for line in text.splitlines() if "Interlude run report" in line or line.startswith("  ")]
-        summary = dev.summarize_run(text)
-        print(summary or "\n".join(report[-20:]))
-        left = dev.machines_left(cloud)
-        print(f"machines left on the local cloud: {left or 'none'}")
-        ok = rc == 0 and "state=success" in text.replace(" ", "") or dev.run_succeeded(text)
-        return 0 if ok and not left else 1
+        result = dev.dags_test(env, "interlude_training", CONF, log)
+        print(f"dag run {result.run_id}: {result.state} after {time.monotonic() - started:.0f}s")
+        if result.run_id is None:
+            print(f"no DAG run finished; see {log}")
+            return 1
+        report = dev.read_report(cloud, CONF["bucket"], naming.run_key("interlude_training", result.run_id))
+        if report:
+            print(events.render_report(report))
+        left = dev.machines(cloud)
+        print(f"machines left on the local cloud: {[m['name'] for m in left] or 'none'}")
+        return 0 if result.succeeded and report and not left else 1
     finally:
         cloud.stop()
-        del naming
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,9 +119,46 @@ def ensure_airflow_db(env: dict[str, str]) -> None:
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
+@dataclass
+class DagTestResult:
+    returncode: int
+    run_id: str | None
+    state: str | None
+    log: str
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "success"
+
+
+_FINISHED = re.compile(r"DagRun Finished: dag_id=(?P<dag>[^,]+), .*?run_id=(?P<run>[^,]+), .*?state=(?P<state>\w+)")
+
+
 def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: Path,
-              timeout: float = 900) -> int:
-    """`airflow dags test` with conf; output to log_path; returns its exit code."""
+              timeout: float = 900) -> DagTestResult:
+    """`airflow dags test` with conf; output to log_path. The run's state is read from Airflow's own
+    closing line: `dags test` exits 0 even when the run failed."""
     cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
     with open(log_path, "w") as out:
-        return subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+    text = log_path.read_text(errors="replace")
+    found = [m for m in _FINISHED.finditer(text) if m["dag"] == dag_id]
+    last = found[-1] if found else None
+    return DagTestResult(rc, last["run"] if last else None, last["state"] if last else None, text)
+
+
+def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] | None:
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": cloud.gcs_endpoint})
+    blob = client.bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
+    return json.loads(blob.download_as_bytes()) if blob else None
+
+
+def machines(cloud: LocalCloud) -> list[dict[str, Any]]:
+    """Every node and VM the local cloud holds right now (its admin view)."""
+    from interlude_localcloud.testing import Admin
+
+    return Admin(cloud.api_endpoint).machines()

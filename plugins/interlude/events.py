@@ -10,7 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from interlude_workload.gcs import storage_client
+
+def storage_client() -> Any:
+    """Imported late: DAG files import the operators that import this module."""
+    from interlude_workload.gcs import storage_client as make
+
+    return make()
 
 
 def events_prefix(run_key: str) -> str:
@@ -29,7 +34,8 @@ def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -
 def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
     client = storage_client()
     blobs = sorted(client.list_blobs(bucket, prefix=events_prefix(run_key)), key=lambda b: b.name)
-    return [json.loads(b.download_as_bytes()) for b in blobs if b.name.endswith(".json")]
+    loaded = [json.loads(b.download_as_bytes()) for b in blobs if b.name.endswith(".json")]
+    return sorted(loaded, key=lambda e: float(e.get("detected_at") or 0))
 
 
 def build_report(*, run_key: str, placement: dict[str, Any], stages: list[dict[str, Any]],

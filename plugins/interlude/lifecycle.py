@@ -134,6 +134,8 @@ def provision(spec: Mapping[str, Any], validated: Mapping[str, Any], report: Map
     from interlude.hooks.errors import StockoutError
 
     decision, runtime = dict(validated["decision"]), validated["runtime"]
+    if spec.get("spot"):
+        decision["mode"] = "spot"
     current = CapacityReport.from_dict(report)
     tried: list[str] = []
     while True:
@@ -155,7 +157,7 @@ def provision(spec: Mapping[str, Any], validated: Mapping[str, Any], report: Map
                 raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(tried) + "\n\n"
                                    + str(new.get("stuck_report") or new)) from exc
             runtime = validate_runtime(spec, new)["runtime"]
-            decision = new
+            decision = {**new, "mode": "spot"} if spec.get("spot") else new
 
 
 def teardown(spec: Mapping[str, Any]) -> list[str]:

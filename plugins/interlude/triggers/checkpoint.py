@@ -23,9 +23,6 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from interlude_workload.checkpoints import CheckpointStore
-from interlude_workload.gcs import storage_client
-
 
 def _client(gcp_conn_id: str | None, project: str | None) -> Any:
     """The blocking storage client: an Airflow connection when named, else environment/emulator."""
@@ -33,6 +30,8 @@ def _client(gcp_conn_id: str | None, project: str | None) -> Any:
         from airflow.providers.google.cloud.hooks.gcs import GCSHook
 
         return GCSHook(gcp_conn_id=gcp_conn_id).get_conn()
+    from interlude_workload.gcs import storage_client  # not at import: DAG files import this module
+
     return storage_client(project)
 
 
@@ -51,6 +50,8 @@ def check_checkpoint(
     now: float | None = None,
 ) -> dict[str, Any]:
     """One blocking look at GCS. Returns an event payload: status success | waiting | error."""
+    from interlude_workload.checkpoints import CheckpointStore
+
     store = CheckpointStore(bucket, run_key, stage, client=client or _client(gcp_conn_id, project))
     result = store.latest(verify="metadata")
     rejected = [r.as_dict() for r in result.rejected if r.corrupt]

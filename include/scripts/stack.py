@@ -1,0 +1,514 @@
+"""A production-shaped Airflow on one machine: PostgreSQL, Redis, Celery, every component its own process.
+
+`airflow standalone` and `airflow dags test` hide what breaks in production: triggers that only import
+in the test process, workers without the Execution API, state that only lives in SQLite. This script
+runs the real topology on 127.0.0.1 so the end-to-end tests (and a curious user) can exercise it:
+
+    python include/scripts/stack.py up [--var-dir var/stack] [--scenario default]
+    python include/scripts/stack.py status [--var-dir var/stack]
+    python include/scripts/stack.py down [--var-dir var/stack]
+
+`up` installs PostgreSQL 15 and Redis with apt-get when they are missing (root only), starts its own
+PostgreSQL cluster and redis-server (never the system ones), writes one airflow.cfg shared by all
+components, migrates the database, starts the local cloud, api-server, scheduler, dag-processor,
+triggerer and a Celery worker, and writes `stack.json` (ports, pids, REST base url, credentials) once
+the api-server answers and the lifecycle DAG is parsed. `down` stops what `stack.json` lists (process
+groups: SIGTERM, then SIGKILL) and stops PostgreSQL with pg_ctl. Nothing is deleted.
+
+Importable too: `up(var_dir) -> dict` and `down(var_dir)`; the e2e tests use it that way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+DAG_ID = "interlude_training"
+STATE_FILE = "stack.json"
+ADMIN_USER = "admin"
+NOFILE = 8192
+# Components in start order; `down` stops them in reverse.
+COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer", "worker")
+sys.path.insert(0, str(ROOT / "plugins"))  # `interlude` without an installed package (CLI from a checkout)
+
+
+def log(msg: str) -> None:
+    print(f"[stack] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def airflow_bin() -> str:
+    """The `airflow` next to this interpreter (the project venv), else the one on PATH."""
+    candidate = Path(sys.executable).parent / "airflow"
+    return str(candidate) if candidate.exists() else (shutil.which("airflow") or "airflow")
+
+
+# ---------------------------------------------------------------------------------------------- packages
+def ensure_packages() -> None:
+    """PostgreSQL 15 and redis-server from Debian, installed only when missing (needs root, as in CI)."""
+    missing = []
+    if not (PG_BIN / "initdb").exists():
+        missing.append("postgresql-15")
+    if not shutil.which("redis-server"):
+        missing.append("redis-server")
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise RuntimeError(f"missing {missing}; run as root (apt-get) or install them: apt-get install {missing}")
+    log(f"installing {missing} with apt-get")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
+    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    # Debian's postgresql package starts the system cluster; ours is separate, so leave that one alone.
+
+
+# ---------------------------------------------------------------------------------------------- postgres
+def _as_postgres(cmd: list[str]) -> list[str]:
+    """initdb refuses to run as root: as root, run PostgreSQL tools as the `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
+def start_postgres(pg_dir: Path, port: int) -> None:
+    pg_dir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(pg_dir, "postgres", "postgres")
+        os.chmod(pg_dir, 0o700)
+    data = pg_dir / "data"
+    if not (data / "PG_VERSION").exists():
+        subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "airflow",
+                                     "-E", "UTF8"]), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o",
+                                 f"-k {pg_dir} -h 127.0.0.1 -p {port}", "-l", str(pg_dir / "postgres.log"),
+                                 "-w", "-t", "60", "start"]), check=True, stdout=subprocess.DEVNULL)
+    exists = subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "-d",
+                             "postgres", "-tAc", "SELECT 1 FROM pg_database WHERE datname='airflow'"],
+                            check=True, capture_output=True, text=True).stdout.strip()
+    if exists != "1":
+        subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
+                       check=True)
+
+
+def stop_postgres(pg_dir: Path) -> None:
+    data = pg_dir / "data"
+    if (data / "postmaster.pid").exists():
+        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60",
+                                     "stop"]), check=False, stdout=subprocess.DEVNULL)
+
+
+# ---------------------------------------------------------------------------------------------- processes
+def _raise_nofile() -> None:
+    """Runs in the child before exec: the triggerer keeps one open log file per trigger."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
+    if soft < want:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+def spawn(name: str, cmd: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
+    """One component, its own process group (so `down` reaches its children), output in logs/NAME.log."""
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{name}.log", "ab") as out:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, preexec_fn=_raise_nofile, cwd=str(ROOT))
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def pid_alive(pid: int) -> bool:
+    _reap(pid)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def group_alive(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def start_time(pid: int) -> int | None:
+    """The kernel's start time of pid (clock ticks since boot): with the pid, identifies one process.
+
+    Not the command line: Celery rewrites its process title, and a reused pid would match a name check.
+    """
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def stop_group(pid: int, started: int | None = None, grace: float = 20.0) -> None:
+    """SIGTERM the process group led by pid, then SIGKILL what is left after `grace` seconds.
+
+    `started` (from start_time) guards a pid reused by an unrelated process after a crash or reboot.
+    """
+    if started is not None and pid_alive(pid) and start_time(pid) != started:
+        log(f"pid {pid} is not ours any more; leaving it alone")
+        return
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            _reap(pid)
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            _reap(pid)
+            if not group_alive(pid):
+                return
+            time.sleep(0.2)
+
+
+def restart_component(state: dict[str, Any], name: str, kill_signal: int = signal.SIGKILL) -> int:
+    """Kill one component's process group and start it again (same command, env, log). Returns the new pid."""
+    pid = int(state["pids"][name])
+    if kill_signal == signal.SIGKILL:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 10
+        while group_alive(pid) and time.monotonic() < deadline:
+            _reap(pid)
+            time.sleep(0.1)
+    else:
+        stop_group(pid, state["started"].get(name))
+    var_dir = Path(state["var_dir"])
+    proc = spawn(name, state["commands"][name], component_env(state), var_dir / "logs")
+    state["pids"][name] = proc.pid
+    state["started"][name] = start_time(proc.pid)
+    write_state(var_dir, state)
+    return proc.pid
+
+
+# ---------------------------------------------------------------------------------------------- config
+def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: int, secret: str,
+                      jwt_secret: str, fernet_key: str, password_file: Path) -> Path:
+    """The one airflow.cfg every component reads (same secrets, same database, same broker)."""
+    db = f"postgresql+psycopg2://airflow@127.0.0.1:{pg_port}/airflow"
+    sections: dict[str, dict[str, Any]] = {
+        "core": {
+            "executor": "CeleryExecutor",
+            "dags_folder": ROOT / "dags",
+            "plugins_folder": ROOT / "plugins",
+            "load_examples": "False",
+            "parallelism": 8,
+            "max_active_tasks_per_dag": 8,
+            "fernet_key": fernet_key,
+            "execution_api_server_url": f"http://127.0.0.1:{api_port}/execution/",
+            "auth_manager": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
+            "simple_auth_manager_users": f"{ADMIN_USER}:admin",
+            "simple_auth_manager_passwords_file": password_file,
+        },
+        "database": {"sql_alchemy_conn": db},
+        "celery": {
+            "broker_url": f"redis://127.0.0.1:{redis_port}/0",
+            "result_backend": f"db+postgresql://airflow@127.0.0.1:{pg_port}/airflow",
+            "worker_concurrency": 4,
+        },
+        "api": {"host": "127.0.0.1", "port": api_port, "secret_key": secret, "workers": 1,
+                "base_url": f"http://127.0.0.1:{api_port}/"},
+        "api_auth": {"jwt_secret": jwt_secret},
+        "logging": {"base_log_folder": home / "logs", "worker_log_server_port": free_port(),
+                    "trigger_log_server_port": free_port()},
+        "scheduler": {"standalone_dag_processor": "True"},
+        "dag_processor": {"refresh_interval": 30},
+        # A killed triggerer's triggers move to a live one after the health threshold: keep it short locally.
+        "triggerer": {"capacity": 1000, "job_heartbeat_sec": 2, "triggerer_health_check_threshold": 10},
+    }
+    home.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for section, options in sections.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {value}" for key, value in options.items()]
+        lines.append("")
+    path = home / "airflow.cfg"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def component_env(state: dict[str, Any]) -> dict[str, str]:
+    """dev.airflow_env (connection, STORAGE_EMULATOR_HOST) minus stray AIRFLOW__* from the caller's shell."""
+    from interlude import dev
+
+    cloud = dev.LocalCloud(process=None, api_endpoint=state["localcloud"]["api_endpoint"],  # type: ignore[arg-type]
+                           gcs_endpoint=state["localcloud"]["gcs_endpoint"], project=state["localcloud"]["project"],
+                           state_dir=Path(state["var_dir"]) / "localcloud")
+    env = dev.airflow_env(Path(state["airflow_home"]), cloud)
+    keep = {"AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW__CORE__LOAD_EXAMPLES",
+            "AIRFLOW__CORE__UNIT_TEST_MODE", "AIRFLOW__API__HOST"}
+    env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW__") or k in keep}
+    env["AIRFLOW_CONFIG"] = str(Path(state["airflow_home"]) / "airflow.cfg")
+    env["PYTHONUNBUFFERED"] = "1"
+    # The venv's bin first: Celery forks `airflow` task runners; the local cloud's machines need `python`.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+# ---------------------------------------------------------------------------------------------- local cloud
+def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
+    """`python -m interlude_localcloud`, its ready line read from a file (not a pipe: it outlives `up`)."""
+    from interlude import dev
+
+    scenario_path = Path(scenario)
+    if not scenario_path.exists():
+        scenario_path = dev.SCENARIOS / f"{scenario}.yaml"
+    state_dir.mkdir(parents=True, exist_ok=True)
+    ready_file = state_dir / "ready.jsonl"
+    ready_file.write_text("")
+    with open(ready_file, "ab") as out, open(state_dir / "localcloud.log", "ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interlude_localcloud", "--port", str(port), "--gcs-port", str(free_port()),
+             "--scenario", str(scenario_path), "--state-dir", str(state_dir)],
+            stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for line in ready_file.read_text().splitlines():
+            try:
+                ready = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if ready.get("ready"):
+                return proc, {"api_endpoint": ready["api_endpoint"], "gcs_endpoint": ready["gcs_endpoint"],
+                              "project": ready.get("project", "interlude-local")}
+        if proc.poll() is not None:
+            raise RuntimeError(f"local cloud exited with {proc.returncode}; see {state_dir / 'localcloud.log'}")
+        time.sleep(0.2)
+    stop_group(proc.pid)
+    raise RuntimeError("local cloud did not report ready within 60 s")
+
+
+# ---------------------------------------------------------------------------------------------- state
+def write_state(var_dir: Path, state: dict[str, Any]) -> None:
+    tmp = var_dir / (STATE_FILE + ".tmp")
+    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
+    os.chmod(tmp, 0o600)
+    tmp.replace(var_dir / STATE_FILE)
+
+
+def read_state(var_dir: Path) -> dict[str, Any] | None:
+    path = var_dir / STATE_FILE
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def api_token(state: dict[str, Any]) -> str:
+    """A JWT from SimpleAuthManager, the way the UI logs in."""
+    import requests
+
+    auth = state["auth"]
+    resp = requests.post(f"{state['base_url']}/auth/token", json={"username": auth["username"],
+                                                                    "password": auth["password"]}, timeout=30)
+    resp.raise_for_status()
+    return str(resp.json()["access_token"])
+
+
+def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
+    """Until the api-server answers, logs us in, and shows the DAG parsed without import errors."""
+    import requests
+
+    base = state["base_url"]
+    deadline = time.monotonic() + timeout
+    stage = "api-server health"
+    token = None
+    while time.monotonic() < deadline:
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}; see {state['logs'][name]}")
+        try:
+            if token is None:
+                if requests.get(f"{base}/api/v2/monitor/health", timeout=5).status_code != 200:
+                    raise OSError("not healthy yet")
+                stage = "DAG parsed"
+                token = api_token(state)
+            resp = requests.get(f"{base}/api/v2/dags/{DAG_ID}", headers={"Authorization": f"Bearer {token}"},
+                                timeout=10)
+            if resp.status_code == 200:
+                errors = requests.get(f"{base}/api/v2/importErrors", headers={"Authorization": f"Bearer {token}"},
+                                      timeout=10).json()
+                if errors.get("total_entries"):
+                    raise RuntimeError(f"DAG import errors: {errors['import_errors']}")
+                return
+        except (OSError, requests.RequestException):
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"stack not ready after {timeout:.0f}s (waiting for {stage}); logs in {state['var_dir']}/logs")
+
+
+# ---------------------------------------------------------------------------------------------- up / down
+def up(var_dir: Path, *, scenario: str = "default", pg_port: int = 0, redis_port: int = 0, api_port: int = 0,
+       localcloud_port: int = 0, bucket: str = "interlude-local", timeout: float = 180.0) -> dict[str, Any]:
+    """Start everything; return (and write) the state. On failure, stop what was started and raise."""
+    from interlude import dev
+
+    var_dir = var_dir.resolve()
+    existing = read_state(var_dir)
+    if existing and any(pid_alive(int(p)) for p in existing["pids"].values()):
+        raise RuntimeError(f"a stack is already running from {var_dir} (pids {existing['pids']}); `down` it first")
+    ensure_packages()
+    var_dir.mkdir(parents=True, exist_ok=True)
+    home, logs = var_dir / "airflow", var_dir / "logs"
+    pg_port, redis_port = pg_port or free_port(), redis_port or free_port()
+    api_port, localcloud_port = api_port or free_port(), localcloud_port or free_port()
+    password = secrets.token_urlsafe(16)
+    state: dict[str, Any] = {
+        "var_dir": str(var_dir), "airflow_home": str(home), "dag_id": DAG_ID, "bucket": bucket,
+        "ports": {"postgres": pg_port, "redis": redis_port, "api": api_port, "localcloud": localcloud_port},
+        "base_url": f"http://127.0.0.1:{api_port}",
+        "auth": {"username": ADMIN_USER, "password": password, "token_url": f"http://127.0.0.1:{api_port}/auth/token"},
+        "pids": {}, "started": {}, "commands": {}, "logs": {}, "postgres_dir": str(var_dir / "postgres"),
+    }
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+    try:
+        log(f"postgres on 127.0.0.1:{pg_port}")
+        start_postgres(var_dir / "postgres", pg_port)
+        log(f"redis on 127.0.0.1:{redis_port}")
+        (var_dir / "redis").mkdir(exist_ok=True)
+        redis_cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "",
+                     "--appendonly", "no", "--protected-mode", "yes", "--dir", str(var_dir / "redis")]
+        procs["redis"] = spawn("redis", redis_cmd, dict(os.environ), logs)
+        state["pids"]["redis"] = procs["redis"].pid
+        state["started"]["redis"] = start_time(procs["redis"].pid)
+        log(f"local cloud on 127.0.0.1:{localcloud_port} ({scenario})")
+        cloud_proc, state["localcloud"] = start_localcloud(scenario, var_dir / "localcloud", localcloud_port)
+        procs["localcloud"] = cloud_proc
+        state["pids"]["localcloud"] = cloud_proc.pid
+        state["started"]["localcloud"] = start_time(cloud_proc.pid)
+        write_state(var_dir, state)
+
+        password_file = home / "simple_auth_manager_passwords.json"
+        home.mkdir(parents=True, exist_ok=True)
+        password_file.write_text(json.dumps({ADMIN_USER: password}))
+        os.chmod(password_file, 0o600)
+        from cryptography.fernet import Fernet
+
+        write_airflow_cfg(home, pg_port=pg_port, redis_port=redis_port, api_port=api_port,
+                          secret=secrets.token_urlsafe(32), jwt_secret=secrets.token_urlsafe(32),
+                          fernet_key=Fernet.generate_key().decode(), password_file=password_file)
+        env = component_env(state)
+        log("airflow db migrate")
+        with open(logs / "db-migrate.log", "wb") as out:
+            subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, stdout=out,
+                           stderr=subprocess.STDOUT, cwd=str(ROOT))
+        dev.ensure_bucket(dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud"),  # type: ignore[arg-type]
+                          bucket)
+        af = airflow_bin()
+        commands = {
+            "api-server": [af, "api-server", "--host", "127.0.0.1", "--port", str(api_port)],
+            "scheduler": [af, "scheduler", "--skip-serve-logs"],
+            "dag-processor": [af, "dag-processor"],
+            "triggerer": [af, "triggerer", "--skip-serve-logs"],
+            "worker": [af, "celery", "worker", "--skip-serve-logs", "--concurrency", "4", "--queues", "default"],
+        }
+        for name, cmd in commands.items():
+            log(f"starting {name}")
+            procs[name] = spawn(name, cmd, env, logs)
+            state["pids"][name] = procs[name].pid
+            state["started"][name] = start_time(procs[name].pid)
+            state["commands"][name] = cmd
+            state["logs"][name] = str(logs / f"{name}.log")
+            write_state(var_dir, state)
+        state["logs"].update({"redis": str(logs / "redis.log"),
+                              "localcloud": str(var_dir / "localcloud" / "localcloud.log"),
+                              "postgres": str(var_dir / "postgres" / "postgres.log")})
+        _wait_ready(state, procs, timeout)
+        state["ready_at"] = time.time()
+        write_state(var_dir, state)
+        log(f"ready: {state['base_url']} (user {ADMIN_USER}; password in {var_dir / STATE_FILE})")
+        return state
+    except BaseException:
+        log("start failed; stopping what was started")
+        write_state(var_dir, state)
+        down(var_dir)
+        raise
+
+
+def down(var_dir: Path) -> None:
+    """Stop every process `up` started (reverse order), then PostgreSQL. Deletes nothing."""
+    var_dir = var_dir.resolve()
+    state = read_state(var_dir)
+    if state is None:
+        log(f"no {STATE_FILE} in {var_dir}; nothing to stop")
+        return
+    for name in (*reversed(COMPONENTS), "localcloud", "redis"):
+        pid = state["pids"].get(name)
+        if pid:
+            log(f"stopping {name} (pid {pid})")
+            stop_group(int(pid), state.get("started", {}).get(name))
+    stop_postgres(Path(state["postgres_dir"]))
+    state["stopped_at"] = time.time()
+    write_state(var_dir, state)
+    log("stopped")
+
+
+def status(var_dir: Path) -> dict[str, Any]:
+    state = read_state(var_dir.resolve())
+    if state is None:
+        return {"running": False}
+    alive = {name: pid_alive(int(pid)) for name, pid in state["pids"].items() if pid}
+    pg = (Path(state["postgres_dir"]) / "data" / "postmaster.pid").exists()
+    return {"running": all(alive.values()) and pg, "processes": alive, "postgres": pg,
+            "base_url": state["base_url"], "ports": state["ports"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("--var-dir", type=Path, default=ROOT / "var" / "stack")
+    parser.add_argument("--scenario", default="default")
+    parser.add_argument("--api-port", type=int, default=0)
+    parser.add_argument("--postgres-port", type=int, default=0)
+    parser.add_argument("--redis-port", type=int, default=0)
+    parser.add_argument("--localcloud-port", type=int, default=0)
+    parser.add_argument("--bucket", default="interlude-local")
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        state = up(args.var_dir, scenario=args.scenario, pg_port=args.postgres_port, redis_port=args.redis_port,
+                   api_port=args.api_port, localcloud_port=args.localcloud_port, bucket=args.bucket)
+        summary = {k: state[k] for k in ("base_url", "ports", "var_dir")}
+        print(json.dumps({**summary, "user": ADMIN_USER, "state": str(args.var_dir / STATE_FILE)}))
+    elif args.command == "down":
+        down(args.var_dir)
+    else:
+        info = status(args.var_dir)
+        print(json.dumps(info, indent=2))
+        return 0 if info["running"] else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""One production-shaped Airflow (include/scripts/stack.py) per test session, and a REST client for it.
+
+The tests talk to Airflow the way the UI does: a token from SimpleAuthManager (`POST /auth/token`),
+then `/api/v2`. Nothing reads the metadata database directly, so what passes here works for a user.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+DAG_ID = "interlude_training"
+BUCKET = "interlude-stack-e2e"
+DATA_DATE = "2024-01-15"  # inside the shipped fine-tuning sample (2024-01-01..2024-03-31)
+TERMINAL = {"success", "failed"}
+
+
+def load_stack_module() -> ModuleType:
+    """include/scripts is not a package: load stack.py from its path."""
+    spec = importlib.util.spec_from_file_location("interlude_stack", ROOT / "include" / "scripts" / "stack.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class AirflowApi:
+    """The few /api/v2 calls the tests need, with a token refreshed on 401."""
+
+    def __init__(self, state: dict[str, Any], stack: ModuleType) -> None:
+        self.state = state
+        self.stack = stack
+        self.base = state["base_url"]
+        self.session = requests.Session()
+        self._login()
+
+    def _login(self) -> None:
+        self.session.headers["Authorization"] = f"Bearer {self.stack.api_token(self.state)}"
+
+    def call(self, method: str, path: str, **kwargs: Any) -> Any:
+        for _ in range(2):
+            resp = self.session.request(method, f"{self.base}/api/v2/{path.lstrip('/')}", timeout=30, **kwargs)
+            if resp.status_code == 401:
+                self._login()
+                continue
+            break
+        assert resp.status_code < 300, f"{method} {path}: {resp.status_code} {resp.text[:500]}"
+        return resp.json() if resp.content else None
+
+    def unpause(self, dag_id: str = DAG_ID) -> None:
+        self.call("PATCH", f"dags/{dag_id}", json={"is_paused": False})
+
+    def trigger(self, conf: dict[str, Any], dag_id: str = DAG_ID) -> str:
+        run = self.call("POST", f"dags/{dag_id}/dagRuns", json={"logical_date": None, "conf": conf})
+        return str(run["dag_run_id"])
+
+    def run(self, run_id: str, dag_id: str = DAG_ID) -> dict[str, Any]:
+        return dict(self.call("GET", f"dags/{dag_id}/dagRuns/{run_id}"))
+
+    def task_instances(self, run_id: str, dag_id: str = DAG_ID) -> dict[str, dict[str, Any]]:
+        body = self.call("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances", params={"limit": 100})
+        return {ti["task_id"]: ti for ti in body["task_instances"]}
+
+    def task_instance(self, run_id: str, task_id: str, dag_id: str = DAG_ID) -> dict[str, Any]:
+        return dict(self.call("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
+
+    def wait_run(self, run_id: str, timeout: float, *, dag_id: str = DAG_ID,
+                 until: Callable[[dict[str, Any]], bool] | None = None,
+                 on_poll: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
+        """Poll until the run is terminal (or `until(run)` holds); on_poll sees the task instances."""
+        deadline = time.monotonic() + timeout
+        while True:
+            run = self.run(run_id, dag_id)
+            if on_poll is not None:
+                on_poll(self.task_instances(run_id, dag_id))
+            if (until(run) if until else run["state"] in TERMINAL):
+                return run
+            if time.monotonic() > deadline:
+                states = {t: ti["state"] for t, ti in self.task_instances(run_id, dag_id).items()}
+                raise TimeoutError(f"run {run_id} still {run['state']} after {timeout:.0f}s: {states}")
+            time.sleep(1.0)
+
+
+class Stack:
+    """A running stack: its state (ports, pids, logs), its REST client, and the local cloud's admin API."""
+
+    def __init__(self, state: dict[str, Any], module: ModuleType) -> None:
+        self.state = state
+        self.module = module
+        self.api = AirflowApi(state, module)
+
+    def log_text(self, name: str) -> str:
+        return Path(self.state["logs"][name]).read_text(errors="replace")
+
+    def task_logs(self, run_id: str, task_id: str) -> list[Path]:
+        base = (Path(self.state["airflow_home"]) / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
+                / f"task_id={task_id}")
+        return sorted(base.glob("*.log")) if base.exists() else []
+
+    def machines(self) -> list[dict[str, Any]]:
+        url = f"{self.state['localcloud']['api_endpoint']}/_localcloud/machines"
+        return list(requests.get(url, timeout=30).json()["machines"])
+
+    def restart(self, name: str) -> int:
+        return int(self.module.restart_component(self.state, name))
+
+
+@pytest.fixture(scope="session", name="stack")
+def stack_fixture() -> Iterator[Stack]:
+    """Start the stack once; stop every process of it afterwards, also when a test or the start fails."""
+    module = load_stack_module()
+    # Not under pytest's 0700 tmp root: PostgreSQL runs as `postgres` and must reach its data dir.
+    # Kept after the session (logs for debugging); one dir per session under /tmp.
+    var_dir = Path(tempfile.mkdtemp(prefix="interlude-stack-"))
+    var_dir.chmod(0o711)
+    saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
+    try:
+        state = module.up(var_dir, bucket=BUCKET)
+        os.environ["STORAGE_EMULATOR_HOST"] = state["localcloud"]["gcs_endpoint"]
+        os.environ["GOOGLE_CLOUD_PROJECT"] = state["localcloud"]["project"]
+        running = Stack(state, module)
+        running.api.unpause()
+        yield running
+    finally:
+        state_now = module.read_state(var_dir) or {"pids": {}}
+        module.down(var_dir)
+        left = {name: pid for name, pid in state_now["pids"].items() if pid and module.group_alive(int(pid))}
+        assert not left, f"stack processes survived `down`: {left}"
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -1,0 +1,85 @@
+"""docker-compose.yaml: valid for Compose, the official Airflow topology plus the local cloud, 127.0.0.1 only.
+
+There is no Docker engine here; Debian's `docker-compose` (v1) still parses, merges the YAML anchors and
+validates the file against the Compose schema (`config -q`), which is what breaks first when the file drifts.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPOSE = ROOT / "docker-compose.yaml"
+SERVICES = {"postgres", "redis", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
+            "airflow-triggerer", "airflow-worker", "airflow-init", "localcloud"}
+
+
+def docker_compose() -> str:
+    """Debian's docker-compose, installed with apt-get when missing and we may (root); else skip."""
+    found = shutil.which("docker-compose")
+    if found:
+        return found
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        pytest.skip("docker-compose is not installed and apt-get cannot run here (not root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker-compose"]):
+        if subprocess.run(cmd, env=env, capture_output=True, timeout=600).returncode != 0:
+            pytest.skip(f"could not install docker-compose: `{' '.join(cmd)}` failed")
+    return shutil.which("docker-compose") or pytest.skip("docker-compose still missing after apt-get install")
+
+
+@pytest.fixture(scope="module")
+def resolved() -> dict[str, Any]:
+    """The file as Compose sees it: anchors merged, variables substituted, schema-checked."""
+    exe = docker_compose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "INTERLUDE_"))}
+    check = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=120)
+    assert check.returncode == 0, check.stderr
+    out = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=120, check=True)
+    return dict(yaml.safe_load(out.stdout))
+
+
+def test_has_the_official_topology_and_the_local_cloud(resolved: dict[str, Any]) -> None:
+    assert set(resolved["services"]) == SERVICES
+
+
+def test_published_ports_bind_localhost_only(resolved: dict[str, Any]) -> None:
+    published = 0
+    for name, service in resolved["services"].items():
+        for port in service.get("ports", []):
+            host_ip = port.get("host_ip") if isinstance(port, dict) else str(port).rsplit(":", 2)[0]
+            assert host_ip == "127.0.0.1", f"{name} publishes {port} beyond 127.0.0.1"
+            published += 1
+    assert published >= 1
+    assert "ports" in resolved["services"]["airflow-apiserver"]
+
+
+def test_airflow_components_share_one_configuration(resolved: dict[str, Any]) -> None:
+    """Same executor, database, broker and JWT secret for every component: multi-process Airflow needs it."""
+    airflow = {n: s for n, s in resolved["services"].items() if n.startswith("airflow-")}
+    keys = ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__BROKER_URL",
+            "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL")
+    for key in keys:
+        values = {n: s["environment"].get(key) for n, s in airflow.items()}
+        assert len(set(values.values())) == 1 and None not in values.values(), (key, values)
+    assert airflow["airflow-worker"]["environment"]["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
+    commands = {n: " ".join(s["command"]) for n, s in airflow.items()}
+    assert commands["airflow-worker"].startswith("airflow celery worker")
+    assert commands["airflow-triggerer"].startswith("airflow triggerer")
+    assert "interlude_localcloud" in " ".join(resolved["services"]["localcloud"]["command"])
+
+
+def test_components_calling_the_local_cloud_can_reach_it(resolved: dict[str, Any]) -> None:
+    """The local cloud binds 127.0.0.1: the worker and triggerer must share its network namespace."""
+    for name in ("airflow-worker", "airflow-triggerer"):
+        assert resolved["services"][name].get("network_mode") == "service:localcloud", name
+        assert resolved["services"][name]["environment"]["STORAGE_EMULATOR_HOST"].startswith("http://127.0.0.1:")
