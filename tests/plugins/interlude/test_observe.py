@@ -1,0 +1,59 @@
+"""Folding Google's node and instance states into READY / DOWN / GONE, and notices."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlude.maintenance import Machine
+from interlude.observe import StageFacts, gce_machine, observation, progress_line, tpu_machine
+
+NOTICE = {"type": "SCHEDULED", "maintenanceStatus": "PENDING", "windowStartTime": "2026-12-02T12:00:00Z"}
+
+
+@pytest.mark.parametrize(("node", "machine"), [
+    (None, Machine.GONE),
+    ({"state": "READY", "health": "HEALTHY"}, Machine.READY),
+    ({"state": "READY"}, Machine.READY),
+    ({"state": "READY", "health": "UNHEALTHY_MAINTENANCE"}, Machine.DOWN),
+    ({"state": "REPAIRING", "health": "UNHEALTHY_MAINTENANCE"}, Machine.DOWN),
+    ({"state": "STOPPED"}, Machine.DOWN),
+    ({"state": "CREATING"}, Machine.DOWN),
+    ({"state": "TERMINATED"}, Machine.DOWN),
+    ({"state": "PREEMPTED"}, Machine.GONE),
+    ({"state": "READY", "health": "HEALTHY", "upcomingMaintenance": {**NOTICE, "maintenanceStatus": "ONGOING"}},
+     Machine.DOWN),
+])
+def test_tpu_states(node, machine) -> None:
+    assert tpu_machine(node)[0] is machine
+
+
+def test_tpu_notice_is_read() -> None:
+    machine, notice = tpu_machine({"state": "READY", "health": "HEALTHY", "upcomingMaintenance": NOTICE})
+    assert machine is Machine.READY and notice and notice.kind == "SCHEDULED" and notice.status == "PENDING"
+
+
+@pytest.mark.parametrize(("instance", "machine"), [
+    (None, Machine.GONE),
+    ({"status": "RUNNING"}, Machine.READY),
+    ({"status": "STAGING"}, Machine.DOWN),
+    ({"status": "TERMINATED", "scheduling": {"automaticRestart": True}}, Machine.DOWN),
+    ({"status": "TERMINATED", "scheduling": {"automaticRestart": False}}, Machine.GONE),
+    ({"status": "TERMINATED", "scheduling": {"provisioningModel": "SPOT", "automaticRestart": False}}, Machine.GONE),
+    ({"status": "RUNNING", "resourceStatus": {"upcomingMaintenance": {**NOTICE, "maintenanceStatus": "ONGOING"}}},
+     Machine.DOWN),
+])
+def test_gce_states(instance, machine) -> None:
+    assert gce_machine(instance)[0] is machine
+
+
+def test_observation_reads_progress_and_workload_failure() -> None:
+    facts = StageFacts(20, {"step": 23, "resumed_from": 20, "boot_id": "b", "state": "failed", "error": "no data"},
+                       None)
+    obs = observation("tpu_node", {"state": "READY"}, facts, now=5.0)
+    assert (obs.committed_step, obs.progress_step, obs.resumed_from, obs.boot_id) == (20, 23, 20, "b")
+    assert obs.workload_error == "no data"
+
+
+def test_progress_line() -> None:
+    line = progress_line("train", {"step": 5, "total_steps": 10, "loss": 0.5, "steps_per_second": 2, "eta_seconds": 3})
+    assert line == "[train] step 5/10  loss 0.50000  2.00 steps/s  ETA 3s"

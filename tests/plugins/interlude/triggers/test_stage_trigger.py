@@ -1,0 +1,38 @@
+"""StageTrigger: serializable for the triggerer, and one zone list per interval however many watch."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+
+from interlude.maintenance import StageState
+from interlude.triggers.stage import StageTrigger, ZoneListCache
+
+
+def test_serialize_round_trips_through_its_dotted_path() -> None:
+    trigger = StageTrigger(placement={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
+                           stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0,
+                           poll_interval=2.0, drill_at_step=10, gcp_conn_id=None)
+    path, kwargs = trigger.serialize()
+    module, _, name = path.rpartition(".")
+    again = getattr(importlib.import_module(module), name)(**kwargs)
+    assert again.serialize() == (path, kwargs)
+    assert StageState.from_dict(kwargs["state"]) == StageState(target_step=5)
+
+
+def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
+    cache = ZoneListCache()
+    calls = []
+
+    async def fetch() -> list[dict]:
+        calls.append(1)
+        await asyncio.sleep(0.05)
+        return [{"name": "n"}]
+
+    async def main() -> None:
+        results = await asyncio.gather(*(cache.get(("tpu", "", "z"), fetch, max_age=10) for _ in range(500)))
+        assert all(r == [{"name": "n"}] for r in results)
+        await cache.get(("tpu", "", "other-zone"), fetch, max_age=10)
+
+    asyncio.run(main())
+    assert len(calls) == 2 and cache.calls == 2
