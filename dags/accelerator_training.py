@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
@@ -37,7 +38,9 @@ DEFAULT_ZONES = ["us-central1-a", "us-central2-b"]
 with DAG(
     dag_id="interlude_training",
     doc_md=DOC_MD,
-    schedule=None,
+    # One fine-tune per data interval; backfills over past dates each fine-tune on their own slice.
+    schedule="@daily",
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=4,
     tags=["interlude", "training", "tpu", "gpu"],
@@ -66,6 +69,9 @@ with DAG(
                            "run's data interval start. The shipped sample covers 2024-01-01..2024-03-31."),
         "spot": Param(False, type="boolean",
                       description="Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints)."),
+        "resume_policy": Param("auto", type="string", enum=["auto", "fresh"],
+                               description="auto: resume from the latest committed checkpoints; fresh: start "
+                               "over (a reprocessing backfill reuses run ids). Retries of a step always resume."),
         "plan_only": Param(False, type="boolean", description="Stop after validation; create nothing."),
         "require_conversion_approval": Param(
             False, type="boolean",

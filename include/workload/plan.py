@@ -35,6 +35,7 @@ class StagePlan:
     init_from_stage: str | None = None
     data_date: str | None = None
     keep_checkpoints: int = 3
+    fresh_token: str | None = None  # start over once per token (a reprocessing backfill reuses run ids)
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):
@@ -66,6 +67,8 @@ class StagePlan:
             args += ["--init-from-stage", self.init_from_stage]
         if self.data_date:
             args += ["--data-date", self.data_date]
+        if self.fresh_token:
+            args += ["--fresh", self.fresh_token]
         return args
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import time
+import uuid
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,8 +55,12 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, data_date: 
     if problems:
         raise RunSpecError("invalid parameters:\n  - " + "\n  - ".join(problems))
     key = naming.run_key(dag_id, run_id)
+    # `fresh`: wipe this run's checkpoints once. The token is made here, and a cleared downstream step
+    # reuses this task's result, so a retry resumes; re-running the whole run (a reprocessing backfill
+    # reuses the run id) makes a new token and starts over.
+    fresh_token = uuid.uuid4().hex if params.get("resume_policy") == "fresh" else None
     spec = {**dict(params), "dag_id": dag_id, "run_id": run_id, "run_key": key, "data_date": data_date,
-            "zones": list(params["zones"])}
+            "zones": list(params["zones"]), "fresh_token": fresh_token}
     log.info("Run %s -> run_key %s; checkpoints under gs://%s/%s", run_id, key, bucket, naming.checkpoint_prefix(key))
     return spec
 

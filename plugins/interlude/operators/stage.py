@@ -150,7 +150,8 @@ class TrainingStageOperator(BaseOperator):
                          checkpoint_every=self.checkpoint_every, seed=int(self.spec["seed"]),
                          step_seconds=float(self.spec.get("step_seconds") or 0.0),
                          init_from_stage=self.init_from_stage,
-                         data_date=self.spec.get("data_date") if self.init_from_stage else None)
+                         data_date=self.spec.get("data_date") if self.init_from_stage else None,
+                         fresh_token=self.spec.get("fresh_token"))
         uri = write_plan(self.bucket, self.run_key, plan)
         self.log.info("Stage %s handed to %s (%s): %s", self.stage, self.machine["name"], self.machine["zone"], uri)
         state = StageState(target_step=self.steps)
