@@ -163,7 +163,7 @@ def test_tpu_only_model_without_tpus_converts_for_gpu_without_approval_by_defaul
 
     assert result.state == "success", result.log[-3000:]
     assert_branch(result, "convert_for_gpu")
-    assert "Conversion for gpu: 10.0 person-days" in result.log
+    assert "Conversion for gpu: 10 person-days; swap Pallas TPU kernels" in result.log
     assert result.states["choose.convert_for_gpu_needs_approval"] == "success"
     assert result.states["choose.approve_convert_for_gpu"] == "skipped"
     assert result.states["choose.approve_convert_for_tpu"] == "skipped"

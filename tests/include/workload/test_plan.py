@@ -14,7 +14,8 @@ def test_trainer_args_carry_every_setting() -> None:
     assert args[args.index("--run-key") + 1] == "key; rm -rf /"
     assert args[args.index("--fresh") + 1] == "t1"
     assert args[args.index("--init-from-stage") + 1] == "train"
-    assert "--fresh" not in StagePlan(order=1, stage="train", steps=1, checkpoint_every=1, seed=0).trainer_args("b", "k")
+    plain = StagePlan(order=1, stage="train", steps=1, checkpoint_every=1, seed=0)
+    assert "--fresh" not in plain.trainer_args("b", "k")
 
 
 @pytest.mark.parametrize("bad", [{"stage": "Train!"}, {"steps": 0}, {"checkpoint_every": 0}])
