@@ -35,6 +35,12 @@ resumes from its latest committed checkpoint. Checkpoints live under
 
 DEFAULT_ZONES = ["us-central1-a", "us-central2-b"]
 
+
+def _on_failure(context: Any) -> None:
+    from interlude.callbacks import on_task_failure
+
+    on_task_failure(context)
+
 with DAG(
     dag_id="interlude_training",
     doc_md=DOC_MD,
@@ -44,7 +50,7 @@ with DAG(
     catchup=False,
     max_active_runs=4,
     tags=["interlude", "training", "tpu", "gpu"],
-    default_args={"retries": 0},
+    default_args={"retries": 0, "on_failure_callback": _on_failure},
     params={
         "model_profile": Param("reference-portable", type="string",
                                enum=["reference-portable", "maxtext-tpu-only", "cuda-kernels-gpu-only"],

@@ -18,6 +18,7 @@ from airflow.sdk.exceptions import AirflowException
 from interlude import events, provisioning
 from interlude.maintenance import Action, Limits, Machine, Phase, StageState, next_step
 from interlude.observe import observation, progress_line, read_stage_facts
+from interlude.operators.links import CheckpointsLink, MachineConsoleLink
 from interlude.triggers.stage import StageTrigger
 
 
@@ -31,6 +32,7 @@ class TrainingStageOperator(BaseOperator):
 
     template_fields = ("machine", "spec")
     ui_color = "#d9ecff"
+    operator_extra_links = (MachineConsoleLink(), CheckpointsLink())
 
     def __init__(self, *, machine: Any, spec: Any, stage: str, order: int, init_from_stage: str | None = None,
                  gcp_conn_id: str | None = "google_cloud_default", deferrable: bool = True, **kwargs: Any) -> None:

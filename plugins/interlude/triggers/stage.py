@@ -111,6 +111,20 @@ class StageTrigger(BaseTrigger):
                 return item
         return None
 
+    async def on_kill(self) -> None:
+        """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
+
+        Whatever happens next (a teardown deleting the machine, a retry provisioning a new one), the
+        run resumes from this step instead of the last periodic checkpoint. The machine itself is never
+        touched here; `cleanup()` (every trigger exit, triggerer restarts included) is not overridden.
+        """
+        from interlude_workload.checkpoints import CheckpointStore
+
+        store = CheckpointStore(self.bucket, self.run_key, self.stage)
+        request_id = f"kill{int(time.time())}"
+        await asyncio.to_thread(store.request_checkpoint, request_id, "task killed by a user")
+        self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         state = StageState.from_dict(self.state)
         limits = Limits(restart_timeout=self.restart_timeout)
