@@ -28,5 +28,13 @@ lint: $(STAMP)
 constraints: $(STAMP)
 	$(PY) -m pip freeze --exclude-editable | grep -v '^-e' > constraints.txt
 
+# A production-shaped Airflow on this machine: PostgreSQL, Redis, api-server, scheduler, dag-processor,
+# triggerer and a Celery worker from one airflow.cfg, plus the local cloud (state and logs in var/stack).
+stack-up: $(STAMP)
+	$(PY) include/scripts/stack.py up
+
+stack-down:
+	$(PY) include/scripts/stack.py down
+
 clean:
 	rm -rf var .pytest_cache

@@ -76,14 +76,18 @@ class CountingProxy:
             return Counter(self.counts)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        key = self.classify(request.method, request.path)
         with self._lock:
-            self.counts[self.classify(request.method, request.path)] += 1
+            self.counts[key] += 1
         assert self._session is not None
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
                                          data=body or None, allow_redirects=False) as resp:
             data = await resp.read()
+            if resp.status >= 400:  # retried or failed calls show up as e.g. "tpu.GET.nodes!503"
+                with self._lock:
+                    self.counts[f"{key}!{resp.status}"] += 1
             if self._upstream_bytes in data and "json" in resp.headers.get("Content-Type", ""):
                 # GCS answers carry absolute mediaLink/selfLink URLs: keep the client's downloads on us.
                 data = data.replace(self._upstream_bytes, self.endpoint.encode())

@@ -338,8 +338,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         assigned = db_query(home, "select count(*) from trigger where triggerer_id is not null")[0][0]
         calls = b.calls - a.calls
         per_min = {k2: v * 60 / wall for k2, v in sorted(calls.items())}
-        tpu_per_min = sum(v for k2, v in per_min.items() if not k2.startswith("gcs."))
-        gcs_per_min = sum(v for k2, v in per_min.items() if k2.startswith("gcs."))
+        tpu_per_min = sum(v for k2, v in per_min.items() if not k2.startswith("gcs.") and "!" not in k2)
+        gcs_per_min = sum(v for k2, v in per_min.items() if k2.startswith("gcs.") and "!" not in k2)
         polls_per_min = per_min.get("gcs.list_objects", 0.0)  # read_stage_facts lists step dirs once a poll
         root_pid = triggerer.pid
         runner = {pid: (main - a.threads.get(pid, (0, 0))[0], other - a.threads.get(pid, (0, 0))[1])

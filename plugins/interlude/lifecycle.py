@@ -133,25 +133,28 @@ def validate_runtime(spec: Mapping[str, Any], decision: Mapping[str, Any]) -> di
 
 
 def provision(spec: Mapping[str, Any], validated: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
-    """Create or adopt the machine. A stockout marks that zone x type out and walks the tree again."""
+    """Create or adopt the machine. A stockout marks that zone x type out and walks the tree again;
+    a quota error waits for quota (other runs finishing) instead of failing the run."""
     from interlude import provisioning
     from interlude.capacity import CapacityReport, mark_stockout
-    from interlude.hooks.errors import StockoutError
+    from interlude.hooks.errors import QuotaExceededError, StockoutError
 
     decision, runtime = dict(validated["decision"]), validated["runtime"]
     if spec.get("spot"):
         decision["mode"] = "spot"
     current = CapacityReport.from_dict(report)
     tried: list[str] = []
+    quota_deadline = time.monotonic() + float(spec.get("quota_wait_seconds", 600))
     while True:
         request = provisioning.machine_request(
             decision, runtime, bucket=spec["bucket"], run_key=spec["run_key"], dag_id=spec["dag_id"],
             network=spec.get("network") or None, subnetwork=spec.get("subnetwork") or None,
             service_account=spec.get("service_account") or None, idle_poll=float(spec.get("poll_seconds", 1.0)))
-        log.info("Provisioning %s %s in %s (%s)", request.kind, request.name, request.zone, request.mode)
+        log.info("Provisioning %s %s in %s (%s, %s)", request.kind, request.name, request.zone,
+                 request.accelerator_type, request.mode)
         try:
             provisioning.create(request.to_dict(), GCP_CONN_ID)
-            log.info("Machine ready: %s", request.name)
+            log.info("Machine ready: %s (%s in %s)", request.name, request.accelerator_type, request.zone)
             return request.to_dict()
         except StockoutError as exc:
             tried.append(f"{decision['accelerator_type']} in {decision['zone']}: {exc}")
@@ -163,6 +166,20 @@ def provision(spec: Mapping[str, Any], validated: Mapping[str, Any], report: Map
                                    + str(new.get("stuck_report") or new)) from exc
             runtime = validate_runtime(spec, new)["runtime"]
             decision = {**new, "mode": "spot"} if spec.get("spot") else new
+        except QuotaExceededError as exc:
+            if time.monotonic() > quota_deadline:
+                raise
+            log.warning("Quota exhausted (%s): waiting for quota to free up", exc)
+            time.sleep(min(30.0, float(spec.get("poll_seconds", 1.0)) * 10))
+        except Exception:
+            # Whatever was half-created must not outlive this task: the teardown of a failed setup
+            # does not run.
+            log.exception("Provisioning %s failed; deleting whatever was created", request.name)
+            try:
+                provisioning.delete(request.to_dict(), GCP_CONN_ID)
+            except Exception:  # noqa: BLE001 - the original failure is what the user must see
+                log.exception("Clean-up of %s failed too", request.name)
+            raise
 
 
 def teardown(spec: Mapping[str, Any]) -> list[str]:

@@ -10,6 +10,7 @@ so after a triggerer restart, or with two copies running, it reaches the same co
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -89,14 +90,13 @@ class StageTrigger(BaseTrigger):
             },
         )
 
-    def _hook(self) -> Any:
+    async def _hook(self) -> Any:
+        # The hook modules import Google's client libraries (a second or two): never on the event loop.
         if self.placement["kind"] == "gce_vm":
-            from interlude.hooks.compute import AsyncComputeHook
-
-            return AsyncComputeHook(gcp_conn_id=self.gcp_conn_id)
-        from interlude.hooks.tpu import AsyncTpuHook
-
-        return AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
+            module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute")
+            return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id)
+        module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu")
+        return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
 
     async def _machine(self, hook: Any) -> dict[str, Any] | None:
         zone, name = self.placement["zone"], self.placement["name"]
@@ -118,17 +118,20 @@ class StageTrigger(BaseTrigger):
         run resumes from this step instead of the last periodic checkpoint. The machine itself is never
         touched here; `cleanup()` (every trigger exit, triggerer restarts included) is not overridden.
         """
-        from interlude_workload.checkpoints import CheckpointStore
-
-        store = CheckpointStore(self.bucket, self.run_key, self.stage)
         request_id = f"kill{int(time.time())}"
-        await asyncio.to_thread(store.request_checkpoint, request_id, "task killed by a user")
+
+        def request() -> None:  # imports and blocking GCS calls stay off the event loop
+            from interlude_workload.checkpoints import CheckpointStore
+
+            CheckpointStore(self.bucket, self.run_key, self.stage).request_checkpoint(request_id, "task killed")
+
+        await asyncio.to_thread(request)
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         state = StageState.from_dict(self.state)
         limits = Limits(restart_timeout=self.restart_timeout)
-        hook = self._hook()
+        hook = await self._hook()
         last_log = 0.0
         try:
             while True:

@@ -191,3 +191,28 @@ def test_a_failed_stage_still_tears_down_and_fails_the_run(stack, tmp_path: Path
     assert "Marking task as FAILED" in result.log or "state=failed" in result.log
     assert dev.machines(cloud) == [], "teardown must delete the machine after a failure"
     assert _store(cloud, run_key, "train").latest().checkpoint.step >= 10, "checkpoints must remain"
+
+
+def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_db: Path) -> None:
+    """Google has no capacity query: the probe says v6e-8 is available, the create stocks out, and the
+    run moves to the next candidate instead of failing. Teardown removes only this run's machine."""
+    from interlude.hooks.tpu import TpuHook
+
+    cloud = dev.start_localcloud("tpu_capacity_one", tmp_path / "localcloud")
+    try:
+        home = tmp_path / "airflow"
+        home.mkdir()
+        (home / "airflow.db").write_bytes(airflow_db.read_bytes())
+        dev.ensure_bucket(cloud, BUCKET)
+        squatter = TpuHook(gcp_conn_id=None, tpu_endpoint=cloud.api_endpoint, project_id=cloud.project)
+        squatter.create_node("us-central2-b", "someone-else", {"acceleratorType": "v6e-8",
+                                                               "runtimeVersion": "v2-alpha-tpuv6e"})
+        conf = {**BASE, "zones": ["us-central2-b"], "train_steps": 20, "finetune_steps": 10, "checkpoint_every": 5}
+        result = dev.dags_test(dev.airflow_env(home, cloud), DAG_ID, conf, tmp_path / "dags-test.log", timeout=600)
+        assert result.succeeded, result.log[-4000:]
+        assert "Stockout" in result.log and "v5litepod-8" in result.log
+        report = dev.read_report(cloud, BUCKET, naming.run_key(DAG_ID, result.run_id))
+        assert report["accelerator"] == "v5litepod-8"
+        assert [m["name"] for m in dev.machines(cloud)] == ["someone-else"]
+    finally:
+        cloud.stop()

@@ -1,0 +1,55 @@
+"""The triggerer benchmark end to end at toy size: 20 StageTriggers really run in a real triggerer.
+
+Runs ``benchmarks/triggerer_watch.py`` as a user would and checks its ``RESULT`` line: every trigger
+polled, the TPU API and GCS were called from the triggerer, no trigger fired (all task instances still
+deferred), and nothing the benchmark started outlives it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "triggerer_watch.py"
+
+pytestmark = pytest.mark.e2e
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for p in psutil.process_iter(["pid", "cmdline"]):
+        try:
+            if text in " ".join(p.info["cmdline"] or []) or text in p.environ().get("AIRFLOW_HOME", ""):
+                found.append(f"{p.pid} {' '.join(p.info['cmdline'] or [])[:120]}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_twenty_triggers_poll_in_a_real_triggerer() -> None:
+    cmd = [sys.executable, str(SCRIPT), "--machines", "20", "--seconds", "6", "--poll-interval", "2",
+           "--idle-seconds", "2", "--settle", "1", "--gcs-state", "progress", "--startup-timeout", "60"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    result = json.loads(line.removeprefix("RESULT "))
+
+    assert result["triggers_polled"] == 20
+    assert result["task_instance_states"] == {"deferred": 20}
+    calls = result["calls_per_min"]
+    assert calls.get("tpu.GET.nodes", 0) > 0  # the shared per-zone list ran in the triggerer
+    assert calls.get("gcs.list_objects", 0) > 0  # and so did the GCS reads
+    assert result["tpu_api_calls_per_min"] < result["polls_per_trigger_per_min"] * 20  # shared, not per trigger
+    assert result["cpu_pct"] > 0 and result["idle"]["rss_mb"] > 0
+
+    work = re.search(r"work dir (\S+)", proc.stderr)
+    assert work is not None
+    assert not Path(work.group(1)).exists()
+    assert _processes_mentioning(work.group(1)) == []
