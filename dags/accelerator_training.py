@@ -34,6 +34,8 @@ resumes from its latest committed checkpoint. Checkpoints live under
 """
 
 DEFAULT_ZONES = ["us-central1-a", "us-central2-b"]
+# Tasks that hold a machine run in this pool (create it with --include-deferred; slots = machines at once).
+ACCELERATOR_POOL = "interlude_accelerators"
 
 
 def _on_failure(context: Any) -> None:
@@ -182,7 +184,7 @@ with DAG(
             return False
         return True
 
-    @task
+    @task(pool=ACCELERATOR_POOL)
     def provision(spec: dict[str, Any], validated: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
         from interlude import lifecycle
 
@@ -212,13 +214,13 @@ with DAG(
     machine = provision(spec, validated, report)
     gate >> machine
 
-    common = dict(machine=machine, spec=spec)
+    common = dict(machine=machine, spec=spec, pool=ACCELERATOR_POOL)
     train = TrainingStageOperator(task_id="train", stage="train", order=1, **common)
     finetune_gate = CommittedCheckpointSensor(
         task_id="finetune_gate", bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
         run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}", stage="train",
         min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}", poll_interval=1.0,
-        stall_timeout=600)
+        stall_timeout=600, pool=ACCELERATOR_POOL)
     finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train", **common)
     reported = run_report(spec, machine, train.output, finetune.output)
     torn_down = teardown(spec)

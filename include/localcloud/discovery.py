@@ -143,18 +143,27 @@ def validate(
     """Check value against the schema; return human-readable violations (empty when valid).
 
     Checks: no unknown fields, JSON types, enum membership, RFC3339 for google-datetime, int64 as
-    strings, and (for responses) the output fields listed in REQUIRED_OUTPUT.
+    strings, and (for responses) the output fields listed in REQUIRED_OUTPUT on every resource the
+    server answers with: the response itself, or the resources a list/envelope response carries
+    (ListNodesResponse.nodes[], InstanceList.items[]). A resource nested inside another resource is
+    not the server's own: QueuedResource.tpu.nodeSpec[].node is the Node *template* the user sent
+    (NodeSpec.node is "Required. The node." in tpu.v2.json, an input), and Google echoes it without
+    the fields tpu.v2.json marks readOnly/"Output only" (Node.name, state, createTime, ...).
     """
     doc = load(doc_name)
     family = doc_name.split(".")[0]
     errors: list[str] = []
 
-    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str) -> None:
+    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:
         ref, schema = _resolve(doc, schema)
         owner = ref or owner
         typ = schema.get("type")
         if typ == "any" or val is None and request:
             return
+        resource = ref is not None and (family, ref) in REQUIRED_OUTPUT
+        # Below a resource, every nested resource is a template or a copy the user sent
+        # (QueuedResource.tpu.nodeSpec[].node): its output fields are legitimately absent.
+        inner = served and not resource
         if ref is not None or typ == "object":
             if not isinstance(val, dict):
                 errors.append(f"{path}: expected object ({owner}), got {type(val).__name__}")
@@ -164,26 +173,25 @@ def validate(
             if props is not None:
                 for k, v in val.items():
                     if k in props:
-                        walk(props[k], v, f"{path}.{k}", owner, k)
+                        walk(props[k], v, f"{path}.{k}", owner, k, inner)
                     elif isinstance(extra, dict):
-                        walk(extra, v, f"{path}.{k}", owner, k)
+                        walk(extra, v, f"{path}.{k}", owner, k, inner)
                     else:
                         errors.append(f"{path}: unknown field {k!r} in {owner}")
-                top = path == "$" or re.fullmatch(r"\$\.\w+\[\d+\]", path) is not None
-                if ref is not None and not request and top:
-                    for req in REQUIRED_OUTPUT.get((family, ref), ()):
+                if resource and served and not request:
+                    for req in REQUIRED_OUTPUT[(family, ref)]:
                         if req not in val:
                             errors.append(f"{path}: output field {req!r} of {ref} not set")
             elif isinstance(extra, dict):
                 for k, v in val.items():
-                    walk(extra, v, f"{path}.{k}", owner, k)
+                    walk(extra, v, f"{path}.{k}", owner, k, inner)
             return
         if typ == "array":
             if not isinstance(val, list):
                 errors.append(f"{path}: expected array, got {type(val).__name__}")
                 return
             for i, item in enumerate(val):
-                walk(schema.get("items", {}), item, f"{path}[{i}]", owner, prop)
+                walk(schema.get("items", {}), item, f"{path}[{i}]", owner, prop, served)
             return
         if typ == "string":
             if "enum" in schema:
@@ -214,5 +222,5 @@ def validate(
         if typ == "boolean" and not isinstance(val, bool):
             errors.append(f"{path}: expected boolean, got {val!r}")
 
-    walk({"$ref": schema_ref}, value, "$", schema_ref, "")
+    walk({"$ref": schema_ref}, value, "$", schema_ref, "", True)
     return errors

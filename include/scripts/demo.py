@@ -38,11 +38,15 @@ def main() -> int:
             print(f"no DAG run finished; see {log}")
             return 1
         report = dev.read_report(cloud, CONF["bucket"], naming.run_key("interlude_training", result.run_id))
+        same = False
         if report:
             print(events.render_report(report))
+            digest = report["stages"][-1].get("digest")
+            same = digest == dev.reference_digest(cloud, CONF["bucket"], CONF)
+            print(f"final weights bit-identical to an uninterrupted run: {'yes' if same else 'NO'} (sha256 {digest})")
         left = dev.machines(cloud)
         print(f"machines left on the local cloud: {[m['name'] for m in left] or 'none'}")
-        return 0 if result.succeeded and report and not left else 1
+        return 0 if result.succeeded and report and same and not left else 1
     finally:
         cloud.stop()
 

@@ -45,6 +45,9 @@ COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer", "worker")
 sys.path.insert(0, str(ROOT / "plugins"))  # `interlude` without an installed package (CLI from a checkout)
 
 
+ACCELERATOR_POOL = "interlude_accelerators"  # the DAG's tasks that hold a machine run in it
+
+
 def log(msg: str) -> None:
     print(f"[stack] {msg}", file=sys.stderr, flush=True)
 
@@ -369,7 +372,8 @@ def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]]
 
 
 # ---------------------------------------------------------------------------------------------- up / down
-def up(var_dir: Path, *, scenario: str = "default", pg_port: int = 0, redis_port: int = 0, api_port: int = 0,
+def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port: int = 0, redis_port: int = 0,
+       api_port: int = 0,
        localcloud_port: int = 0, bucket: str = "interlude-local", timeout: float = 180.0) -> dict[str, Any]:
     """Start everything; return (and write) the state. On failure, stop what was started and raise."""
     from interlude import dev
@@ -423,6 +427,10 @@ def up(var_dir: Path, *, scenario: str = "default", pg_port: int = 0, redis_port
         with open(logs / "db-migrate.log", "wb") as out:
             subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, stdout=out,
                            stderr=subprocess.STDOUT, cwd=str(ROOT))
+            # The pool stands for accelerator quota: deferred tasks (a stage waiting on its machine) hold it.
+            subprocess.run([airflow_bin(), "pools", "set", ACCELERATOR_POOL, str(pool_slots),
+                            "Accelerators Interlude may hold at once", "--include-deferred"], env=env, check=True,
+                           stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
         dev.ensure_bucket(dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud"),  # type: ignore[arg-type]
                           bucket)
         af = airflow_bin()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -97,17 +95,7 @@ def _run(stack: tuple[dev.LocalCloud, dict[str, str]], tmp_path: Path, **conf: A
 
 
 def _reference_digest(cloud: dev.LocalCloud, tmp_path: Path) -> str:
-    """Train + fine-tune uninterrupted, same seed and data, under another run key."""
-    env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
-    key = "reference-uninterrupted"
-    common = ["--bucket", BUCKET, "--run-key", key, "--checkpoint-every", "10", "--seed", str(BASE["seed"])]
-    for stage, steps, extra in (("train", BASE["train_steps"], []),
-                                ("finetune", BASE["finetune_steps"], ["--init-from-stage", "train",
-                                                                      "--data-date", BASE["data_date"]])):
-        subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
-                        "--steps", str(steps), *extra], env=env, check=True, capture_output=True, timeout=120)
-    checkpoint = _store(cloud, key, "finetune").latest().checkpoint
-    return str(checkpoint.metrics["digest"])
+    return dev.reference_digest(cloud, BUCKET, BASE)
 
 
 def test_scheduled_maintenance_in_both_stages_loses_nothing(stack, tmp_path: Path) -> None:

@@ -179,16 +179,29 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         "run_backwards": False, "dag_run_conf": conf, "reprocess_behavior": "none", "max_active_runs": 3})
     deadline = time.monotonic() + 3 * RUN_TIMEOUT
     runs: list[dict[str, Any]] = []
+    most_machines = 0
     while time.monotonic() < deadline:
+        most_machines = max(most_machines, len(stack.machines()))
         runs = [r for r in api.call("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 100})["dag_runs"]
                 if r.get("run_type") == "backfill" and str(r.get("logical_date", "")).startswith("2024-01-0")]
         if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
             break
-        time.sleep(2)
+        time.sleep(1)
+    pool = api.call("GET", "pools/interlude_accelerators")
+    assert pool["slots"] == 2 and pool["include_deferred"] is True
+    assert 1 <= most_machines <= 2, f"the pool caps machines at 2; saw {most_machines}"
     assert backfill["id"]
     assert len(runs) == 3 and all(r["state"] == "success" for r in runs), runs
     keys = {naming.run_key(DAG_ID, r["dag_run_id"]) for r in runs}
     assert len(keys) == 3
-    for key in keys:
+    slices = set()
+    for run in runs:
+        key = naming.run_key(DAG_ID, run["dag_run_id"])
         assert progress(key, "finetune").get("step") == 5
         assert_no_machines_left(stack, key)
+        spec = api.call("GET", f"dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/resolve_run/xcomEntries/"
+                        "return_value")["value"]
+        spec = json.loads(spec) if isinstance(spec, str) else spec
+        slices.add(spec["data_date"])
+        assert spec["data_date"] == str(run["logical_date"])[:10], "each run fine-tunes on its own data slice"
+    assert len(slices) == 3
