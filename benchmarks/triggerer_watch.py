@@ -189,9 +189,9 @@ def wait_for_triggerer_job(home: Path, proc: subprocess.Popen[bytes], timeout: f
 
 
 def polled_triggers(home: Path) -> int:
-    """Triggers whose log has a progress line: each StageTrigger logs one right after its first poll."""
+    """Triggers whose log has a poll line ("... (RUNNING, machine READY)"): logged after the first poll."""
     return sum(1 for p in (home / "logs").glob(f"dag_id={DAG_ID}/**/*.trigger.*.log")
-               if "[train] step" in p.read_text(errors="replace"))
+               if ", machine " in p.read_text(errors="replace"))
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -342,10 +342,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         gcs_per_min = sum(v for k2, v in per_min.items() if k2.startswith("gcs.") and "!" not in k2)
         polls_per_min = per_min.get("gcs.list_objects", 0.0)  # read_stage_facts lists step dirs once a poll
         root_pid = triggerer.pid
-        runner = {pid: (main - a.threads.get(pid, (0, 0))[0], other - a.threads.get(pid, (0, 0))[1])
-                  for pid, (main, other) in b.threads.items() if pid != root_pid}
-        runner_loop = sum(v[0] for v in runner.values())
-        runner_threads = sum(v[1] for v in runner.values())
+        # Runner CPU not on its main (event-loop) thread: worker threads, including short-lived ones that
+        # exited within the window (google-cloud-storage starts a bucket-metadata thread per Client).
+        runner_loop = sum(main - a.threads.get(pid, (0.0, 0.0))[0]
+                          for pid, (main, _other) in b.threads.items() if pid != root_pid)
+        runner_all = sum(b.cpu[pid] - a.cpu.get(pid, 0.0) for pid in b.cpu if pid != root_pid)
+        runner_threads = runner_all - runner_loop
         supervisor = b.cpu.get(root_pid, 0.0) - a.cpu.get(root_pid, 0.0)
         cpu = cpu_delta(a, b)
         mean_rss = rss_sum / k if k else b.rss

@@ -24,6 +24,7 @@ class AdminApi:
         r.add("GET", "/_localcloud/health", lambda req: Response({"ok": True}))
         r.add("GET", "/_localcloud/events", self.events)
         r.add("GET", "/_localcloud/machines", self.machines)
+        r.add("GET", "/_localcloud/violations", self.violations)
         r.add("POST", "/_localcloud/faults", self.add_fault)
         r.add("POST", "/_localcloud/next-maintenance", self.next_maintenance)
         r.add("POST", M + ":preempt", self.preempt)
@@ -40,6 +41,11 @@ class AdminApi:
         since = float(req.query.get("since", "0") or 0)
         with self.cloud.lock:
             return Response({"events": [e for e in self.cloud.events if e["t"] >= since]})
+
+    def violations(self, req: Request) -> Response:
+        """Strict-mode violations and internal errors so far (for a cloud running as a subprocess)."""
+        with self.cloud.lock:
+            return Response({"violations": list(self.cloud.violations)})
 
     def machines(self, req: Request) -> Response:
         with self.cloud.lock:

@@ -84,6 +84,8 @@ class Cloud:
         self.faults: list[Fault] = list(scenario.faults)
         self.next_maintenance: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
+        # Strict-mode schema violations and server bugs (filled by the HTTP front, read by tests).
+        self.violations: list[str] = []
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
         self._seq = itertools.count()
         self._ids = itertools.count(1000)

@@ -21,6 +21,17 @@ Z = P + r"/zones/(?P<zone>[^/]+)"
 INST = Z + r"/instances/(?P<name>[^/]+)"
 
 
+def stockout_message(project: str, zone: str) -> str:
+    """Google's ZONE_RESOURCE_POOL_EXHAUSTED text, byte for byte (two spaces before "Try")."""
+    return (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+            "fulfill the request.  Try a different zone, or try again later.")
+
+
+def quota_message(metric: str, limit: float, region: str) -> str:
+    """Google's regional quota text, byte for byte (two spaces before "Limit")."""
+    return f"Quota '{metric}' exceeded.  Limit: {limit:.1f} in region {region}."
+
+
 def _last(url: str) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1]
 
@@ -144,8 +155,8 @@ class ComputeApi:
         usage = self.region_usage(region)
         for metric, need in checks:
             if metric in quotas and usage.get(metric, 0.0) + need > quotas[metric]:
-                raise ApiError(403, f"Quota '{metric}' exceeded. Limit: {quotas[metric]:.1f} in region "
-                                    f"{region}.", "PERMISSION_DENIED", "quotaExceeded")
+                raise ApiError(403, quota_message(metric, quotas[metric], region), "PERMISSION_DENIED",
+                               "quotaExceeded")
 
     def region_usage(self, region: str) -> dict[str, float]:
         usage: dict[str, float] = {}
@@ -162,9 +173,7 @@ class ComputeApi:
 
     def _stockout(self, zone: str) -> dict[str, Any]:
         return {"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-                "message": f"The zone 'projects/{self.cloud.scenario.project}/zones/{zone}' does not have "
-                           "enough resources available to fulfill the request. Try a different zone, or "
-                           "try again later."}
+                "message": stockout_message(self.cloud.scenario.project, zone)}
 
     # instances ---------------------------------------------------------------------------------
     def get_instance(self, req: Request) -> Response:

@@ -86,6 +86,22 @@ def _resolve(doc: dict[str, Any], schema: dict[str, Any]) -> tuple[str | None, d
     return None, schema
 
 
+_PACKED = re.compile(r"type\.googleapis\.com/google\.cloud\.\w+\.\w+\.(\w+)")
+
+
+def _packed_schema(doc: dict[str, Any], schema: dict[str, Any], val: Any) -> str | None:
+    """The schema inside a `google.protobuf.Any` (an Operation's `response`/`metadata`), if the doc has it.
+
+    Discovery types these as objects of `any` ("Contains field @type with type URL"), so without this
+    the Node a create operation returns would escape validation and enum encoding.
+    """
+    extra = schema.get("additionalProperties")
+    if "properties" in schema or not isinstance(extra, dict) or extra.get("type") != "any":
+        return None
+    m = _PACKED.fullmatch(val.get("@type", "")) if isinstance(val, dict) else None
+    return m.group(1) if m and m.group(1) in doc["schemas"] else None
+
+
 def transform_enums(
     doc_name: str, schema_ref: str, value: Any, fn: Callable[[str, str, dict[str, int], Any], Any]
 ) -> Any:
@@ -97,6 +113,10 @@ def transform_enums(
         ref, schema = _resolve(doc, schema)
         owner = ref or owner
         if isinstance(val, dict):
+            packed = _packed_schema(doc, schema, val)
+            if packed is not None:
+                unpacked = {k: v for k, v in val.items() if k != "@type"}
+                return {"@type": val["@type"], **walk({"$ref": packed}, unpacked, packed, "")}
             props = schema.get("properties")
             if props is not None:
                 return {
@@ -167,6 +187,11 @@ def validate(
         if ref is not None or typ == "object":
             if not isinstance(val, dict):
                 errors.append(f"{path}: expected object ({owner}), got {type(val).__name__}")
+                return
+            packed = _packed_schema(doc, schema, val)
+            if packed is not None:  # the resource an operation returns is the server's own: served
+                unpacked = {k: v for k, v in val.items() if k != "@type"}
+                walk({"$ref": packed}, unpacked, path, packed, "", True)
                 return
             props = schema.get("properties")
             extra = schema.get("additionalProperties")

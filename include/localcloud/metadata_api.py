@@ -13,7 +13,7 @@ from typing import Any
 
 from interlude_localcloud.cloud import Cloud, Machine, rfc3339
 from interlude_localcloud.errors import ApiError
-from interlude_localcloud.server import Request, Response, Router
+from interlude_localcloud.server import ClientGone, Request, Response, Router
 
 
 class MetadataApi:
@@ -72,7 +72,9 @@ class MetadataApi:
             if wait:
                 target = last or etag
                 while etag == target and time.time() < deadline:
-                    self.cloud.changed.wait(timeout=max(0.0, min(1.0, deadline - time.time())))
+                    if req.client_gone():  # a killed guest: stop holding a thread for it
+                        raise ClientGone(f"metadata long-poll client for {key} went away")
+                    self.cloud.changed.wait(timeout=max(0.0, min(0.5, deadline - time.time())))
                     new = self._value(self.cloud.machine_by_id(req.params["mid"]), key, alt_json)
                     if new is None:
                         break

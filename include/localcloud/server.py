@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+import select
+import socket
+import sys
 import threading
 import traceback
 from collections.abc import Callable
@@ -24,6 +27,18 @@ from interlude_localcloud.errors import ApiError, invalid
 log = logging.getLogger(__name__)
 
 
+class ClientGone(ConnectionAbortedError):
+    """The client hung up before its answer was ready (a killed long-poller): nothing left to answer.
+
+    A ConnectionError like BrokenPipeError/ConnectionResetError, so the server drops all three quietly:
+    a guest that dies mid-request is ordinary machine behaviour, not a local cloud defect.
+    """
+
+
+def _never_gone() -> bool:
+    return False
+
+
 @dataclass
 class Request:
     method: str
@@ -34,6 +49,8 @@ class Request:
     headers: dict[str, str]
     int_enums: bool = False
     doc: str = ""
+    # True once the client has closed its connection; long-polls check it to stop waiting early.
+    client_gone: Callable[[], bool] = _never_gone
 
 
 @dataclass
@@ -90,8 +107,16 @@ class LocalCloudServer(ThreadingHTTPServer):
         self.cloud = cloud
         self.router = router
         self.strict = strict
-        self.violations: list[str] = []
+        self.violations: list[str] = cloud.violations  # shared: readable after stop and via admin
         super().__init__(("127.0.0.1", port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that disconnects mid-request (e.g. while the request line is read) is not an error."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            log.debug("client %s disconnected: %r", client_address, exc)
+            return
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -129,7 +154,25 @@ class _Handler(BaseHTTPRequestHandler):
     def _send_json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._send(status, json.dumps(body).encode(), "application/json; charset=UTF-8", headers)
 
+    def _client_gone(self) -> bool:
+        """True when the peer closed its end (EOF or reset pending); pipelined bytes do not count."""
+        try:
+            readable, _, _ = select.select([self.connection], [], [], 0)
+            if not readable:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
+
     def _dispatch(self, method: str) -> None:
+        """Answer one request; a client that went away (killed long-poller) is dropped quietly."""
+        try:
+            self._answer(method)
+        except ConnectionError as e:  # BrokenPipeError, ConnectionResetError, ConnectionAbortedError
+            log.debug("client %s disconnected during %s %s: %r", self.client_address, method, self.path, e)
+            self.close_connection = True
+
+    def _answer(self, method: str) -> None:
         split = urlsplit(self.path)
         path = split.path
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
@@ -161,7 +204,7 @@ class _Handler(BaseHTTPRequestHandler):
                     raise invalid("Invalid JSON payload received. " + "; ".join(problems[:3]))
                 body = discovery.enums_to_names(route.doc, route.request_schema, body)
             req = Request(method, path, params, query, body, dict(self.headers.items()), int_enums,
-                          route.doc)
+                          route.doc, self._client_gone)
             resp = route.handler(req)
             if resp.raw is not None:
                 self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"),
@@ -181,6 +224,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(resp.status, out, resp.headers)
         except ApiError as e:
             self._send_json(e.code, e.body(family))
+        except ConnectionError:
+            raise  # the client left: _dispatch drops it, it is no server bug
         except Exception as e:  # noqa: BLE001 - a server bug must reach the client as a 500
             log.error("localcloud internal error: %s", traceback.format_exc())
             self.server.violations.append(f"internal error: {e!r}")

@@ -31,6 +31,10 @@ class Admin:
         """The event log: every create/delete/boot/maintenance/preemption/fault with timestamps."""
         return self._call("GET", f"/events?since={since}")["events"]
 
+    def violations(self) -> list[str]:
+        """Strict-mode schema violations and internal errors seen so far."""
+        return self._call("GET", "/violations")["violations"]
+
     def machines(self) -> list[dict[str, Any]]:
         return self._call("GET", "/machines")["machines"]
 
@@ -80,7 +84,7 @@ class RunningLocalCloud:
     @property
     def violations(self) -> list[str]:
         """Strict-mode schema violations and internal errors seen so far."""
-        return list(self._lc.server.violations) if self._lc.server else []
+        return list(self._lc.cloud.violations)
 
     def stop(self) -> None:
         self._lc.stop()

@@ -24,6 +24,24 @@ def stockout_message(zone: str) -> str:
             f"[EID: 0x{abs(hash((zone, time.time()))) % (1 << 48):012x}]")
 
 
+def render_operation(op: dict[str, Any], alpha: bool) -> dict[str, Any]:
+    """An operation as the asking API version shows it (operations are shared by v2 and v2alpha1).
+
+    Packed types name the version asked through (google.cloud.tpu.v2alpha1.Node), and a Node seen
+    through v2alpha1 has no `apiVersion: V2` (tpu.v2alpha1.json's ApiVersion enum stops at V2_ALPHA1).
+    """
+    src, dst = (".v2.", ".v2alpha1.") if alpha else (".v2alpha1.", ".v2.")
+    out = dict(op)
+    for key in ("metadata", "response"):
+        packed = op.get(key)
+        if isinstance(packed, dict) and "@type" in packed:
+            packed = {**packed, "@type": packed["@type"].replace(src, dst)}
+            if alpha and packed["@type"].endswith(".Node"):
+                packed.pop("apiVersion", None)
+            out[key] = packed
+    return out
+
+
 class TpuApi:
     """Handlers for /v2 and /v2alpha1. Node lifecycle: CREATING -> READY (HEALTHY) -> DELETING."""
 
@@ -110,8 +128,8 @@ class TpuApi:
         self.cloud.log("tpu_operation_done", operation=op["name"], verb=op["metadata"]["verb"],
                        error=error)
 
-    def _op_response(self, op: dict[str, Any]) -> Response:
-        return Response(dict(op), "Operation")
+    def _op_response(self, op: dict[str, Any], req: Request) -> Response:
+        return Response(render_operation(op, req.doc.endswith("alpha1")), "Operation")
 
     def _accelerator_type(self, zone: str, node: dict[str, Any]) -> str:
         at = node.get("acceleratorType")
@@ -229,7 +247,7 @@ class TpuApi:
                 self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
 
             self.cloud.after(self.cloud.scenario.delay("tpu_create"), done)
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def delete_node(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -250,7 +268,7 @@ class TpuApi:
                 self._finish(op)
 
             self.cloud.after(self.cloud.scenario.delay("tpu_delete"), done)
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def patch_node(self, req: Request) -> Response:
         mask = [f.strip() for f in req.query.get("updateMask", "").split(",") if f.strip()]
@@ -270,7 +288,7 @@ class TpuApi:
                     m.resource.pop(top, None)
             op = self._operation(m.zone, "update", m.resource["name"])
             self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def stop_node(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -291,7 +309,7 @@ class TpuApi:
                 self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
 
             self.cloud.after_for(m, self.cloud.scenario.delay("tpu_stop"), done)
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def start_node(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -302,7 +320,7 @@ class TpuApi:
             op = self._operation(m.zone, "start", m.resource["name"])
             if not self.cloud.has_capacity(m.zone, m.cap_type, m.spot, "tpu", 1):
                 self._finish(op, error={"code": 8, "message": stockout_message(m.zone)})
-                return self._op_response(op)
+                return self._op_response(op, req)
             m.holds = True
             m.preempted = False
             m.resource["state"] = "STARTING"
@@ -313,7 +331,7 @@ class TpuApi:
                 self._finish(op, {"@type": TYPE_URL + "Node", **self.render_node(m)})
 
             self.cloud.after_for(m, self.cloud.scenario.delay("tpu_start"), done)
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def simulate_maintenance(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -326,7 +344,7 @@ class TpuApi:
             self.cloud.schedule_maintenance(m, mtype, notice)
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
                               **self.render_node(m, True)})
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def perform_maintenance(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -339,7 +357,7 @@ class TpuApi:
             self.cloud.begin_maintenance(m)
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
                               **self.render_node(m, True)})
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     # operations, catalog -----------------------------------------------------------------------
     def get_operation(self, req: Request) -> Response:
@@ -349,12 +367,14 @@ class TpuApi:
             op = self.cloud.operations.get(name)
             if op is None:
                 raise not_found(name)
-            return Response(dict(op), "Operation")
+            return self._op_response(op, req)
 
     def list_operations(self, req: Request) -> Response:
         with self.cloud.lock:
             zone = self._zone(req)
-            ops = [dict(o) for n, o in self.cloud.operations.items() if n.startswith(self._parent(zone) + "/")]
+            alpha = req.doc.endswith("alpha1")
+            ops = [render_operation(o, alpha) for n, o in self.cloud.operations.items()
+                   if n.startswith(self._parent(zone) + "/")]
             return Response({"operations": ops} if ops else {}, "ListOperationsResponse")
 
     def _atype(self, zone: str, t: str) -> dict[str, Any]:
@@ -445,7 +465,7 @@ class TpuApi:
                 self.cloud.log("queued_resource_state", queued_resource=name, state="ACCEPTED")
 
             self.cloud.after(min(self.cloud.scenario.delay("queue_accept"), 1.0), accepted)
-            return self._op_response(op)
+            return self._op_response(op, req)
 
     def _retry_waiting(self) -> None:
         """Tick hook: ACCEPTED/WAITING_FOR_RESOURCES queued resources take capacity when it exists."""
@@ -516,4 +536,4 @@ class TpuApi:
                 self.cloud.log("queued_resource_deleted", queued_resource=qr["name"])
 
             self.cloud.after(self.cloud.scenario.delay("tpu_delete"), done)
-            return self._op_response(op)
+            return self._op_response(op, req)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import google_crc32c
+from google.api_core.exceptions import NotFound
 from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
@@ -378,12 +379,12 @@ class CheckpointStore:
         self._upload(self.base + name, json.dumps(value, sort_keys=True).encode(), "application/json")
 
     def _get_json(self, name: str) -> dict[str, Any] | None:
-        blob = self.bucket.get_blob(self.base + name, retry=DEFAULT_RETRY)
-        if blob is None:
-            return None
+        # One request: download, and a 404 means absent (a metadata GET first would double the calls).
         try:
-            return json.loads(blob.download_as_bytes(retry=DEFAULT_RETRY))
-        except Exception:  # noqa: BLE001 - deleted between get and download, or not JSON: treat as absent
+            return json.loads(self.bucket.blob(self.base + name).download_as_bytes(retry=DEFAULT_RETRY))
+        except NotFound:
+            return None
+        except Exception:  # noqa: BLE001 - not JSON (a torn write elsewhere): treat as absent
             return None
 
     # ----------------------------------------------------------------- control plane requests

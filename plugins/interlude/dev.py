@@ -162,3 +162,26 @@ def machines(cloud: LocalCloud) -> list[dict[str, Any]]:
     from interlude_localcloud.testing import Admin
 
     return Admin(cloud.api_endpoint).machines()
+
+
+def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
+                     run_key: str = "reference-uninterrupted") -> str:
+    """Train + fine-tune uninterrupted on this machine (same seed, data, steps), return the final digest.
+
+    The yardstick for "resumed runs lose nothing": a run that went through maintenance must end with
+    exactly these weights.
+    """
+    from interlude_workload.checkpoints import CheckpointStore
+    from interlude_workload.gcs import storage_client
+
+    env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
+    common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
+              "--seed", str(conf.get("seed", 0))]
+    stages = (("train", conf["train_steps"], []),
+              ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
+    for stage, steps, extra in stages:
+        subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
+                        "--steps", str(steps), *extra], env=env, check=True, capture_output=True, timeout=300)
+    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
+    store = CheckpointStore(bucket, run_key, "finetune", client=storage_client(cloud.project))
+    return str(store.latest().checkpoint.metrics["digest"])

@@ -6,6 +6,7 @@ same way, and so the folding of Google's many states into READY / DOWN / GONE is
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -67,11 +68,26 @@ class StageFacts:
     request_ack_step: int | None
 
 
+_CLIENT: Any = None
+_CLIENT_LOCK = threading.Lock()
+
+
+def _shared_client() -> Any:
+    """One storage client per process: a new one per poll costs a thread, a connection and a call."""
+    global _CLIENT
+    with _CLIENT_LOCK:
+        if _CLIENT is None:
+            from interlude_workload.gcs import storage_client
+
+            _CLIENT = storage_client()
+        return _CLIENT
+
+
 def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | None) -> StageFacts:
     """Blocking GCS reads; triggers call this through asyncio.to_thread."""
     from interlude_workload.checkpoints import CheckpointStore
 
-    store = CheckpointStore(bucket, run_key, stage)
+    store = CheckpointStore(bucket, run_key, stage, client=_shared_client())
     latest = store.latest()
     committed = latest.checkpoint.step if latest.checkpoint else 0
     progress = store.read_progress() or {}

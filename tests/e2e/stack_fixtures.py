@@ -115,6 +115,28 @@ class Stack:
         return int(self.module.restart_component(self.state, name))
 
 
+GPU_ONLY_ZONE = "us-east1-b"
+
+
+def _scenario(var_dir: Path) -> Path:
+    """The default scenario plus a zone that offers GPUs and no TPUs (for the conversion path)."""
+    import yaml
+
+    from interlude import dev
+
+    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
+    data["zones"][GPU_ONLY_ZONE] = {
+        "region": "us-east1",
+        "gpu": {"accelerator_types": ["nvidia-h100-80gb", "nvidia-l4"],
+                "machine_types": ["a3-highgpu-8g", "g2-standard-8"],
+                "capacity": {"nvidia-h100-80gb": {"on_demand": 16, "spot": 16}, "nvidia-l4": {"on_demand": 8}}},
+    }
+    data["regions"]["us-east1"] = {"quotas": {"NVIDIA_L4_GPUS": 8, "CPUS": 1200}}
+    path = var_dir / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
 @pytest.fixture(scope="session", name="stack")
 def stack_fixture() -> Iterator[Stack]:
     """Start the stack once; stop every process of it afterwards, also when a test or the start fails."""
@@ -125,7 +147,7 @@ def stack_fixture() -> Iterator[Stack]:
     var_dir.chmod(0o711)
     saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
     try:
-        state = module.up(var_dir, bucket=BUCKET)
+        state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)))
         os.environ["STORAGE_EMULATOR_HOST"] = state["localcloud"]["gcs_endpoint"]
         os.environ["GOOGLE_CLOUD_PROJECT"] = state["localcloud"]["project"]
         running = Stack(state, module)

@@ -17,10 +17,11 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from interlude.maintenance import Limits, Phase, StageState, next_step
-from interlude.observe import observation, progress_line, read_stage_facts
+from interlude.maintenance import Limits, Machine, Phase, StageState, next_step
+from interlude.observe import StageFacts, machine_view, observation, progress_line, read_stage_facts
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
+GCS_EVERY = 3  # while calm, GCS facts are read every third poll (machine state every poll)
 
 
 class ZoneListCache:
@@ -30,15 +31,20 @@ class ZoneListCache:
     """
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[list[dict[str, Any]]]]] = {}
+        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[dict[str, dict[str, Any]]]]] = {}
         self.calls = 0
 
-    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> list[dict[str, Any]]:
+    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
+        """The zone's resources by short name (indexed once per fetch, not scanned by every watcher)."""
         now = time.monotonic()
         entry = self._entries.get(key)
         if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
             self.calls += 1
-            entry = (now, asyncio.ensure_future(fetch()))
+
+            async def fetch_indexed() -> dict[str, dict[str, Any]]:
+                return {item.get("name", "").rsplit("/", 1)[-1]: item for item in await fetch()}
+
+            entry = (now, asyncio.ensure_future(fetch_indexed()))
             self._entries[key] = entry
         return await asyncio.shield(entry[1])
 
@@ -59,7 +65,7 @@ class StageTrigger(BaseTrigger):
         poll_interval: float = 5.0,
         drill_at_step: int | None = None,
         gcp_conn_id: str | None = "google_cloud_default",
-        log_every: float = 10.0,
+        log_every: float = 30.0,
     ) -> None:
         super().__init__()
         self.placement = placement
@@ -106,10 +112,7 @@ class StageTrigger(BaseTrigger):
             fetch = lambda: hook.list_nodes(zone)  # noqa: E731
         key = (self.placement["kind"], self.gcp_conn_id or "", zone)
         items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
-        for item in items:
-            if item.get("name", "").rsplit("/", 1)[-1] == name:
-                return item
-        return None
+        return items.get(name)
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
@@ -129,15 +132,23 @@ class StageTrigger(BaseTrigger):
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        state = StageState.from_dict(self.state)
         limits = Limits(restart_timeout=self.restart_timeout)
-        hook = await self._hook()
+        hook: Any = None
         last_log = 0.0
+        facts: StageFacts | None = None
+        facts_at = 0.0
         try:
+            state = StageState.from_dict(self.state)
+            hook = await self._hook()
             while True:
                 resource = await self._machine(hook)
-                facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
-                                                state.request_id)
+                machine, notice = machine_view(self.placement["kind"], resource)
+                # GCS is the expensive look: every poll while anything is happening, else every few.
+                calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
+                if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
+                    facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
+                                                    state.request_id)
+                    facts_at = time.monotonic()
                 obs = observation(self.placement["kind"], resource, facts)
                 if time.monotonic() - last_log >= self.log_every:
                     self.log.info("%s  (%s, machine %s)", progress_line(self.stage, facts.progress),
@@ -162,8 +173,7 @@ class StageTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # noqa: BLE001 - reported to execute_complete, which fails loudly
             self.log.exception("stage trigger failed")
-            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}",
-                                "state": state.to_dict()})
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", "state": self.state})
         finally:
             close = getattr(hook, "aclose", None)
             if close is not None:

@@ -48,7 +48,7 @@ def fast_scenario(**overrides: Any) -> Scenario:
 
 @pytest.fixture
 def lc() -> Iterator[RunningLocalCloud]:
-    with running_localcloud(fast_scenario(), gcs=False) as cloud:
+    with running_localcloud(fast_scenario(), gcs=False, strict=True) as cloud:
         yield cloud
         assert cloud.violations == []
 

@@ -55,7 +55,10 @@ def test_stockout_and_quota(lc: RunningLocalCloud, compute: Compute) -> None:
     op = compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=t4("t3")))
     assert op.status == compute_v1.Operation.Status.DONE
     assert op.error.errors[0].code == "ZONE_RESOURCE_POOL_EXHAUSTED"
-    assert f"The zone 'projects/{lc.project}/zones/{ZONE}' does not have enough resources" in op.error.errors[0].message
+    # Google's exact wording, two spaces between the sentences included.
+    assert op.error.errors[0].message == (
+        f"The zone 'projects/{lc.project}/zones/{ZONE}' does not have enough resources available to fulfill "
+        "the request.  Try a different zone, or try again later.")
     with pytest.raises(exceptions.NotFound):
         compute.get("t3")
     # L4 quota 3 in the region: a g2-standard-24 (2 L4) fits, a second one does not -> 403 quotaExceeded.
@@ -64,7 +67,7 @@ def test_stockout_and_quota(lc: RunningLocalCloud, compute: Compute) -> None:
     with pytest.raises(exceptions.Forbidden) as err:
         compute.instances.insert(project=lc.project, zone=ZONE,
                                  instance_resource=gpu_instance("l2", machine_type="g2-standard-24"))
-    assert "Quota 'NVIDIA_L4_GPUS' exceeded. Limit: 3.0 in region us-central1." in str(err.value)
+    assert "Quota 'NVIDIA_L4_GPUS' exceeded.  Limit: 3.0 in region us-central1." in str(err.value)
     raw = requests.post(f"{lc.api_endpoint}/compute/v1/projects/{lc.project}/zones/{ZONE}/instances",
                         json={"name": "l3", "machineType": f"zones/{ZONE}/machineTypes/g2-standard-24"}, timeout=5)
     assert raw.status_code == 403 and raw.json()["error"]["errors"][0]["reason"] == "quotaExceeded"

@@ -16,6 +16,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import storage
 
 from interlude_localcloud.gcs import free_port
+from interlude_localcloud.testing import Admin
 
 
 def _alive(pid: int) -> bool:
@@ -60,6 +61,7 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
         bucket = client.create_bucket("ckpt")
         bucket.blob("a.txt").upload_from_string(b"hello")
         assert client.bucket("ckpt").blob("a.txt").download_as_bytes() == b"hello"
+        assert Admin(api).violations() == []  # --strict: every answer above matched the discovery docs
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=20) == 0
         assert not _alive(pid)

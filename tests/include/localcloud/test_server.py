@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -30,10 +31,11 @@ def test_scenario_faults_apply_from_start() -> None:
     from interlude_localcloud.testing import running_localcloud
 
     sc = fast_scenario(faults=[{"path_regex": "/acceleratorTypes", "status": 503, "count": 1}])
-    with running_localcloud(sc, gcs=False) as lc:
+    with running_localcloud(sc, gcs=False, strict=True) as lc:
         url = f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/acceleratorTypes"
         assert requests.get(url, timeout=5).status_code == 503
         assert requests.get(url, timeout=5).status_code == 200
+        assert lc.violations == []
 
 
 def test_fifty_concurrent_clients(lc: RunningLocalCloud) -> None:
@@ -79,3 +81,28 @@ def test_strict_mode_turns_schema_drift_into_500(lc: RunningLocalCloud) -> None:
 def test_unknown_paths_are_404(lc: RunningLocalCloud, path: str) -> None:
     r = requests.get(lc.api_endpoint + path, timeout=5)
     assert r.status_code == 404 and r.json()["error"]["code"] == 404
+
+
+def test_one_tpu_v2_rest_client_shared_by_32_threads(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
+    """32 threads x 10 rounds of get + list through ONE real tpu_v2 REST client (its session and
+    connection pool shared, as an Airflow worker's hook cache shares it): no error, no torn answer."""
+    parent = f"projects/{lc.project}/locations/{ZONE}"
+    ops = [tpu.create_node(parent=parent, node_id=f"cc{i}", node=tpu_v2.Node(
+        accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"i": str(i)})) for i in range(3)]
+    names = [op.result(timeout=10).name for op in ops]
+    start = threading.Barrier(32)
+
+    def work(t: int) -> list[str]:
+        start.wait(timeout=30)  # all threads hit the server at once
+        seen: list[str] = []
+        for r in range(10):
+            node = tpu.get_node(name=names[(t + r) % 3])
+            assert node.state == tpu_v2.Node.State.READY and node.labels["i"] == node.name[-1]
+            seen.append(node.name)
+            assert sorted(n.name for n in tpu.list_nodes(parent=parent)) == names
+        return seen
+
+    with ThreadPoolExecutor(max_workers=32) as pool:
+        results = list(pool.map(work, range(32)))
+    assert sum(len(r) for r in results) == 320
+    assert lc.violations == []

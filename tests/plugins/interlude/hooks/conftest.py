@@ -85,13 +85,3 @@ def localcloud() -> Iterator[Any]:
         yield lc
         assert lc.violations == []
 
-
-@pytest.fixture
-def lenient_localcloud() -> Iterator[Any]:
-    """A non-strict local cloud, for calls whose answers the strict validator rejects (see the report:
-    queued resources render ``tpu.nodeSpec[].node`` without the output fields strict mode demands)."""
-    from interlude_localcloud import scenario as scenario_mod
-    from interlude_localcloud.testing import running_localcloud
-
-    with running_localcloud(scenario_mod.parse(SCENARIO), strict=False, gcs=False) as lc:
-        yield lc

@@ -174,8 +174,8 @@ def test_503_burst_is_survived_then_a_longer_one_gives_up(hook: TpuHook, localcl
     assert info.value.code == 503 and "temporarily unavailable" in info.value.message
 
 
-def test_queued_resource(localcloud: Any) -> None:
-    hook = make_hook(localcloud)
+def test_queued_resource(hook: TpuHook) -> None:
+    # On the shared strict cloud: QueuedResource answers echo tpu.nodeSpec[].node as the template sent.
     body = {
         "tpu": {"nodeSpec": [{"parent": hook.parent(ZONE), "nodeId": "qr-node", "node": V6E}]},
         "spot": {},

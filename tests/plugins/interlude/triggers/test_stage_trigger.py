@@ -27,11 +27,11 @@ def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
     async def fetch() -> list[dict]:
         calls.append(1)
         await asyncio.sleep(0.05)
-        return [{"name": "n"}]
+        return [{"name": "projects/p/locations/z/nodes/n"}]
 
     async def main() -> None:
         results = await asyncio.gather(*(cache.get(("tpu", "", "z"), fetch, max_age=10) for _ in range(500)))
-        assert all(r == [{"name": "n"}] for r in results)
+        assert all(r == {"n": {"name": "projects/p/locations/z/nodes/n"}} for r in results)
         await cache.get(("tpu", "", "other-zone"), fetch, max_age=10)
 
     asyncio.run(main())
