@@ -45,31 +45,12 @@ class StagePlan:
 
     def trainer_args(self, bucket: str, run_key: str) -> list[str]:
         """Arguments for `python -m interlude_workload.train` (an argv list: never a shell string)."""
-        args = [
-            "--bucket",
-            bucket,
-            "--run-key",
-            run_key,
-            "--stage",
-            self.stage,
-            "--steps",
-            str(self.steps),
-            "--checkpoint-every",
-            str(self.checkpoint_every),
-            "--seed",
-            str(self.seed),
-            "--step-seconds",
-            str(self.step_seconds),
-            "--keep",
-            str(self.keep_checkpoints),
-        ]
-        if self.init_from_stage:
-            args += ["--init-from-stage", self.init_from_stage]
-        if self.data_date:
-            args += ["--data-date", self.data_date]
-        if self.fresh_token:
-            args += ["--fresh", self.fresh_token]
-        return args
+        from interlude_workload.startup import trainer_args
+
+        return trainer_args(bucket=bucket, run_key=run_key, stage=self.stage, steps=self.steps,
+                            checkpoint_every=self.checkpoint_every, seed=self.seed,
+                            init_from_stage=self.init_from_stage, data_date=self.data_date,
+                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token)
 
 
 def plan_prefix(run_key: str) -> str:

@@ -28,7 +28,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 _TEMPLATE = """#!/bin/bash
-# Interlude workload startup script (rendered by interlude_workload.startup.render). Runs on every boot.
+# Interlude workload startup script (rendered by interlude_workload.startup). Runs on every boot.
 set -u
 PYTHON={python}
 STAGE={stage}
@@ -47,7 +47,7 @@ fi
 say "boot: starting $STAGE of $RUN_KEY"
 # tee ignores SIGTERM (inherited through exec): when the machine's processes get SIGTERM, the trainer
 # must still be able to write its last lines while it commits.
-"$PYTHON" -m interlude_workload.train {args} > >(trap '' TERM; exec tee -a "$LOG") 2>&1 &
+"$PYTHON" -m {module} {args} > >(trap '' TERM; exec tee -a "$LOG") 2>&1 &
 child=$!
 trap 'say "SIGTERM: forwarding to trainer $child"; kill -TERM "$child" 2>/dev/null' TERM INT
 rc=0
@@ -128,6 +128,29 @@ def render(
         seed=seed, init_from_stage=init_from_stage, data_date=data_date, data_dir=data_dir,
         step_seconds=step_seconds, keep=keep, fresh=fresh, hold_margin_seconds=hold_margin_seconds,
     )  # fmt: skip
+    return _script(module="interlude_workload.train", args=args, stage=stage, run_key=run_key, python=python,
+                   log_dir=log_dir, env=env, pip_install=pip_install)
+
+
+def render_agent(
+    *,
+    bucket: str,
+    run_key: str,
+    idle_poll: float = 1.0,
+    python: str = "python3",
+    log_dir: str = "/var/log/interlude",
+    env: Mapping[str, str] | None = None,
+    pip_install: Sequence[str] = (),
+) -> str:
+    """The startup script the operators give a machine: the agent, which runs every planned stage
+    in order and resumes each (see agent.py and plan.py)."""
+    args = ["--bucket", bucket, "--run-key", run_key, "--idle-poll", repr(float(idle_poll))]
+    return _script(module="interlude_workload.agent", args=args, stage="all-stages", run_key=run_key,
+                   python=python, log_dir=log_dir, env=env, pip_install=pip_install)
+
+
+def _script(*, module: str, args: Sequence[str], stage: str, run_key: str, python: str, log_dir: str,
+            env: Mapping[str, str] | None, pip_install: Sequence[str]) -> str:
     exports = []
     for name, value in sorted((env or {}).items()):
         if not name.isidentifier():
@@ -144,5 +167,6 @@ def render(
         install=install,
         stage=shlex.quote(stage),
         run_key=shlex.quote(run_key),
+        module=module,
         args=" ".join(shlex.quote(a) for a in args),
     )

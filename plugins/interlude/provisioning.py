@@ -7,7 +7,6 @@ shape Google documents) so the same body is logged, kept in XCom for a re-provis
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,22 +37,15 @@ class MachineRequest:
 
 
 def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0) -> str:
-    """The script every boot runs: start the agent, which resumes every planned stage.
+    """The script every boot runs: the workload agent, which resumes every planned stage.
 
-    Every value is shell-quoted. On Google Cloud the image must provide a Python with the
-    `interlude` package's workload installed (a Deep Learning VM image plus
-    `pip install` of this repository, or a custom image); set INTERLUDE_PYTHON to choose it.
+    Every value is shell-quoted. On Google Cloud the image must provide a `python3` that can import
+    `interlude_workload` (this repository installed, e.g. in a custom image); the script says so on
+    the serial console and exits 3 when it cannot.
     """
-    q = shlex.quote
-    return "\n".join([
-        "#!/bin/bash",
-        "# Interlude: runs on every boot; the agent resumes from the latest committed checkpoint.",
-        "set -u",
-        'PY="${INTERLUDE_PYTHON:-python3}"',
-        f'exec "$PY" -m interlude_workload.agent --bucket {q(bucket)} --run-key {q(run_key)} '
-        f"--idle-poll {q(str(idle_poll))}",
-        "",
-    ])
+    from interlude_workload.startup import render_agent
+
+    return render_agent(bucket=bucket, run_key=run_key, idle_poll=idle_poll)
 
 
 def tpu_node_body(*, accelerator_type: str, runtime: str, mode: str, labels: dict[str, str], script: str,

@@ -157,8 +157,9 @@ def test_crash_without_notice_resumes_from_the_last_periodic_checkpoint(stack, t
     assert len(events) == 1 and events[0]["kind"] in ("no_notice_loss", "unobserved_restart"), events
     event = events[0]
     assert event["resumed_from_step"] % BASE["checkpoint_every"] == 0, "resumes from a periodic checkpoint"
-    # The step at the crash is known only from progress reports (about 1 s behind): a lower bound.
-    assert crashed[0] - BASE["checkpoint_every"] <= event["resumed_from_step"] <= crashed[0], (crashed, event)
+    # The step at the crash is known only from progress reports (up to ~1 s, 10 steps, behind).
+    every = BASE["checkpoint_every"]
+    assert crashed[0] - every <= event["resumed_from_step"] <= crashed[0] + every, (crashed, event)
     assert 0 <= event["steps_recomputed"] <= BASE["checkpoint_every"], event
     final = _store(cloud, run_key, "finetune").latest().checkpoint
     assert final.metrics["digest"] == _reference_digest(cloud, tmp_path)

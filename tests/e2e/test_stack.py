@@ -219,8 +219,9 @@ def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:
     conf = base_conf(model_profile="maxtext-tpu-only", zones=[GPU_ONLY_ZONE], require_conversion_approval=True)
     run_id = api.trigger(conf)
     task = "choose.approve_convert_for_gpu"
+    waiting = ("deferred", "awaiting_input")
     api.wait_run(run_id, RUN_TIMEOUT,
-                 until=lambda run: api.task_instances(run_id).get(task, {}).get("state") == "deferred")
+                 until=lambda run: api.task_instances(run_id).get(task, {}).get("state") in waiting)
     pending = api.call("GET", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/-1/hitlDetails")
     assert "person-days" in pending["body"] and pending["options"] == ["Approve", "Reject"]
     assert api.task_instances(run_id)["provision"]["state"] in (None, "none", "scheduled", "queued")

@@ -12,7 +12,7 @@ HOSTILE = "run'; rm -rf / #$(touch /tmp/pwned)"
 
 def test_startup_script_quotes_every_value() -> None:
     script = provisioning.startup_script("bucket", HOSTILE, 0.5)
-    line = next(x for x in script.splitlines() if x.startswith("exec"))
+    line = next(x for x in script.splitlines() if "-m interlude_workload.agent" in x)
     argv = shlex.split(line)
     assert argv[argv.index("--run-key") + 1] == HOSTILE
     # bash parses it without running anything but the (absent) agent
