@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
@@ -16,13 +15,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from interlude.sensors.checkpoint import CommittedCheckpointSensor
 from interlude.triggers.checkpoint import CheckpointTrigger
 from interlude_workload.checkpoints import CheckpointStore
-from interlude_workload.testing import GcsEmulator, running_gcs_emulator
+from interlude_workload.testing import GcsEmulator
 
 
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with running_gcs_emulator() as emulator:
-        yield emulator
+@pytest.fixture
+def gcs(gcs_emulator: GcsEmulator) -> GcsEmulator:
+    return gcs_emulator  # the session's emulator (tests/conftest.py)
 
 
 @pytest.fixture

@@ -6,20 +6,18 @@ import asyncio
 import importlib
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from interlude.triggers.checkpoint import CheckpointTrigger
 from interlude_workload.checkpoints import CheckpointStore
-from interlude_workload.testing import GcsEmulator, running_gcs_emulator
+from interlude_workload.testing import GcsEmulator
 
 
-@pytest.fixture(scope="module")
-def gcs() -> Iterator[GcsEmulator]:
-    with running_gcs_emulator() as emulator:
-        yield emulator
+@pytest.fixture
+def gcs(gcs_emulator: GcsEmulator) -> GcsEmulator:
+    return gcs_emulator  # the session's emulator (tests/conftest.py)
 
 
 @pytest.fixture

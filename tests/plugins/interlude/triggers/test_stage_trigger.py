@@ -38,15 +38,11 @@ def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
     assert len(calls) == 2 and cache.calls == 2
 
 
-def test_on_kill_asks_the_workload_for_a_checkpoint(monkeypatch) -> None:
+def test_on_kill_asks_the_workload_for_a_checkpoint(bucket: str) -> None:
     from interlude_workload.checkpoints import CheckpointStore
-    from interlude_workload.testing import running_gcs_emulator
 
-    with running_gcs_emulator() as gcs:
-        monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs.endpoint)
-        gcs.create_bucket("b")
-        trigger = StageTrigger(placement={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
-                               stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0)
-        asyncio.run(trigger.on_kill())
-        (pending,) = CheckpointStore("b", "k", "train").pending_requests()
-        assert pending.startswith("kill")
+    trigger = StageTrigger(placement={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket=bucket, run_key="k",
+                           stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0)
+    asyncio.run(trigger.on_kill())
+    (pending,) = CheckpointStore(bucket, "k", "train").pending_requests()
+    assert pending.startswith("kill")

@@ -1,4 +1,4 @@
-"""Fixtures for the workload tests: one real GCS emulator per session, a fresh bucket per test."""
+"""Shared fixtures: one real GCS emulator per session, a fresh bucket per test."""
 
 from __future__ import annotations
 
