@@ -98,15 +98,20 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     return env
 
 
-def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
-    from google.api_core.exceptions import Conflict
+def gcs_client(cloud: LocalCloud) -> Any:
+    """A storage client for the local cloud's GCS emulator (anonymous, explicit endpoint)."""
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": cloud.gcs_endpoint})
+    return storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": cloud.gcs_endpoint})
+
+
+def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
+    from google.api_core.exceptions import Conflict
+
     try:
-        client.create_bucket(bucket)
+        gcs_client(cloud).create_bucket(bucket)
     except Conflict:
         pass
 
@@ -148,12 +153,7 @@ def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: 
 
 
 def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] | None:
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
-
-    client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": cloud.gcs_endpoint})
-    blob = client.bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
+    blob = gcs_client(cloud).bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
     return json.loads(blob.download_as_bytes()) if blob else None
 
 
@@ -172,7 +172,6 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     exactly these weights.
     """
     from interlude_workload.checkpoints import CheckpointStore
-    from interlude_workload.gcs import storage_client
 
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
     common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
@@ -182,6 +181,5 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     for stage, steps, extra in stages:
         subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
                         "--steps", str(steps), *extra], env=env, check=True, capture_output=True, timeout=300)
-    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
-    store = CheckpointStore(bucket, run_key, "finetune", client=storage_client(cloud.project))
+    store = CheckpointStore(bucket, run_key, "finetune", client=gcs_client(cloud))
     return str(store.latest().checkpoint.metrics["digest"])
