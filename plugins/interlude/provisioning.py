@@ -7,10 +7,14 @@ shape Google documents) so the same body is logged, kept in XCom for a re-provis
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from interlude import naming
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 # Deep Learning VM images (project deeplearning-platform-release) by family; see include/runtimes.yaml.
@@ -142,20 +146,48 @@ def _hooks(gcp_conn_id: str | None) -> tuple[Any, Any]:
     return TpuHook(gcp_conn_id=gcp_conn_id), ComputeHook(gcp_conn_id=gcp_conn_id)
 
 
-def create(request: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
-    """Create (or adopt) the machine. Raises the hooks' StockoutError / QuotaExceededError."""
+def queued_resource_id(request: dict[str, Any]) -> str:
+    return f"{request['name']}-qr"
+
+
+def create(request: dict[str, Any], gcp_conn_id: str | None, queue_timeout: float = 3600.0) -> dict[str, Any]:
+    """Create (or adopt) the machine. Raises the hooks' StockoutError / QuotaExceededError.
+
+    Mode `queued` asks for the TPU through a queued resource: Google holds the request in
+    WAITING_FOR_RESOURCES instead of failing with a stockout, and creates the node when it can.
+    """
     tpu, compute = _hooks(gcp_conn_id)
-    if request["kind"] == "tpu_node":
+    if request["kind"] == "gce_vm":
+        return compute.insert_instance(request["zone"], request["body"])
+    if request.get("mode") != "queued":
         return tpu.create_node(request["zone"], request["name"], request["body"])
-    return compute.insert_instance(request["zone"], request["body"])
+    zone, qr_id = request["zone"], queued_resource_id(request)
+    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": request["name"], "node": request["body"]}]}}
+    tpu.create_queued_resource(zone, qr_id, body)
+    deadline = time.monotonic() + queue_timeout
+    while True:
+        qr = tpu.get_queued_resource(zone, qr_id) or {}
+        state = (qr.get("state") or {}).get("state")
+        if state == "ACTIVE":
+            node = tpu.get_node(zone, request["name"])
+            if node and node.get("state") == "READY":
+                return node
+        elif state in ("FAILED", "SUSPENDED") or not qr:
+            raise RuntimeError(f"queued resource {qr_id} is {state or 'gone'}: {qr.get('state')}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"queued resource {qr_id} still {state} after {queue_timeout:.0f}s")
+        log.info("Queued resource %s: %s", qr_id, state)
+        time.sleep(2.0)
 
 
 def delete(request: dict[str, Any], gcp_conn_id: str | None) -> None:
     tpu, compute = _hooks(gcp_conn_id)
-    if request["kind"] == "tpu_node":
-        tpu.delete_node(request["zone"], request["name"])
-    else:
+    if request["kind"] == "gce_vm":
         compute.delete_instance(request["zone"], request["name"])
+        return
+    if request.get("mode") == "queued":  # force: the queued resource takes its node with it
+        tpu.delete_queued_resource(request["zone"], queued_resource_id(request), force=True)
+    tpu.delete_node(request["zone"], request["name"])
 
 
 def reprovision(request: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
@@ -170,8 +202,7 @@ def teardown_run(run_key: str, zones: list[str], gcp_conn_id: str | None) -> lis
     deleted: list[str] = []
     for zone in zones:
         for qr in tpu.list_queued_resources(zone):
-            if qr.get("labels", {}).get("interlude-run") == run_key or qr["name"].rsplit("/", 1)[-1].startswith(
-                    run_key + "-"):
+            if qr["name"].rsplit("/", 1)[-1].startswith(run_key + "-"):  # queued resources carry no labels
                 tpu.delete_queued_resource(zone, qr["name"].rsplit("/", 1)[-1], force=True)
                 deleted.append(qr["name"])
         for node in tpu.list_nodes(zone):

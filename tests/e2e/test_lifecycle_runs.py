@@ -205,3 +205,21 @@ def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_d
         assert [m["name"] for m in dev.machines(cloud)] == ["someone-else"]
     finally:
         cloud.stop()
+
+
+def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_path: Path) -> None:
+    """maxtext-tpu-only prefers queued resources: the TPU comes through one, and teardown removes both."""
+    cloud, _ = stack
+    result, run_key = _run(stack, tmp_path, model_profile="maxtext-tpu-only", train_steps=20, finetune_steps=10,
+                           checkpoint_every=5)
+    assert result.succeeded, result.log[-4000:]
+    assert "Queued resource" in result.log or "(v6e-8, queued)" in result.log
+    from interlude_localcloud.testing import Admin
+
+    events = Admin(cloud.api_endpoint).events()
+    qr = f"{run_key}-tpu-qr"
+    states = [e.get("state") for e in events if e["event"] == "queued_resource_state" and
+              str(e.get("queued_resource", "")).endswith(qr)]
+    assert states[-1] == "ACTIVE", states
+    assert any(e["event"] == "queued_resource_deleted" and str(e["queued_resource"]).endswith(qr) for e in events)
+    assert dev.machines(cloud) == []
