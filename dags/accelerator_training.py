@@ -125,12 +125,6 @@ with DAG(
             leaf = decision["leaf"]
             return f"choose.{'wait_for_capacity' if leaf == 'wait' else leaf}"
 
-        @task(trigger_rule="none_failed_min_one_success")
-        def wait_for_capacity(spec: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
-            from interlude import lifecycle
-
-            return lifecycle.wait_for_capacity(spec, decision, float(spec["poll_seconds"]) * 5)
-
         @task
         def stuck(decision: dict[str, Any]) -> None:
             from interlude import lifecycle
@@ -154,7 +148,9 @@ with DAG(
         routed = route(decision)
         leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
         convert = [conversion.override(task_id=leaf)(decision) for leaf in ("convert_for_gpu", "convert_for_tpu")]
-        waited = wait_for_capacity(spec, decision)
+        from interlude.operators.capacity import WaitForCapacityOperator
+
+        waited = WaitForCapacityOperator(task_id="wait_for_capacity", spec=spec, decision=decision)
         routed >> [*leaves, *convert, waited, stuck(decision)]
         for family, leaf in zip(("GPU", "TPU"), convert, strict=True):
             name = f"convert_for_{family.lower()}"

@@ -96,18 +96,6 @@ def decide(spec: Mapping[str, Any], report: Mapping[str, Any], wait: Any = None)
     return decision.to_dict()
 
 
-def wait_for_capacity(spec: Mapping[str, Any], decision: dict[str, Any], poll_seconds: float) -> dict[str, Any]:
-    """Re-evaluate capacity until the tree leaves `wait` (a placement, or stuck at the deadline)."""
-    from interlude.decisions import Decision
-
-    while True:
-        current = Decision.from_dict(decision)
-        if current.leaf.value != "wait":
-            return decision
-        time.sleep(poll_seconds)
-        decision = decide(spec, evaluate_capacity(spec), current.wait_state())
-
-
 def fail_stuck(decision: Mapping[str, Any]) -> None:
     raise RuntimeError("No accelerator can be had for this run.\n\n" + str(decision.get("stuck_report") or decision))
 

@@ -223,3 +223,55 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
     assert states[-1] == "ACTIVE", states
     assert any(e["event"] == "queued_resource_deleted" and str(e["queued_resource"]).endswith(qr) for e in events)
     assert dev.machines(cloud) == []
+
+
+def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: Path) -> None:
+    """The only GPU the zone offers has its quota used up by someone else: the tree says `wait`, the
+    run waits in the triggerer, and goes on to that GPU as soon as the other VM is deleted."""
+    from interlude import provisioning
+    from interlude.hooks.compute import ComputeHook
+
+    zone = "us-central1-a"
+    scenario = {
+        "description": "one A100 80GB whose quota is taken", "project": "interlude-local", "time_scale": 3600,
+        "zones": {zone: {"region": "us-central1", "gpu": {
+            "accelerator_types": ["nvidia-a100-80gb"], "machine_types": ["a2-ultragpu-1g"],
+            "capacity": {"nvidia-a100-80gb": {"on_demand": 4}}}}},
+        "regions": {"us-central1": {"quotas": {"NVIDIA_A100_80GB_GPUS": 1, "CPUS": 100}}},
+    }
+    path = tmp_path / "a100.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    cloud = dev.start_localcloud(path, tmp_path / "localcloud")
+    try:
+        home = tmp_path / "airflow"
+        home.mkdir()
+        (home / "airflow.db").write_bytes(airflow_db.read_bytes())
+        dev.ensure_bucket(cloud, BUCKET)
+        compute = ComputeHook(gcp_conn_id=None, compute_endpoint=cloud.api_endpoint, project_id=cloud.project)
+        squatter = provisioning.gce_vm_body(
+            name="someone-else", zone=zone, accelerator_type="nvidia-a100-80gb", count=1,
+            machine_type="a2-ultragpu-1g", image_family="x", mode="on_demand", labels={}, script="true",
+            network=None, subnetwork=None, service_account=None)
+        compute.insert_instance(zone, squatter)
+        log = tmp_path / "dags-test.log"
+        conf = {**BASE, "zones": [zone], "train_steps": 10, "finetune_steps": 5, "checkpoint_every": 5,
+                "poll_seconds": 0.5}
+        result: list[dev.DagTestResult] = []
+        runner = threading.Thread(target=lambda: result.append(
+            dev.dags_test(dev.airflow_env(home, cloud), DAG_ID, conf, log, timeout=600)), daemon=True)
+        runner.start()
+        deadline = time.monotonic() + 180
+        while "Waiting for capacity" not in (log.read_text() if log.exists() else ""):
+            assert time.monotonic() < deadline and runner.is_alive(), "the run never started waiting"
+            time.sleep(0.5)
+        time.sleep(3)  # a few re-evaluations that still find nothing
+        compute.delete_instance(zone, "someone-else")
+        runner.join(timeout=400)
+        (done,) = result
+        assert done.succeeded, done.log[-4000:]
+        assert "Capacity found: gpu -> nvidia-a100-80gb" in done.log
+        report = dev.read_report(cloud, BUCKET, naming.run_key(DAG_ID, done.run_id))
+        assert report["accelerator"] == "nvidia-a100-80gb"
+        assert dev.machines(cloud) == []
+    finally:
+        cloud.stop()

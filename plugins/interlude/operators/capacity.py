@@ -1,0 +1,49 @@
+"""WaitForCapacityOperator: the `wait` leaf of the decision trees, deferred until capacity shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException
+
+from interlude.triggers.capacity import CapacityTrigger
+
+
+class WaitForCapacityOperator(BaseOperator):
+    """Hold the run (in the triggerer, not on a worker) until the tree places it or gives up.
+
+    Returns the new decision; a walk that ends `stuck` (the profile's wait deadline passed) fails the
+    task with the tree's report of everything it checked.
+    """
+
+    template_fields = ("spec", "decision")
+    ui_color = "#fff3cd"
+
+    def __init__(self, *, spec: Any, decision: Any, poll_interval: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.decision = decision
+        self._poll_interval = poll_interval
+
+    @property
+    def poll_interval(self) -> float:
+        """Capacity is probed five times less often than machines are watched (default 5 x poll_seconds)."""
+        return self._poll_interval or 5 * float(self.spec.get("poll_seconds", 12.0))
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        self.log.info("Waiting for capacity (deadline %s); re-evaluating every %.0fs",
+                      self.decision.get("wait_deadline"), self.poll_interval)
+        self.defer(trigger=CapacityTrigger(spec=self.spec, decision=self.decision, poll_interval=self.poll_interval),
+                   method_name="execute_complete")
+        raise AssertionError("unreachable")  # defer() raises
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        if event.get("status") != "decided":
+            raise AirflowException(f"waiting for capacity failed: {event.get('message', event)}")
+        decision = event["decision"]
+        if decision["leaf"] == "stuck":
+            raise AirflowException("Still no capacity at the wait deadline.\n\n" + str(decision.get("stuck_report")))
+        self.log.info("Capacity found: %s -> %s in %s", decision["leaf"], decision.get("accelerator_type"),
+                      decision.get("zone"))
+        return decision
