@@ -38,13 +38,12 @@ class LocalCloud:
                 self.process.kill()
                 self.process.wait()
 
-    def admin(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        import requests
+    @property
+    def admin(self) -> Any:
+        """The local cloud's admin client (events, machines, faults, preemption, crashes)."""
+        from interlude_localcloud.testing import Admin
 
-        url = f"{self.api_endpoint}/_localcloud/{path.lstrip('/')}"
-        resp = requests.post(url, json=body or {}, timeout=30) if body is not None else requests.get(url, timeout=30)
-        resp.raise_for_status()
-        return resp.json() if resp.content else None
+        return Admin(self.api_endpoint)
 
 
 def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_port: int = 0) -> LocalCloud:
@@ -159,9 +158,7 @@ def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] 
 
 def machines(cloud: LocalCloud) -> list[dict[str, Any]]:
     """Every node and VM the local cloud holds right now (its admin view)."""
-    from interlude_localcloud.testing import Admin
-
-    return Admin(cloud.api_endpoint).machines()
+    return list(cloud.admin.machines())
 
 
 def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],

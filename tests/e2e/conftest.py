@@ -49,10 +49,10 @@ class DagRunResult:
                 if self.states.get(f"choose.{leaf}") in ("success", "failed")}
 
     def machines(self) -> list[dict[str, Any]]:
-        return list(self.cloud.admin("machines")["machines"])
+        return self.cloud.admin.machines()
 
     def events(self) -> list[dict[str, Any]]:
-        return list(self.cloud.admin("events")["events"])
+        return self.cloud.admin.events()
 
 
 class RunDag(Protocol):

@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from interlude import dev, naming
-from interlude_localcloud.testing import Admin
 
 pytestmark = pytest.mark.e2e
 DAG_ID = "interlude_training"
@@ -72,7 +71,7 @@ def _watch(cloud: dev.LocalCloud, when: Callable[[dict[str, Any], int], bool],
     """In the background: once a machine exists and its train progress satisfies `when`, act once."""
     def loop() -> None:
         deadline = time.monotonic() + timeout
-        admin = Admin(cloud.api_endpoint)
+        admin = cloud.admin
         while time.monotonic() < deadline:
             for m in admin.machines():
                 key = m["name"].rsplit("-", 1)[0]
@@ -123,7 +122,7 @@ def test_spot_preemption_resumes_from_the_last_periodic_checkpoint(stack, tmp_pa
     preempted: list[dict[str, Any]] = []
 
     def preempt(m: dict[str, Any]) -> None:
-        Admin(cloud.api_endpoint).preempt("tpu", m["zone"], m["name"])
+        cloud.admin.preempt("tpu", m["zone"], m["name"])
         preempted.append(m)
 
     watcher = _watch(cloud, lambda m, step: m["kind"] == "tpu" and step >= 35, preempt)
@@ -146,7 +145,7 @@ def test_crash_without_notice_resumes_from_the_last_periodic_checkpoint(stack, t
 
     def crash(m: dict[str, Any]) -> None:
         step = int((_store(cloud, m["name"].rsplit("-", 1)[0], "train").read_progress() or {})["step"])
-        Admin(cloud.api_endpoint).crash("tpu", m["zone"], m["name"])  # SIGKILL, then the machine reboots
+        cloud.admin.crash("tpu", m["zone"], m["name"])  # SIGKILL, then the machine reboots
         crashed.append(step)
 
     watcher = _watch(cloud, lambda m, step: m["kind"] == "tpu" and step >= 25 and step % 10 >= 3, crash)
@@ -170,7 +169,7 @@ def test_a_failed_stage_still_tears_down_and_fails_the_run(stack, tmp_path: Path
 
     def deny_next_list(m: dict[str, Any]) -> None:
         # The trigger's next look at the zone is refused: watching fails, the stage fails.
-        Admin(cloud.api_endpoint).inject_fault(r"^/v2/projects/[^/]+/locations/[^/]+/nodes$", status=403, count=1,
+        cloud.admin.inject_fault(r"^/v2/projects/[^/]+/locations/[^/]+/nodes$", status=403, count=1,
                                                method="GET")
 
     watcher = _watch(cloud, lambda m, step: step >= 15, deny_next_list)
@@ -214,9 +213,8 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
                            checkpoint_every=5)
     assert result.succeeded, result.log[-4000:]
     assert "Queued resource" in result.log or "(v6e-8, queued)" in result.log
-    from interlude_localcloud.testing import Admin
 
-    events = Admin(cloud.api_endpoint).events()
+    events = cloud.admin.events()
     qr = f"{run_key}-tpu-qr"
     states = [e.get("state") for e in events if e["event"] == "queued_resource_state" and
               str(e.get("queued_resource", "")).endswith(qr)]
