@@ -9,6 +9,7 @@ the run is left.
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -23,6 +24,9 @@ CONF = {"drill_maintenance": True, "train_steps": 200, "finetune_steps": 150, "c
 def main() -> int:
     var = ROOT / "var" / "demo"
     var.mkdir(parents=True, exist_ok=True)
+    # A fresh local cloud every time: its GCS emulator slows down as objects pile up, and a demo should
+    # not depend on what an earlier one left.
+    shutil.rmtree(var / "localcloud", ignore_errors=True)
     cloud = dev.start_localcloud("default", var / "localcloud")
     try:
         print(f"local cloud: {cloud.api_endpoint} (GCS {cloud.gcs_endpoint}); state in {var}")
