@@ -9,6 +9,7 @@ Clearing and re-running the task starts from the checkpoints in GCS, never from 
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -75,7 +76,9 @@ class TrainingStageOperator(BaseOperator):
         return bool(self.spec.get("drill_maintenance"))
 
     # ------------------------------------------------------------------ helpers
+    @functools.cached_property
     def _store(self) -> Any:
+        """One checkpoint store (and storage client) per operator run; the spec is rendered by now."""
         from interlude_workload.checkpoints import CheckpointStore
 
         return CheckpointStore(self.bucket, self.run_key, self.stage)
@@ -83,8 +86,7 @@ class TrainingStageOperator(BaseOperator):
     def _drill_pending(self) -> bool:
         if not self.drill_maintenance:
             return False
-        blob = self._store().bucket.blob(self._store().base + "control/drill.json")
-        return not blob.exists()
+        return not self._store.bucket.blob(self._store.base + "control/drill.json").exists()
 
     def _trigger(self, state: StageState) -> StageTrigger:
         drill_at = self.checkpoint_every if self._drill_pending() else None
@@ -97,7 +99,7 @@ class TrainingStageOperator(BaseOperator):
         from interlude.hooks.compute import ComputeHook
         from interlude.hooks.tpu import TpuHook
 
-        store = self._store()
+        store = self._store
         store.bucket.blob(store.base + "control/drill.json").upload_from_string(
             '{"drill": "simulateMaintenanceEvent"}', content_type="application/json")
         zone, name = self.machine["zone"], self.machine["name"]
@@ -108,7 +110,7 @@ class TrainingStageOperator(BaseOperator):
             TpuHook(gcp_conn_id=self.gcp_conn_id).simulate_maintenance_event(zone, name)
 
     def _summary(self) -> dict[str, Any]:
-        latest = self._store().latest().checkpoint
+        latest = self._store.latest().checkpoint
         if latest is None or latest.step < self.steps:
             raise AirflowException(f"stage {self.stage} reported done but no committed final checkpoint exists")
         return {"stage": self.stage, "steps": self.steps, "final_step": latest.step, "final_uri": latest.uri,
@@ -126,7 +128,7 @@ class TrainingStageOperator(BaseOperator):
             if action is Action.REQUEST_CHECKPOINT:
                 assert state.request_id
                 notice = (state.event or {}).get("notice_type")
-                self._store().request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
+                self._store.request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
                 self.log.info("Maintenance notice (%s, window %s): checkpoint requested (%s)", notice,
                               (state.event or {}).get("window_start"), state.request_id)
             elif action is Action.REPROVISION:
@@ -186,14 +188,19 @@ class TrainingStageOperator(BaseOperator):
 
         limits = Limits(restart_timeout=self.restart_timeout)
         zone, name = self.machine["zone"], self.machine["name"]
+        if self.machine["kind"] == "gce_vm":
+            compute = ComputeHook(gcp_conn_id=self.gcp_conn_id)
+            get = lambda: compute.get_instance(zone, name)  # noqa: E731
+        else:
+            tpu = TpuHook(gcp_conn_id=self.gcp_conn_id)
+            get = lambda: tpu.get_node(zone, name)  # noqa: E731
+        drill = self._drill_pending()
         while True:
-            if self.machine["kind"] == "gce_vm":
-                resource = ComputeHook(gcp_conn_id=self.gcp_conn_id).get_instance(zone, name)
-            else:
-                resource = TpuHook(gcp_conn_id=self.gcp_conn_id).get_node(zone, name)
+            resource = get()
             facts = read_stage_facts(self.bucket, self.run_key, self.stage, state.request_id)
-            if self._drill_pending() and state.phase is Phase.RUNNING and facts.committed_step >= self.checkpoint_every:
+            if drill and state.phase is Phase.RUNNING and facts.committed_step >= self.checkpoint_every:
                 self._drill()
+                drill = False
             obs = observation(self.machine["kind"], resource, facts)
             t = next_step(state, obs, limits)
             if t.differs_from(state):
