@@ -8,11 +8,15 @@ STAMP := $(VENV)/.installed
 
 # Install once; again only when the requirements, the constraints or the package layout change.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade "pip>=24"
-	$(PY) -m pip install -q -r requirements.txt -c constraints.txt
-	$(PY) -m pip install -q --no-deps -e .
-	touch $(STAMP)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@# uv (from PyPI) installs the pinned tree in seconds; output is kept quiet unless a step fails.
+	@$(PY) -m pip install -q "uv>=0.5" > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt -c constraints.txt >> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e . >> $(VENV)/install.log 2>&1 \
+		|| { cat $(VENV)/install.log; exit 1; }
+	@touch $(STAMP)
+	@echo "installed into $(VENV) (log: $(VENV)/install.log)"
 
 demo: $(STAMP)
 	$(PY) include/scripts/demo.py
