@@ -3,7 +3,7 @@
 Calls go through the ``google.cloud.compute_v1`` clients (REST-only, synchronous) with our endpoint in
 ``client_options``. Operations are polled with our own ``ZoneOperationsClient`` on the same endpoint:
 the library's ``ExtendedOperation.result()`` would poll Google's public endpoint whatever
-``client_options`` say (google-cloud-compute's ``ExtendedOperation``). Instances are read as raw REST JSON so callers get Google's
+``client_options`` say. Instances are read as raw REST JSON so callers get Google's
 camelCase shape (same as the TPU hook) including ``resourceStatus.upcomingMaintenance``.
 """
 
