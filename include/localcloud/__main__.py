@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     lc.start()
     try:
-        print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint}),
-              flush=True)
+        print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint,
+                          "project": lc.scenario.project, "time_scale": lc.scenario.time_scale}), flush=True)
         while not stop.wait(0.5):
             pass
     finally:

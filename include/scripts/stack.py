@@ -270,7 +270,8 @@ def component_env(state: dict[str, Any]) -> dict[str, str]:
 
     cloud = dev.LocalCloud(process=None, api_endpoint=state["localcloud"]["api_endpoint"],  # type: ignore[arg-type]
                            gcs_endpoint=state["localcloud"]["gcs_endpoint"], project=state["localcloud"]["project"],
-                           state_dir=Path(state["var_dir"]) / "localcloud")
+                           state_dir=Path(state["var_dir"]) / "localcloud",
+                           time_scale=float(state["localcloud"].get("time_scale", 1.0)))
     env = dev.airflow_env(Path(state["airflow_home"]), cloud)
     keep = {"AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW__CORE__LOAD_EXAMPLES",
             "AIRFLOW__CORE__UNIT_TEST_MODE", "AIRFLOW__API__HOST"}
@@ -307,7 +308,8 @@ def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subproc
                 continue
             if ready.get("ready"):
                 return proc, {"api_endpoint": ready["api_endpoint"], "gcs_endpoint": ready["gcs_endpoint"],
-                              "project": ready.get("project", "interlude-local")}
+                              "project": ready.get("project", "interlude-local"),
+                              "time_scale": float(ready.get("time_scale", 1.0))}
         if proc.poll() is not None:
             raise RuntimeError(f"local cloud exited with {proc.returncode}; see {state_dir / 'localcloud.log'}")
         time.sleep(0.2)

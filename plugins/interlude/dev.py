@@ -28,6 +28,7 @@ class LocalCloud:
     gcs_endpoint: str
     project: str
     state_dir: Path
+    time_scale: float = 1.0  # the scenario's clock: Google-real seconds / time_scale = real seconds
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -71,7 +72,8 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
             continue
         if ready.get("ready"):
             project = ready.get("project", "interlude-local")
-            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir)
+            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir,
+                              float(ready.get("time_scale", 1.0)))
     proc.kill()
     raise RuntimeError("local cloud did not report ready within 60 s")
 
@@ -80,7 +82,7 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {"conn_type": "google_cloud_platform",
             "extra": {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
-                      "compute_endpoint": cloud.api_endpoint}}
+                      "compute_endpoint": cloud.api_endpoint, "time_scale": cloud.time_scale}}
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),

@@ -201,3 +201,20 @@ def test_endpoint_and_project_come_from_the_airflow_connection(
             return await ahook.list_instances(ZONE)
 
     assert asyncio.run(via_async()) == []
+
+
+def test_time_scale_comes_from_the_connection(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cloud's dev env tells Airflow its clock; Google's connection (no extra) runs at 1."""
+    from interlude import dev
+
+    cloud = dev.LocalCloud(process=None, api_endpoint="http://127.0.0.1:1", gcs_endpoint="http://127.0.0.1:2",  # type: ignore[arg-type]
+                           project="p", state_dir=tmp_path, time_scale=600.0)
+    monkeypatch.setenv("AIRFLOW_CONN_SCALED", dev.airflow_env(tmp_path, cloud)["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
+    assert ComputeHook("scaled").time_scale == 600.0
+    google = {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": "p"}}
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE", json.dumps(google))
+    assert ComputeHook("google").time_scale == 1.0
+    google["extra"]["time_scale"] = 0  # type: ignore[index]
+    monkeypatch.setenv("AIRFLOW_CONN_BROKEN", json.dumps(google))
+    with pytest.raises(ValueError, match="time_scale must be > 0"):
+        ComputeHook("broken").time_scale  # noqa: B018
