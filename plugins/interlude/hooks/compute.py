@@ -119,8 +119,10 @@ class ComputeHook(InterludeGoogleHook):
 
     def _instance_op(self, zone: str, name: str, verb: str, wait: bool, **extra: Any) -> dict[str, Any]:
         method = getattr(self.instances, f"{verb}_unary")
+        # a request mapping: query parameters such as withExtendedNotifications are not flattened arguments
+        request = {"project": self.project, "zone": zone, "instance": name, **extra}
         op = self._call(
-            lambda: method(project=self.project, zone=zone, instance=name, retry=None, timeout=CALL_TIMEOUT, **extra),
+            lambda: method(request=request, retry=None, timeout=CALL_TIMEOUT),
             f"instances.{verb} {zone}/{name}",
         )
         return self.wait_operation(zone, op.name) if wait else message_to_dict(op)
