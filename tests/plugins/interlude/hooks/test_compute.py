@@ -159,11 +159,23 @@ def test_maintenance_visible_to_sync_and_async_hooks(hook: ComputeHook, localclo
 
     # Starting it early: the GPU VM terminates for maintenance, then restarts (automaticRestart).
     hook.perform_maintenance(ZONE, "maint")
-    assert hook.get_instance(ZONE, "maint")["status"] == "TERMINATED"
+    assert hook.get_instance(ZONE, "maint")["status"] in ("STOPPING", "TERMINATED")  # Google's path down
     deadline = time.monotonic() + 10
     while hook.get_instance(ZONE, "maint")["status"] != "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_drill_without_extended_notifications_gets_no_notice(hook: ComputeHook, localcloud: Any) -> None:
+    """The flag is what gives a drill its notice (Google's simulateMaintenanceEvent); without it the GPU VM
+    goes down at once. The default drill sends it."""
+    hook.insert_instance(ZONE, l4_vm("nonotice"))
+    hook.simulate_maintenance_event(ZONE, "nonotice", with_extended_notifications=False)
+    vm = hook.get_instance(ZONE, "nonotice")
+    assert vm["status"] in ("STOPPING", "TERMINATED")
+    assert vm["resourceStatus"]["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
+    events = [e["event"] for e in localcloud.admin.events() if e.get("machine") == f"gce-{ZONE}-nonotice"]
+    assert "maintenance_notice" not in events
 
 
 def test_503_burst_is_survived_then_a_longer_one_gives_up(hook: ComputeHook, localcloud: Any) -> None:
