@@ -82,7 +82,8 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {"conn_type": "google_cloud_platform",
             "extra": {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
-                      "compute_endpoint": cloud.api_endpoint, "time_scale": cloud.time_scale}}
+                      "compute_endpoint": cloud.api_endpoint,
+                      "time_scale": getattr(cloud, "time_scale", 1.0)}}
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),
