@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from interlude.spec import RunSpec
 from interlude.triggers.capacity import CapacityTrigger
 
 
@@ -29,7 +30,7 @@ class WaitForCapacityOperator(BaseOperator):
     @property
     def poll_interval(self) -> float:
         """Capacity is probed five times less often than machines are watched (default 5 x poll_seconds)."""
-        return self._poll_interval or 5 * float(self.spec.get("poll_seconds", 12.0))
+        return self._poll_interval or 5 * RunSpec.from_dict(self.spec).poll_seconds
 
     def execute(self, context: Any) -> dict[str, Any]:
         self.log.info("Waiting for capacity (deadline %s); re-evaluating every %.0fs",
