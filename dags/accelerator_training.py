@@ -74,19 +74,26 @@ with DAG(
 
     spec = resolve_run()
 
-    with TaskGroup("choose") as choose:
+    def run_spec() -> RunSpec:
+        """The run's spec from resolve_run's XCom: pulled, not passed, so the graph shows the lifecycle."""
+        return RunSpec.from_dict(get_current_context()["ti"].xcom_pull(task_ids="resolve_run"))
+
+    def pulled(task_id: str) -> Any:
+        return get_current_context()["ti"].xcom_pull(task_ids=task_id)
+
+    with TaskGroup("choose", tooltip="Capacity per zone, then the decision tree's leaf (in tree order)") as choose:
 
         @task
-        def evaluate_capacity(spec: dict[str, Any]) -> dict[str, Any]:
+        def evaluate_capacity() -> dict[str, Any]:
             from interlude import lifecycle
 
-            return lifecycle.evaluate_capacity(RunSpec.from_dict(spec))
+            return lifecycle.evaluate_capacity(run_spec())
 
         @task
-        def decide(spec: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        def decide(report: dict[str, Any]) -> dict[str, Any]:
             from interlude import lifecycle
 
-            return lifecycle.decide(RunSpec.from_dict(spec), report)
+            return lifecycle.decide(run_spec(), report)
 
         @task.branch
         def route(decision: dict[str, Any]) -> str:
@@ -94,32 +101,34 @@ with DAG(
             return f"choose.{'wait_for_capacity' if leaf == 'wait' else leaf}"
 
         @task
-        def stuck(decision: dict[str, Any]) -> None:
+        def stuck() -> None:
             from interlude import lifecycle
 
-            lifecycle.fail_stuck(decision)
+            lifecycle.fail_stuck(pulled("choose.decide"))
 
         @task
-        def conversion(decision: dict[str, Any]) -> dict[str, Any]:
+        def conversion() -> dict[str, Any]:
+            decision = pulled("choose.decide")
             conv = decision.get("conversion") or {}
             print(f"Conversion for {decision['converted_for']}: {conv.get('person_days')} person-days; "
                   f"{conv.get('notes')}")
             return decision
 
         @task.short_circuit(ignore_downstream_trigger_rules=False)
-        def approval_required(spec: dict[str, Any]) -> bool:
+        def approval_required() -> bool:
             """Skips only the approval task below: validate_runtime still follows the convert leaf."""
-            return RunSpec.from_dict(spec).require_conversion_approval
+            return run_spec().require_conversion_approval
 
-        report = evaluate_capacity(spec)
-        decision = decide(spec, report)
-        routed = route(decision)
-        leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
-        convert = [conversion.override(task_id=leaf)(decision) for leaf in ("convert_for_gpu", "convert_for_tpu")]
         from interlude.operators.capacity import WaitForCapacityOperator
 
-        waited = WaitForCapacityOperator(task_id="wait_for_capacity", spec=spec, decision=decision)
-        routed >> [*leaves, *convert, waited, stuck(decision)]
+        report = evaluate_capacity()
+        decision = decide(report)
+        routed = route(decision)
+        # The leaves in the order the trees reach them: own family, the other, smaller GPUs, convert, wait, stuck.
+        leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
+        convert = [conversion.override(task_id=leaf)() for leaf in ("convert_for_gpu", "convert_for_tpu")]
+        waited = WaitForCapacityOperator(task_id="wait_for_capacity")
+        routed >> [*leaves, *convert, waited, stuck()]
         for family, leaf in zip(("GPU", "TPU"), convert, strict=True):
             name = f"convert_for_{family.lower()}"
             approve = ApprovalOperator(
@@ -129,65 +138,62 @@ with DAG(
                      f"to convert it for {family} and run on {{{{ d['accelerator_type'] }}}} in "
                      "{{ d['zone'] }}.\n\nEstimated effort: **{{ d['conversion']['person_days'] }} "
                      "person-days**; {{ d['conversion']['notes'] }}\n\nApprove to go on, reject to fail the run.")
-            leaf >> approval_required.override(task_id=f"{name}_needs_approval")(spec) >> approve
+            leaf >> approval_required.override(task_id=f"{name}_needs_approval")() >> approve
 
     @task(trigger_rule="none_failed_min_one_success")
-    def validate_runtime(spec: dict[str, Any]) -> dict[str, Any]:
+    def validate_runtime() -> dict[str, Any]:
         from interlude import lifecycle
 
-        ti = get_current_context()["ti"]
-        waited = ti.xcom_pull(task_ids="choose.wait_for_capacity")
-        decision = waited or ti.xcom_pull(task_ids="choose.decide")
-        return lifecycle.validate_runtime(RunSpec.from_dict(spec), decision)
+        decision = pulled("choose.wait_for_capacity") or pulled("choose.decide")
+        return lifecycle.validate_runtime(run_spec(), decision)
 
     @task.short_circuit(ignore_downstream_trigger_rules=True)
-    def continue_unless_plan_only(spec: dict[str, Any], validated: dict[str, Any]) -> bool:
-        if RunSpec.from_dict(spec).plan_only:
+    def continue_unless_plan_only(validated: dict[str, Any]) -> bool:
+        if run_spec().plan_only:
             print(f"Plan only: would provision {validated['decision']['accelerator_type']} in "
                   f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created.")
             return False
         return True
 
     @task(pool=ACCELERATOR_POOL)
-    def provision(spec: dict[str, Any], validated: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    def provision() -> dict[str, Any]:
         from interlude import lifecycle
 
-        return lifecycle.provision(RunSpec.from_dict(spec), validated, report)
+        return lifecycle.provision(run_spec(), pulled("validate_runtime"), pulled("choose.evaluate_capacity"))
 
     @task(trigger_rule="all_done")
-    def teardown(spec: dict[str, Any]) -> list[str]:
+    def teardown() -> list[str]:
         from interlude import lifecycle
 
-        return lifecycle.teardown(RunSpec.from_dict(spec))
+        return lifecycle.teardown(run_spec())
 
     @task
-    def run_report(spec: dict[str, Any], machine: dict[str, Any], train: dict[str, Any],
-                   finetune: dict[str, Any]) -> dict[str, Any]:
+    def run_report() -> dict[str, Any]:
         from interlude import lifecycle
 
-        return lifecycle.run_report(RunSpec.from_dict(spec), machine, [train, finetune])
+        return lifecycle.run_report(run_spec(), pulled("provision"), [pulled("train"), pulled("finetune")])
 
     from interlude.operators.stage import TrainingStageOperator
     from interlude.sensors.checkpoint import CommittedCheckpointSensor
 
-    validated = validate_runtime(spec)
-    choose >> validated
+    validated = validate_runtime()
+    spec >> choose >> validated
     # A skipped approval (not required) must not hide the convert leaf's success from validate_runtime.
     convert >> validated
-    gate = continue_unless_plan_only(spec, validated)
-    machine = provision(spec, validated, report)
+    gate = continue_unless_plan_only(validated)
+    machine = provision()
     gate >> machine
 
-    common = dict(machine=machine, spec=spec, pool=ACCELERATOR_POOL)
-    train = TrainingStageOperator(task_id="train", stage="train", order=1, **common)
+    train = TrainingStageOperator(task_id="train", stage="train", order=1, pool=ACCELERATOR_POOL)
     finetune_gate = CommittedCheckpointSensor(
         task_id="finetune_gate", bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
         run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}", stage="train",
         min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}", poll_interval=1.0,
         stall_timeout=600, pool=ACCELERATOR_POOL)
-    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train", **common)
-    reported = run_report(spec, machine, train.output, finetune.output)
-    torn_down = teardown(spec)
+    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train",
+                                     pool=ACCELERATOR_POOL)
+    reported = run_report()
+    torn_down = teardown()
 
-    train >> finetune_gate >> finetune >> reported >> torn_down
+    machine >> train >> finetune_gate >> finetune >> reported >> torn_down
     torn_down.as_teardown(setups=machine)

@@ -21,10 +21,13 @@ class WaitForCapacityOperator(BaseOperator):
     template_fields = ("spec", "decision")
     ui_color = "#fff3cd"
 
-    def __init__(self, *, spec: Any, decision: Any, poll_interval: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, spec: Any = None, decision: Any = None, poll_interval: float | None = None,
+                 spec_task_id: str = "resolve_run", decision_task_id: str = "choose.decide", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.decision = decision
+        self.spec_task_id = spec_task_id
+        self.decision_task_id = decision_task_id
         self._poll_interval = poll_interval
 
     @property
@@ -33,6 +36,11 @@ class WaitForCapacityOperator(BaseOperator):
         return self._poll_interval or 5 * RunSpec.from_dict(self.spec).poll_seconds
 
     def execute(self, context: Any) -> dict[str, Any]:
+        # Pulled, not passed: the graph keeps one edge (the branch) into this leaf.
+        if self.spec is None:
+            self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
+        if self.decision is None:
+            self.decision = context["ti"].xcom_pull(task_ids=self.decision_task_id)
         self.log.info("Waiting for capacity (deadline %s); re-evaluating every %.0fs",
                       self.decision.get("wait_deadline"), self.poll_interval)
         self.defer(trigger=CapacityTrigger(spec=self.spec, decision=self.decision, poll_interval=self.poll_interval),

@@ -37,11 +37,15 @@ class TrainingStageOperator(BaseOperator):
     ui_color = "#d9ecff"
     operator_extra_links = (MachineConsoleLink(), CheckpointsLink())
 
-    def __init__(self, *, machine: Any, spec: Any, stage: str, order: int, init_from_stage: str | None = None,
-                 gcp_conn_id: str | None = "google_cloud_default", deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, stage: str, order: int, machine: Any = None, spec: Any = None,
+                 init_from_stage: str | None = None, spec_task_id: str = "resolve_run",
+                 machine_task_id: str = "provision", gcp_conn_id: str | None = "google_cloud_default",
+                 deferrable: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.spec = spec
+        self.spec_task_id = spec_task_id
+        self.machine_task_id = machine_task_id
         self.stage = stage
         self.order = order
         self.init_from_stage = init_from_stage
@@ -82,6 +86,20 @@ class TrainingStageOperator(BaseOperator):
         return self.run_spec.drill_maintenance
 
     # ------------------------------------------------------------------ helpers
+    def _bind(self, context: Any) -> None:
+        """Read the run spec and the machine record from their tasks' XCom when not given.
+
+        Pulling here (rather than passing XComArgs) keeps the DAG's graph a straight lifecycle chain
+        instead of a fan of data edges from `resolve_run` and `provision` to every later task.
+        """
+        if self.spec is None:
+            self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
+        if self.machine is None:
+            self.machine = context["ti"].xcom_pull(task_ids=self.machine_task_id)
+        if not self.spec or not self.machine:
+            raise AirflowException(f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
+                                   f"({self.machine_task_id}) in XCom; clear the whole run")
+
     @functools.cached_property
     def _store(self) -> Any:
         """One checkpoint store (and storage client) per operator run; the spec is rendered by now."""
@@ -156,6 +174,7 @@ class TrainingStageOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from interlude_workload.plan import StagePlan, write_plan
 
+        self._bind(context)
         spec = self.run_spec
         plan = StagePlan(order=self.order, stage=self.stage, steps=self.steps,
                          checkpoint_every=self.checkpoint_every, seed=spec.seed, step_seconds=spec.step_seconds,
@@ -170,6 +189,7 @@ class TrainingStageOperator(BaseOperator):
         raise AssertionError("unreachable")  # defer() raises
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self._bind(context)
         status = event.get("status")
         if status == "error":
             raise AirflowException(f"stage {self.stage}: watching failed: {event.get('message')}")
