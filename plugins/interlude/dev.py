@@ -173,7 +173,7 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
     common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
               "--seed", str(conf.get("seed", 0))]
-    stages = (("train", conf["train_steps"], []),
+    stages: tuple[tuple[str, int, list[str]], ...] = (("train", conf["train_steps"], []),
               ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
     for stage, steps, extra in stages:
         subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
