@@ -1,0 +1,308 @@
+"""The serving manifests, rendered from a ServeSpec by pure functions (dicts; `to_yaml` for the text).
+
+Same spec -> byte-identical YAML (sorted keys, no timestamps, no random names), so a re-apply with
+server-side apply changes nothing and `plan_only` shows exactly what would be applied.
+
+Design choices (each is the answer to a question the public TPU/GPU recipe leaves open):
+
+- **ComputeClass** (cloud.google.com/v1): TPU rule first (performance), GPU rule second;
+  ``activeMigration.optimizeRulePriority: true`` moves pods back to TPU when TPU capacity returns;
+  ``whenUnsatisfiable: DoNotScaleUp`` so a pod never lands on an unlisted machine. The stockout fallback
+  (interlude.serving.policy) re-renders the class GPU-first with active migration off - running TPU
+  replicas stay, new replicas go to GPU - and back TPU-first later. No Deployment change, so no rollout.
+- **No accelerator requests.** A pod's requests are the sum over its containers and must fit one node;
+  requesting ``google.com/tpu`` in one container and ``nvidia.com/gpu`` in the other fits no node, and
+  requesting either pins the pod to one hardware kind. So, as the recipe does, the pod requests only
+  CPU/memory sized to fit the smallest node of either kind, and the ComputeClass picks the hardware.
+- **What stays privileged.** Without an extended-resource request the device plugins do not add the TPU
+  (``/dev/vfio``) or GPU (``/dev/nvidia*``) device nodes to the container's device cgroup; no capability
+  grants that, so the two vLLM containers keep ``privileged: true`` - the only thing left of the recipe's
+  permissions. Everything else is narrowed: no host network/PID/IPC, the GPU driver directory is mounted
+  read-only, the vLLM containers get no service-account token, the init container runs as nobody with
+  a read-only root and no capabilities, and the pod uses the RuntimeDefault seccomp profile.
+- **One port, one server.** Both containers use port 8000 and only the one matching the node's
+  accelerator binds it (the entrypoints idle otherwise). The containers share the pod's network
+  namespace, so each container's ``/health`` probe reaches whichever server runs: the pod is Ready when
+  its server is, and the Service, the PodMonitoring and the HPA need one port. (Two ports would leave
+  the idle container's probe failing forever, and a pod is Ready only when every container is.)
+- **TPU type and topology from the node**, through an init container (see interlude.serving.node_facts).
+- **replicas are left to the HPA**: the Deployment has no ``spec.replicas``, so an apply never fights it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from interlude.serving import node_facts
+from interlude.serving.spec import ServeSpec
+from interlude.serving.tables import ServingTable, load_table
+
+PORT = 8000
+ORDERS = ("tpu_first", "gpu_first")
+TPU_ENTRYPOINT = "/opt/interlude/entrypoints/tpu_serve.sh"
+GPU_ENTRYPOINT = "/opt/interlude/entrypoints/gpu_serve.sh"
+GPU_DRIVER_HOST_PATH = "/home/kubernetes/bin/nvidia"  # https://cloud.google.com/kubernetes-engine/docs/how-to/gpus
+LABEL_CLASS = "cloud.google.com/compute-class"
+ANNOTATION_CHECKPOINT = "interlude.dev/checkpoint-uri"
+ANNOTATION_DIGEST = "interlude.dev/spec-digest"
+ANNOTATION_ORDER = "interlude.dev/priority-order"
+MANAGED_BY = "interlude"
+
+Manifest = dict[str, Any]
+
+
+def selector_labels(spec: ServeSpec) -> dict[str, str]:
+    return {"app.kubernetes.io/name": spec.name}
+
+
+def labels(spec: ServeSpec) -> dict[str, str]:
+    return {**selector_labels(spec), "app.kubernetes.io/managed-by": MANAGED_BY,
+            "interlude.dev/spec-digest": spec.digest()[:16]}
+
+
+def annotations(spec: ServeSpec) -> dict[str, str]:
+    out = {ANNOTATION_DIGEST: spec.digest()}
+    if spec.checkpoint_uri is not None:
+        out[ANNOTATION_CHECKPOINT] = spec.checkpoint_uri
+    return out
+
+
+def _meta(spec: ServeSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels(spec), "annotations": annotations(spec)}
+    if namespaced:
+        meta["namespace"] = spec.namespace
+    return meta
+
+
+def node_reader_name(spec: ServeSpec) -> str:
+    """Cluster-scoped names must be unique across namespaces."""
+    return f"{spec.namespace}-{spec.name}-node-reader"[:253]
+
+
+def quantity(value: float) -> str:
+    """A Kubernetes quantity: whole numbers as such, fractions in milli-units (0.5 -> 500m)."""
+    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
+
+
+# ---------------------------------------------------------------------- ComputeClass
+def _tpu_rule(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
+    if spec.tpu_nodepools:
+        return {"nodepools": list(spec.tpu_nodepools)}
+    shape = table.tpu_shapes[spec.tpu_type]
+    return {"tpu": {"type": shape.gke_accelerator, "count": shape.chips, "topology": shape.topology},
+            "spot": spec.tpu_spot}
+
+
+def _gpu_rule(spec: ServeSpec) -> dict[str, Any]:
+    if spec.gpu_nodepools:
+        return {"nodepools": list(spec.gpu_nodepools)}
+    return {"gpu": {"type": spec.gpu_type, "count": spec.gpu_count, "driverVersion": spec.gpu_driver_version}}
+
+
+def compute_class(spec: ServeSpec, order: str = "tpu_first", table: ServingTable | None = None) -> Manifest:
+    """TPU first then GPU (or, during a stockout fallback, GPU first without active migration)."""
+    if order not in ORDERS:
+        raise ValueError(f"order: {order!r} is not one of {', '.join(ORDERS)}")
+    table = table or load_table()
+    rules = [_tpu_rule(spec, table), _gpu_rule(spec)]
+    meta = _meta(spec, spec.name, namespaced=False)
+    meta["annotations"][ANNOTATION_ORDER] = order
+    return {
+        "apiVersion": "cloud.google.com/v1",
+        "kind": "ComputeClass",
+        "metadata": meta,
+        "spec": {
+            "description": f"Interlude vLLM serving of {spec.name}: TPU {spec.tpu_type} first, {spec.gpu_type} second",
+            "priorities": rules if order == "tpu_first" else rules[::-1],
+            "whenUnsatisfiable": "DoNotScaleUp",
+            "activeMigration": {"optimizeRulePriority": order == "tpu_first"},
+            "autoscalingPolicy": {"consolidationDelayMinutes": 10},
+            "nodePoolAutoCreation": {"enabled": not (spec.tpu_nodepools or spec.gpu_nodepools)},
+        },
+    }
+
+
+# ---------------------------------------------------------------------- RBAC + the node-facts script
+def node_reader(spec: ServeSpec, table: ServingTable | None = None) -> list[Manifest]:
+    """ServiceAccount, ClusterRole (get nodes, nothing else), its binding, and the init container's script."""
+    table = table or load_table()
+    name = node_reader_name(spec)
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.name),
+         "automountServiceAccountToken": False},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(spec, name, namespaced=False),
+         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": _meta(spec, name, namespaced=False),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+         "subjects": [{"kind": "ServiceAccount", "name": spec.name, "namespace": spec.namespace}]},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, f"{spec.name}-node-facts"),
+         "data": {node_facts.SCRIPT_NAME: node_facts.script(table)}},
+    ]
+
+
+# ---------------------------------------------------------------------- Deployment
+def _probes() -> dict[str, Any]:
+    def get(period: int, failures: int) -> dict[str, Any]:
+        return {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": period, "timeoutSeconds": 5,
+                "failureThreshold": failures}
+    # startup: loading and compiling a model can take many minutes (180 x 10 s = 30 min)
+    return {"startupProbe": get(10, 180), "readinessProbe": get(5, 3), "livenessProbe": get(15, 4)}
+
+
+def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:
+    assert spec.checkpoint_uri is not None
+    return ["vllm", "serve", spec.checkpoint_uri, "--host=0.0.0.0", f"--port={PORT}",
+            f"--served-model-name={spec.served_model_name}", f"--max-model-len={spec.max_model_len}",
+            f"--tensor-parallel-size={parallel}"]
+
+
+_REQUESTS = {"requests": {"cpu": "1", "memory": "4Gi"}}
+_PRIVILEGED = {"privileged": True}
+
+
+def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
+    chips = table.tpu_shapes[spec.tpu_type].chips
+    return {
+        "name": "vllm-tpu", "image": spec.tpu_image,
+        "command": ["/bin/sh", "-c", node_facts.SOURCE_AND_EXEC, "tpu-env"],
+        "args": [TPU_ENTRYPOINT, *_serve_args(spec, chips)],
+        "env": [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+                {"name": "VBAR_CONTROL_SERVICE_URL", "value": "$(NODE_IP):8353"},
+                {"name": "TPU_RUNTIME_METRICS_PORTS", "value": "8431"}],
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "resources": _REQUESTS, "securityContext": _PRIVILEGED,
+        "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR, "readOnly": True}],
+        **_probes(),
+    }
+
+
+def _gpu_container(spec: ServeSpec) -> dict[str, Any]:
+    return {
+        "name": "vllm-gpu", "image": spec.gpu_image,
+        "command": [GPU_ENTRYPOINT], "args": _serve_args(spec, spec.gpu_count),
+        "resources": _REQUESTS, "securityContext": _PRIVILEGED,
+        "volumeMounts": [{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True}],
+        **_probes(),
+    }
+
+
+def _init_container(spec: ServeSpec) -> dict[str, Any]:
+    return {
+        "name": "node-facts", "image": spec.tpu_image,
+        "command": ["python3", f"{node_facts.SCRIPT_DIR}/{node_facts.SCRIPT_NAME}"],
+        "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
+                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"]}},
+        "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR},
+                         {"name": "node-facts-script", "mountPath": node_facts.SCRIPT_DIR, "readOnly": True},
+                         {"name": "kube-api", "mountPath": node_facts.TOKEN_DIR, "readOnly": True}],
+    }
+
+
+def _volumes(spec: ServeSpec) -> list[dict[str, Any]]:
+    return [
+        {"name": "node-facts", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+        {"name": "node-facts-script", "configMap": {"name": f"{spec.name}-node-facts", "defaultMode": 0o444}},
+        {"name": "kube-api", "projected": {"defaultMode": 0o444, "sources": [
+            {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}},
+        # On a TPU node the directory does not exist and is created empty: no nvidia-smi, the GPU container idles.
+        {"name": "nvidia-driver", "hostPath": {"path": GPU_DRIVER_HOST_PATH, "type": "DirectoryOrCreate"}},
+    ]
+
+
+def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
+    table = table or load_table()
+    tolerations = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                   {"key": LABEL_CLASS, "operator": "Equal", "value": spec.name, "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(spec, spec.name),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(spec)},
+            "revisionHistoryLimit": 3,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": {
+                "metadata": {"labels": labels(spec), "annotations": annotations(spec)},
+                "spec": {
+                    "serviceAccountName": spec.name,
+                    "automountServiceAccountToken": False,
+                    "nodeSelector": {LABEL_CLASS: spec.name},
+                    "tolerations": tolerations,
+                    "terminationGracePeriodSeconds": 60,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "initContainers": [_init_container(spec)],
+                    "containers": [_tpu_container(spec, table), _gpu_container(spec)],
+                    "volumes": _volumes(spec),
+                },
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------------- Service, HPA, PodMonitoring
+def service(spec: ServeSpec) -> Manifest:
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
+            "spec": {"type": spec.service_type, "selector": selector_labels(spec),
+                     "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
+
+
+def hpa(spec: ServeSpec) -> Manifest:
+    """Scale on vLLM's waiting requests per pod; up fast, down slowly (a replica costs minutes to start)."""
+    return {
+        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(spec, spec.name),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
+            "minReplicas": spec.replicas_min, "maxReplicas": spec.replicas_max,
+            "metrics": [{"type": "Pods", "pods": {"metric": {"name": spec.hpa_metric}, "target": {
+                "type": "AverageValue", "averageValue": quantity(spec.hpa_target_waiting)}}}],
+            "behavior": {
+                "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
+                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
+                "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
+                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+            },
+        },
+    }
+
+
+def pod_monitoring(spec: ServeSpec) -> Manifest:
+    """Managed Prometheus scrapes vLLM's /metrics (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
+    return {"apiVersion": "monitoring.googleapis.com/v1", "kind": "PodMonitoring", "metadata": _meta(spec, spec.name),
+            "spec": {"selector": {"matchLabels": selector_labels(spec)},
+                     "endpoints": [{"port": PORT, "path": "/metrics", "interval": "15s"}]}}
+
+
+# ---------------------------------------------------------------------- all of it
+def render_all(spec: ServeSpec, order: str = "tpu_first", table: ServingTable | None = None) -> list[Manifest]:
+    """Every object, in apply order (the class and RBAC before the pods that need them)."""
+    table = table or load_table()
+    return [compute_class(spec, order, table), *node_reader(spec, table), deployment(spec, table),
+            service(spec), hpa(spec), pod_monitoring(spec)]
+
+
+def to_yaml(objects: list[Manifest]) -> str:
+    """Deterministic multi-document YAML (sorted keys, block style)."""
+    return yaml.safe_dump_all(objects, sort_keys=True, default_flow_style=False, width=120, explicit_start=True)
+
+
+def object_refs(spec: ServeSpec) -> list[tuple[str, str, str | None, str]]:
+    """(apiVersion, kind, namespace or None, name) of every object, in delete order (reverse of apply)."""
+    reader = node_reader_name(spec)
+    refs: list[tuple[str, str, str | None, str]] = [
+        ("cloud.google.com/v1", "ComputeClass", None, spec.name),
+        ("v1", "ServiceAccount", spec.namespace, spec.name),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", None, reader),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, reader),
+        ("v1", "ConfigMap", spec.namespace, f"{spec.name}-node-facts"),
+        ("apps/v1", "Deployment", spec.namespace, spec.name),
+        ("v1", "Service", spec.namespace, spec.name),
+        ("autoscaling/v2", "HorizontalPodAutoscaler", spec.namespace, spec.name),
+        ("monitoring.googleapis.com/v1", "PodMonitoring", spec.namespace, spec.name),
+    ]
+    return refs[::-1]
