@@ -83,5 +83,4 @@ SOURCE_AND_EXEC = f'set -a && . {ENV_FILE} && set +a && exec "$@"'
 def script(table: ServingTable) -> str:
     """The init container's program; the node-label -> TPU type map comes from the serving table."""
     types = json.dumps(table.type_by_node_labels(), sort_keys=True)
-    return _SCRIPT % {"types": repr(types), "token": f"{TOKEN_DIR}/token", "ca": f"{TOKEN_DIR}/ca.crt",
-                      "out": ENV_FILE}
+    return _SCRIPT % {"types": repr(types), "token": f"{TOKEN_DIR}/token", "ca": f"{TOKEN_DIR}/ca.crt", "out": ENV_FILE}

@@ -58,8 +58,11 @@ def selector_labels(spec: ServeSpec) -> dict[str, str]:
 
 
 def labels(spec: ServeSpec) -> dict[str, str]:
-    return {**selector_labels(spec), "app.kubernetes.io/managed-by": MANAGED_BY,
-            "interlude.dev/spec-digest": spec.digest()[:16]}
+    return {
+        **selector_labels(spec),
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        "interlude.dev/spec-digest": spec.digest()[:16],
+    }
 
 
 def annotations(spec: ServeSpec) -> dict[str, str]:
@@ -91,8 +94,10 @@ def _tpu_rule(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
     if spec.tpu_nodepools:
         return {"nodepools": list(spec.tpu_nodepools)}
     shape = table.tpu_shapes[spec.tpu_type]
-    return {"tpu": {"type": shape.gke_accelerator, "count": shape.chips, "topology": shape.topology},
-            "spot": spec.tpu_spot}
+    return {
+        "tpu": {"type": shape.gke_accelerator, "count": shape.chips, "topology": shape.topology},
+        "spot": spec.tpu_spot,
+    }
 
 
 def _gpu_rule(spec: ServeSpec) -> dict[str, Any]:
@@ -130,33 +135,60 @@ def node_reader(spec: ServeSpec, table: ServingTable | None = None) -> list[Mani
     table = table or load_table()
     name = node_reader_name(spec)
     return [
-        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(spec, spec.name),
-         "automountServiceAccountToken": False},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": _meta(spec, name, namespaced=False),
-         "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": _meta(spec, name, namespaced=False),
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": spec.name, "namespace": spec.namespace}]},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(spec, f"{spec.name}-node-facts"),
-         "data": {node_facts.SCRIPT_NAME: node_facts.script(table)}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(spec, spec.name),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(spec, name, namespaced=False),
+            "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(spec, name, namespaced=False),
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": spec.name, "namespace": spec.namespace}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(spec, f"{spec.name}-node-facts"),
+            "data": {node_facts.SCRIPT_NAME: node_facts.script(table)},
+        },
     ]
 
 
 # ---------------------------------------------------------------------- Deployment
 def _probes() -> dict[str, Any]:
     def get(period: int, failures: int) -> dict[str, Any]:
-        return {"httpGet": {"path": "/health", "port": PORT}, "periodSeconds": period, "timeoutSeconds": 5,
-                "failureThreshold": failures}
+        return {
+            "httpGet": {"path": "/health", "port": PORT},
+            "periodSeconds": period,
+            "timeoutSeconds": 5,
+            "failureThreshold": failures,
+        }
+
     # startup: loading and compiling a model can take many minutes (180 x 10 s = 30 min)
     return {"startupProbe": get(10, 180), "readinessProbe": get(5, 3), "livenessProbe": get(15, 4)}
 
 
 def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:
     assert spec.checkpoint_uri is not None
-    return ["vllm", "serve", spec.checkpoint_uri, "--host=0.0.0.0", f"--port={PORT}",
-            f"--served-model-name={spec.served_model_name}", f"--max-model-len={spec.max_model_len}",
-            f"--tensor-parallel-size={parallel}"]
+    return [
+        "vllm",
+        "serve",
+        spec.checkpoint_uri,
+        "--host=0.0.0.0",
+        f"--port={PORT}",
+        f"--served-model-name={spec.served_model_name}",
+        f"--max-model-len={spec.max_model_len}",
+        f"--tensor-parallel-size={parallel}",
+    ]
 
 
 _REQUESTS = {"requests": {"cpu": "1", "memory": "4Gi"}}
@@ -166,14 +198,18 @@ _PRIVILEGED = {"privileged": True}
 def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
     chips = table.tpu_shapes[spec.tpu_type].chips
     return {
-        "name": "vllm-tpu", "image": spec.tpu_image,
+        "name": "vllm-tpu",
+        "image": spec.tpu_image,
         "command": ["/bin/sh", "-c", node_facts.SOURCE_AND_EXEC, "tpu-env"],
         "args": [TPU_ENTRYPOINT, *_serve_args(spec, chips)],
-        "env": [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
-                {"name": "VBAR_CONTROL_SERVICE_URL", "value": "$(NODE_IP):8353"},
-                {"name": "TPU_RUNTIME_METRICS_PORTS", "value": "8431"}],
+        "env": [
+            {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
+            {"name": "VBAR_CONTROL_SERVICE_URL", "value": "$(NODE_IP):8353"},
+            {"name": "TPU_RUNTIME_METRICS_PORTS", "value": "8431"},
+        ],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": _REQUESTS, "securityContext": _PRIVILEGED,
+        "resources": _REQUESTS,
+        "securityContext": _PRIVILEGED,
         "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR, "readOnly": True}],
         **_probes(),
     }
@@ -181,9 +217,12 @@ def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
 
 def _gpu_container(spec: ServeSpec) -> dict[str, Any]:
     return {
-        "name": "vllm-gpu", "image": spec.gpu_image,
-        "command": [GPU_ENTRYPOINT], "args": _serve_args(spec, spec.gpu_count),
-        "resources": _REQUESTS, "securityContext": _PRIVILEGED,
+        "name": "vllm-gpu",
+        "image": spec.gpu_image,
+        "command": [GPU_ENTRYPOINT],
+        "args": _serve_args(spec, spec.gpu_count),
+        "resources": _REQUESTS,
+        "securityContext": _PRIVILEGED,
         "volumeMounts": [{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True}],
         **_probes(),
     }
@@ -191,16 +230,24 @@ def _gpu_container(spec: ServeSpec) -> dict[str, Any]:
 
 def _init_container(spec: ServeSpec) -> dict[str, Any]:
     return {
-        "name": "node-facts", "image": spec.tpu_image,
+        "name": "node-facts",
+        "image": spec.tpu_image,
         "command": ["python3", f"{node_facts.SCRIPT_DIR}/{node_facts.SCRIPT_NAME}"],
         "env": [{"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}],
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-        "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534,
-                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "capabilities": {"drop": ["ALL"]}},
-        "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR},
-                         {"name": "node-facts-script", "mountPath": node_facts.SCRIPT_DIR, "readOnly": True},
-                         {"name": "kube-api", "mountPath": node_facts.TOKEN_DIR, "readOnly": True}],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "runAsGroup": 65534,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "node-facts", "mountPath": node_facts.ENV_DIR},
+            {"name": "node-facts-script", "mountPath": node_facts.SCRIPT_DIR, "readOnly": True},
+            {"name": "kube-api", "mountPath": node_facts.TOKEN_DIR, "readOnly": True},
+        ],
     }
 
 
@@ -208,9 +255,16 @@ def _volumes(spec: ServeSpec) -> list[dict[str, Any]]:
     return [
         {"name": "node-facts", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": "node-facts-script", "configMap": {"name": f"{spec.name}-node-facts", "defaultMode": 0o444}},
-        {"name": "kube-api", "projected": {"defaultMode": 0o444, "sources": [
-            {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}},
+        {
+            "name": "kube-api",
+            "projected": {
+                "defaultMode": 0o444,
+                "sources": [
+                    {"serviceAccountToken": {"path": "token", "expirationSeconds": 600}},
+                    {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                ],
+            },
+        },
         # On a TPU node the directory does not exist and is created empty: no nvidia-smi, the GPU container idles.
         {"name": "nvidia-driver", "hostPath": {"path": GPU_DRIVER_HOST_PATH, "type": "DirectoryOrCreate"}},
     ]
@@ -218,11 +272,15 @@ def _volumes(spec: ServeSpec) -> list[dict[str, Any]]:
 
 def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
     table = table or load_table()
-    tolerations = [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
-                   {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                   {"key": LABEL_CLASS, "operator": "Equal", "value": spec.name, "effect": "NoSchedule"}]
+    tolerations = [
+        {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": LABEL_CLASS, "operator": "Equal", "value": spec.name, "effect": "NoSchedule"},
+    ]
     return {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(spec, spec.name),
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(spec, spec.name),
         "spec": {
             "selector": {"matchLabels": selector_labels(spec)},
             "revisionHistoryLimit": 3,
@@ -247,25 +305,48 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
 
 # ---------------------------------------------------------------------- Service, HPA, PodMonitoring
 def service(spec: ServeSpec) -> Manifest:
-    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(spec, spec.name),
-            "spec": {"type": spec.service_type, "selector": selector_labels(spec),
-                     "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(spec, spec.name),
+        "spec": {
+            "type": spec.service_type,
+            "selector": selector_labels(spec),
+            "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}],
+        },
+    }
 
 
 def hpa(spec: ServeSpec) -> Manifest:
     """Scale on vLLM's waiting requests per pod; up fast, down slowly (a replica costs minutes to start)."""
     return {
-        "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(spec, spec.name),
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _meta(spec, spec.name),
         "spec": {
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
-            "minReplicas": spec.replicas_min, "maxReplicas": spec.replicas_max,
-            "metrics": [{"type": "Pods", "pods": {"metric": {"name": spec.hpa_metric}, "target": {
-                "type": "AverageValue", "averageValue": quantity(spec.hpa_target_waiting)}}}],
+            "minReplicas": spec.replicas_min,
+            "maxReplicas": spec.replicas_max,
+            "metrics": [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": spec.hpa_metric},
+                        "target": {"type": "AverageValue", "averageValue": quantity(spec.hpa_target_waiting)},
+                    },
+                }
+            ],
             "behavior": {
-                "scaleUp": {"stabilizationWindowSeconds": 0, "selectPolicy": "Max",
-                            "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}]},
-                "scaleDown": {"stabilizationWindowSeconds": 300, "selectPolicy": "Max",
-                              "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]},
+                "scaleUp": {
+                    "stabilizationWindowSeconds": 0,
+                    "selectPolicy": "Max",
+                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
+                },
+                "scaleDown": {
+                    "stabilizationWindowSeconds": 300,
+                    "selectPolicy": "Max",
+                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
+                },
             },
         },
     }
@@ -273,17 +354,29 @@ def hpa(spec: ServeSpec) -> Manifest:
 
 def pod_monitoring(spec: ServeSpec) -> Manifest:
     """Managed Prometheus scrapes vLLM's /metrics (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
-    return {"apiVersion": "monitoring.googleapis.com/v1", "kind": "PodMonitoring", "metadata": _meta(spec, spec.name),
-            "spec": {"selector": {"matchLabels": selector_labels(spec)},
-                     "endpoints": [{"port": PORT, "path": "/metrics", "interval": "15s"}]}}
+    return {
+        "apiVersion": "monitoring.googleapis.com/v1",
+        "kind": "PodMonitoring",
+        "metadata": _meta(spec, spec.name),
+        "spec": {
+            "selector": {"matchLabels": selector_labels(spec)},
+            "endpoints": [{"port": PORT, "path": "/metrics", "interval": "15s"}],
+        },
+    }
 
 
 # ---------------------------------------------------------------------- all of it
 def render_all(spec: ServeSpec, order: str = "tpu_first", table: ServingTable | None = None) -> list[Manifest]:
     """Every object, in apply order (the class and RBAC before the pods that need them)."""
     table = table or load_table()
-    return [compute_class(spec, order, table), *node_reader(spec, table), deployment(spec, table),
-            service(spec), hpa(spec), pod_monitoring(spec)]
+    return [
+        compute_class(spec, order, table),
+        *node_reader(spec, table),
+        deployment(spec, table),
+        service(spec),
+        hpa(spec),
+        pod_monitoring(spec),
+    ]
 
 
 def to_yaml(objects: list[Manifest]) -> str:

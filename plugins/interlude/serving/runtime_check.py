@@ -74,36 +74,71 @@ def _v(text: str) -> Version:
 def tpu_image_findings(image: ImageRef, generation: str, table: ServingTable) -> list[Finding]:
     """Does this vLLM TPU image serve on this TPU generation?"""
     if image.name not in table.tpu_repositories:
-        return [Finding("tpu_image", "error", f"{image.name} is not a known vLLM TPU image repository "
-                        f"(known: {', '.join(table.tpu_repositories)})")]
+        return [
+            Finding(
+                "tpu_image",
+                "error",
+                f"{image.name} is not a known vLLM TPU image repository (known: {', '.join(table.tpu_repositories)})",
+            )
+        ]
     row = table.tpu_images.get(image.tag or "")
     if row is None:
         known = ", ".join(sorted(table.tpu_images))
-        return [Finding("tpu_image", "error", f"tag {image.tag or '(digest only)'!r} of {image.name} is not a "
-                        f"known release; its TPU support cannot be checked (known tags: {known})")]
+        return [
+            Finding(
+                "tpu_image",
+                "error",
+                f"tag {image.tag or '(digest only)'!r} of {image.name} is not a "
+                f"known release; its TPU support cannot be checked (known tags: {known})",
+            )
+        ]
     if generation in row.recommended:
         return []
     if generation in row.experimental:
-        return [Finding("tpu_image", "warning", f"{image.name}:{image.tag} supports TPU {generation} only as "
-                        "experimental", row.source)]
-    return [Finding("tpu_image", "error", f"{image.name}:{image.tag} does not support TPU {generation} "
-                    f"(compatible: {', '.join(row.recommended + row.experimental)})", row.source)]
+        return [
+            Finding(
+                "tpu_image",
+                "warning",
+                f"{image.name}:{image.tag} supports TPU {generation} only as experimental",
+                row.source,
+            )
+        ]
+    return [
+        Finding(
+            "tpu_image",
+            "error",
+            f"{image.name}:{image.tag} does not support TPU {generation} "
+            f"(compatible: {', '.join(row.recommended + row.experimental)})",
+            row.source,
+        )
+    ]
 
 
 def image_cuda(image: ImageRef, table: ServingTable) -> tuple[str | None, list[Finding]]:
     """The CUDA version the vLLM GPU image ships, or an error naming gpu_image."""
     if image.name not in table.gpu_repositories:
-        return None, [Finding("gpu_image", "error", f"{image.name} is not a known vLLM GPU image repository "
-                              f"(known: {', '.join(table.gpu_repositories)})")]
+        return None, [
+            Finding(
+                "gpu_image",
+                "error",
+                f"{image.name} is not a known vLLM GPU image repository (known: {', '.join(table.gpu_repositories)})",
+            )
+        ]
     tag = image.tag or ""
     if (match := _CU_SUFFIX.search(tag)) is not None:
         return f"{match.group('major')}.{match.group('minor')}", []
     row = table.gpu_image_cuda.get(tag)
     if row is None:
         known = ", ".join(sorted(table.gpu_image_cuda))
-        return None, [Finding("gpu_image", "error", f"tag {tag or '(digest only)'!r} of {image.name} is not a "
-                              f"known release and has no -cuNNN suffix; its CUDA version cannot be checked "
-                              f"(known tags: {known})")]
+        return None, [
+            Finding(
+                "gpu_image",
+                "error",
+                f"tag {tag or '(digest only)'!r} of {image.name} is not a "
+                f"known release and has no -cuNNN suffix; its CUDA version cannot be checked "
+                f"(known tags: {known})",
+            )
+        ]
     return row[0], []
 
 
@@ -117,11 +152,18 @@ def driver_findings(cuda: str, driver: str, table: ServingTable) -> list[Finding
         return []
     compat = table.minor_compat_min_driver.get(cuda.split(".")[0])
     if compat is not None and _v(driver) >= _v(compat):
-        return [Finding("gpu_driver_version", "warning", f"driver {driver} is older than CUDA {cuda}'s "
-                        f"{toolkit_min}; it runs under CUDA minor version compatibility (no newer PTX JIT)",
-                        "https://docs.nvidia.com/deploy/cuda-compatibility/")]
-    return [Finding("gpu_driver_version", "error", f"driver {driver} cannot run CUDA {cuda} "
-                    f"(needs >= {toolkit_min})", src)]
+        return [
+            Finding(
+                "gpu_driver_version",
+                "warning",
+                f"driver {driver} is older than CUDA {cuda}'s "
+                f"{toolkit_min}; it runs under CUDA minor version compatibility (no newer PTX JIT)",
+                "https://docs.nvidia.com/deploy/cuda-compatibility/",
+            )
+        ]
+    return [
+        Finding("gpu_driver_version", "error", f"driver {driver} cannot run CUDA {cuda} (needs >= {toolkit_min})", src)
+    ]
 
 
 def gpu_type_findings(cuda: str, gpu_type: str, table: ServingTable) -> list[Finding]:
@@ -129,16 +171,31 @@ def gpu_type_findings(cuda: str, gpu_type: str, table: ServingTable) -> list[Fin
     gpu = table.gpu_types[gpu_type]
     out: list[Finding] = []
     if _v(gpu.compute_capability) < _v(table.min_compute_capability):
-        out.append(Finding("gpu_type", "error", f"{gpu_type} has compute capability {gpu.compute_capability}; "
-                           f"vLLM needs >= {table.min_compute_capability}",
-                           "https://docs.vllm.ai/en/latest/getting_started/installation/gpu.html"))
+        out.append(
+            Finding(
+                "gpu_type",
+                "error",
+                f"{gpu_type} has compute capability {gpu.compute_capability}; "
+                f"vLLM needs >= {table.min_compute_capability}",
+                "https://docs.vllm.ai/en/latest/getting_started/installation/gpu.html",
+            )
+        )
     if _v(cuda) < _v(gpu.min_cuda):
-        out.append(Finding("gpu_image", "error", f"CUDA {cuda} does not build for {gpu_type} (compute capability "
-                           f"{gpu.compute_capability} needs CUDA >= {gpu.min_cuda})", "https://developer.nvidia.com/cuda-gpus"))
+        out.append(
+            Finding(
+                "gpu_image",
+                "error",
+                f"CUDA {cuda} does not build for {gpu_type} (compute capability "
+                f"{gpu.compute_capability} needs CUDA >= {gpu.min_cuda})",
+                "https://developer.nvidia.com/cuda-gpus",
+            )
+        )
     return out
 
 
-def check_runtimes(spec: ServeSpec, table: ServingTable | None = None, *, gpu_driver: str | None = None) -> RuntimeReport:
+def check_runtimes(
+    spec: ServeSpec, table: ServingTable | None = None, *, gpu_driver: str | None = None
+) -> RuntimeReport:
     """Both containers' runtimes against the table; `gpu_driver` overrides the channel's driver (observed)."""
     table = table or load_table()
     shape = table.tpu_shapes[spec.tpu_type]
@@ -166,7 +223,9 @@ def check_runtimes(spec: ServeSpec, table: ServingTable | None = None, *, gpu_dr
     return RuntimeReport(tuple(findings), shape.generation, cuda, driver)
 
 
-def require_runtimes(spec: ServeSpec, table: ServingTable | None = None, *, gpu_driver: str | None = None) -> RuntimeReport:
+def require_runtimes(
+    spec: ServeSpec, table: ServingTable | None = None, *, gpu_driver: str | None = None
+) -> RuntimeReport:
     """`check_runtimes`, raising RuntimeCheckError on any error (warnings are returned for the log)."""
     report = check_runtimes(spec, table, gpu_driver=gpu_driver)
     if not report.ok:

@@ -78,11 +78,17 @@ class ServeSpec:
     """Everything the serving DAG needs, with the single default of every param. Durations in seconds."""
 
     # -- what and where -------------------------------------------------------------------------------
-    action: str = _enum("deploy", ACTIONS, "deploy: create or converge; update: roll to a new checkpoint or "
-                        "images; delete: remove everything this spec created.")
-    checkpoint_uri: str | None = _param(None, {"type": ["null", "string"]},
-                                        "gs://BUCKET/PATH of the fine-tuned checkpoint; empty = the one named "
-                                        "by the triggering Asset event.")
+    action: str = _enum(
+        "deploy",
+        ACTIONS,
+        "deploy: create or converge; update: roll to a new checkpoint or "
+        "images; delete: remove everything this spec created.",
+    )
+    checkpoint_uri: str | None = _param(
+        None,
+        {"type": ["null", "string"]},
+        "gs://BUCKET/PATH of the fine-tuned checkpoint; empty = the one named by the triggering Asset event.",
+    )
     cluster: str = _text("interlude-serving", "GKE cluster name.")
     location: str = _text("us-central1", "GKE cluster location (region or zone).")
     namespace: str = _text("default", "Kubernetes namespace.")
@@ -91,18 +97,26 @@ class ServeSpec:
     replicas_min: int = _int(1, 1, MAX_REPLICAS, "HPA minimum replicas.")
     replicas_max: int = _int(4, 1, MAX_REPLICAS, "HPA maximum replicas.")
     # -- on what --------------------------------------------------------------------------------------
-    tpu_type: str = _text("v6e-1", "Cloud TPU type of one serving node (single host: v6e-1/4/8, "
-                          "v5litepod-1/4/8, v5p-8, v4-8).")
-    tpu_topology: str | None = _param(None, {"type": ["null", "string"]},
-                                      "TPU topology; empty = the one of tpu_type (v6e-8 -> 2x4).")
+    tpu_type: str = _text(
+        "v6e-1", "Cloud TPU type of one serving node (single host: v6e-1/4/8, v5litepod-1/4/8, v5p-8, v4-8)."
+    )
+    tpu_topology: str | None = _param(
+        None, {"type": ["null", "string"]}, "TPU topology; empty = the one of tpu_type (v6e-8 -> 2x4)."
+    )
     tpu_spot: bool = _param(False, {"type": "boolean"}, "Prefer Spot TPU capacity in the ComputeClass.")
     gpu_type: str = _text("nvidia-l4", "GKE GPU type of the fallback (second priority).")
     gpu_count: int = _int(1, 1, 16, "GPUs per fallback node.")
     gpu_driver_version: str = _enum("latest", GPU_DRIVER_CHANNELS, "GKE GPU driver channel of the GPU nodes.")
-    tpu_nodepools: tuple[str, ...] = _param((), {"type": "array", "items": {"type": "string"}},
-                                            "Existing TPU node pools (empty: GKE creates them from the class).")
-    gpu_nodepools: tuple[str, ...] = _param((), {"type": "array", "items": {"type": "string"}},
-                                            "Existing GPU node pools (empty: GKE creates them from the class).")
+    tpu_nodepools: tuple[str, ...] = _param(
+        (),
+        {"type": "array", "items": {"type": "string"}},
+        "Existing TPU node pools (empty: GKE creates them from the class).",
+    )
+    gpu_nodepools: tuple[str, ...] = _param(
+        (),
+        {"type": "array", "items": {"type": "string"}},
+        "Existing GPU node pools (empty: GKE creates them from the class).",
+    )
     tpu_image: str = _text("docker.io/vllm/vllm-tpu:v0.11.1", "vLLM TPU image (tag or @sha256 digest).")
     gpu_image: str = _text("docker.io/vllm/vllm-openai:v0.11.0", "vLLM GPU image (tag or @sha256 digest).")
     # -- the server -----------------------------------------------------------------------------------
@@ -112,13 +126,16 @@ class ServeSpec:
     hpa_metric: str = _text(HPA_METRIC, "Pods metric the HPA averages (vLLM's waiting requests).")
     hpa_target_waiting: float = _num(1.0, 0.1, 1000, "Target average waiting requests per pod.")
     # -- behaviour ------------------------------------------------------------------------------------
-    fallback_after_seconds: float = _num(300.0, 0, 86400, "TPU pods pending for lack of capacity this long "
-                                         "-> new replicas go to GPU.")
+    fallback_after_seconds: float = _num(
+        300.0, 0, 86400, "TPU pods pending for lack of capacity this long -> new replicas go to GPU."
+    )
     tpu_retry_seconds: float = _num(900.0, 60, 86400, "After a fallback, try TPU-first again this often.")
-    quiet_waiting_requests: float = _num(0.5, 0, 1000, "A maintenance drain waits for the average waiting "
-                                         "requests to drop to this (a quiet moment).")
-    maintenance_margin_seconds: float = _num(600.0, 0, 7 * 86400, "Drain at the latest this long before "
-                                             "a node's scheduled maintenance, quiet or not.")
+    quiet_waiting_requests: float = _num(
+        0.5, 0, 1000, "A maintenance drain waits for the average waiting requests to drop to this (a quiet moment)."
+    )
+    maintenance_margin_seconds: float = _num(
+        600.0, 0, 7 * 86400, "Drain at the latest this long before a node's scheduled maintenance, quiet or not."
+    )
     rollout_timeout_seconds: float = _num(1800.0, 60, 86400, "How long the rollout may take.")
     poll_seconds: float = _num(10.0, 0.1, 3600, "How often triggers look at the cluster.")
     plan_only: bool = _param(False, {"type": "boolean"}, "Validate and render; apply nothing.")
@@ -138,8 +155,9 @@ class ServeSpec:
         return out
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any], *, checkpoint_uri: str | None = None,
-                    table: ServingTable | None = None) -> ServeSpec:
+    def from_params(
+        cls, params: Mapping[str, Any], *, checkpoint_uri: str | None = None, table: ServingTable | None = None
+    ) -> ServeSpec:
         """Check and type the params (every problem at once, each naming its param), then build the spec.
 
         `checkpoint_uri` is the triggering Asset event's URI; an explicit param wins over it.
@@ -243,9 +261,13 @@ def _range_problems(spec: ServeSpec) -> list[str]:
 
 def _shape_problems(spec: ServeSpec) -> list[str]:
     out: list[str] = []
-    shapes = (("cluster", spec.cluster, CLUSTER_RE), ("location", spec.location, LOCATION_RE),
-              ("name", spec.name, NAME_RE), ("namespace", spec.namespace, NAMESPACE_RE),
-              ("served_model_name", spec.served_model_name, re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]{0,127}$")))
+    shapes = (
+        ("cluster", spec.cluster, CLUSTER_RE),
+        ("location", spec.location, LOCATION_RE),
+        ("name", spec.name, NAME_RE),
+        ("namespace", spec.namespace, NAMESPACE_RE),
+        ("served_model_name", spec.served_model_name, re.compile(r"^[A-Za-z0-9][-A-Za-z0-9_./]{0,127}$")),
+    )
     for name, value, pattern in shapes:
         if not pattern.match(value):
             out.append(f"{name}: {value!r} does not have the shape GKE/Kubernetes expects ({pattern.pattern})")
@@ -265,20 +287,27 @@ def _accelerator_problems(spec: ServeSpec, table: ServingTable) -> list[str]:
     out: list[str] = []
     shape = table.tpu_shapes.get(spec.tpu_type)
     if shape is None:
-        out.append(f"tpu_type: {spec.tpu_type!r} is not a single-host TPU type vLLM can serve on GKE "
-                   f"(known: {', '.join(sorted(table.tpu_shapes))})")
+        out.append(
+            f"tpu_type: {spec.tpu_type!r} is not a single-host TPU type vLLM can serve on GKE "
+            f"(known: {', '.join(sorted(table.tpu_shapes))})"
+        )
     elif spec.tpu_topology is not None:
         if not TOPOLOGY_RE.match(spec.tpu_topology):
             out.append(f"tpu_topology: {spec.tpu_topology!r} is not a topology (like 2x4 or 2x2x1)")
         elif spec.tpu_topology != shape.topology:
-            out.append(f"tpu_topology: {spec.tpu_topology!r} does not match tpu_type {spec.tpu_type} "
-                       f"(which is {shape.topology}; see {shape.source})")
+            out.append(
+                f"tpu_topology: {spec.tpu_topology!r} does not match tpu_type {spec.tpu_type} "
+                f"(which is {shape.topology}; see {shape.source})"
+            )
     gpu = table.gpu_types.get(spec.gpu_type)
     if gpu is None:
-        out.append(f"gpu_type: {spec.gpu_type!r} is not a known GKE GPU type (known: {', '.join(sorted(table.gpu_types))})")
+        out.append(
+            f"gpu_type: {spec.gpu_type!r} is not a known GKE GPU type (known: {', '.join(sorted(table.gpu_types))})"
+        )
     elif spec.gpu_count not in gpu.counts:
-        out.append(f"gpu_count: {spec.gpu_type} nodes come with {', '.join(map(str, gpu.counts))} GPUs "
-                   f"(got {spec.gpu_count})")
+        out.append(
+            f"gpu_count: {spec.gpu_type} nodes come with {', '.join(map(str, gpu.counts))} GPUs (got {spec.gpu_count})"
+        )
     return out
 
 
@@ -293,5 +322,6 @@ def _checkpoint_problems(spec: ServeSpec) -> list[str]:
 
 def spec_problems(spec: ServeSpec, table: ServingTable) -> list[str]:
     """Every problem with the spec, each naming its param; [] when it is good to render."""
-    return (_range_problems(spec) + _shape_problems(spec) + _accelerator_problems(spec, table)
-            + _checkpoint_problems(spec))
+    return (
+        _range_problems(spec) + _shape_problems(spec) + _accelerator_problems(spec, table) + _checkpoint_problems(spec)
+    )

@@ -66,7 +66,7 @@ class ServingTable:
     gpu_types: Mapping[str, GpuType]
 
     def type_by_node_labels(self) -> dict[str, str]:
-        """"ACCELERATOR/TOPOLOGY" (the node's GKE labels) -> Cloud TPU type ("tpu-v6e-slice/2x4" -> "v6e-8")."""
+        """ "ACCELERATOR/TOPOLOGY" (the node's GKE labels) -> Cloud TPU type ("tpu-v6e-slice/2x4" -> "v6e-8")."""
         return {f"{s.gke_accelerator}/{s.topology}": s.tpu_type for s in self.tpu_shapes.values()}
 
 
@@ -88,8 +88,9 @@ def _shapes(tpu: Mapping[str, Any]) -> dict[str, TpuShape]:
 
 def _tpu_images(rows: Mapping[str, Any]) -> dict[str, TpuImageRow]:
     return {
-        str(tag): TpuImageRow(tuple(map(str, row["recommended"])), tuple(map(str, row.get("experimental") or ())),
-                              str(row["source"]))
+        str(tag): TpuImageRow(
+            tuple(map(str, row["recommended"])), tuple(map(str, row.get("experimental") or ())), str(row["source"])
+        )
         for tag, row in rows.items()
     }
 
@@ -109,8 +110,12 @@ def parse_table(data: Mapping[str, Any]) -> ServingTable:
             minor_compat_min_driver={str(k): str(v) for k, v in data["cuda"]["minor_compat_min_driver"].items()},
             driver_channels={str(k): str(v) for k, v in data["gpu"]["driver_channels"].items()},
             gpu_types={
-                str(name): GpuType(str(name), str(row["compute_capability"]), str(row["min_cuda"]),
-                                   tuple(int(c) for c in row["counts"]))
+                str(name): GpuType(
+                    str(name),
+                    str(row["compute_capability"]),
+                    str(row["min_cuda"]),
+                    tuple(int(c) for c in row["counts"]),
+                )
                 for name, row in data["gpu"]["types"].items()
             },
         )
