@@ -80,7 +80,7 @@ SOURCE_AND_EXEC = f'set -a && . {ENV_FILE} && set +a && exec "$@"'
 """The TPU container's `sh -c` script: load the node's facts, then exec the arguments (params stay argv)."""
 
 
-def script(table: ServingTable) -> str:
+def script(table: ServingTable, *, token_dir: str = TOKEN_DIR, out: str = ENV_FILE) -> str:
     """The init container's program; the node-label -> TPU type map comes from the serving table."""
     types = json.dumps(table.type_by_node_labels(), sort_keys=True)
-    return _SCRIPT % {"types": repr(types), "token": f"{TOKEN_DIR}/token", "ca": f"{TOKEN_DIR}/ca.crt", "out": ENV_FILE}
+    return _SCRIPT % {"types": repr(types), "token": f"{token_dir}/token", "ca": f"{token_dir}/ca.crt", "out": out}

@@ -179,10 +179,12 @@ def _probes() -> dict[str, Any]:
 
 def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:
     assert spec.checkpoint_uri is not None
+    # Kubernetes expands $(VAR) in args; $$ keeps a literal $ (a GCS object name may contain one).
+    uri = spec.checkpoint_uri.replace("$", "$$")
     return [
         "vllm",
         "serve",
-        spec.checkpoint_uri,
+        uri,
         "--host=0.0.0.0",
         f"--port={PORT}",
         f"--served-model-name={spec.served_model_name}",
@@ -191,8 +193,13 @@ def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:
     ]
 
 
-_REQUESTS = {"requests": {"cpu": "1", "memory": "4Gi"}}
-_PRIVILEGED = {"privileged": True}
+def _requests() -> dict[str, Any]:
+    """Sized so the two containers together fit the smallest node of either kind (g2-standard-4, ct6e-standard-1t)."""
+    return {"requests": {"cpu": "1", "memory": "4Gi"}}
+
+
+def _privileged() -> dict[str, Any]:
+    return {"privileged": True}
 
 
 def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
@@ -208,8 +215,8 @@ def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
             {"name": "TPU_RUNTIME_METRICS_PORTS", "value": "8431"},
         ],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
-        "resources": _REQUESTS,
-        "securityContext": _PRIVILEGED,
+        "resources": _requests(),
+        "securityContext": _privileged(),
         "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR, "readOnly": True}],
         **_probes(),
     }
@@ -221,8 +228,8 @@ def _gpu_container(spec: ServeSpec) -> dict[str, Any]:
         "image": spec.gpu_image,
         "command": [GPU_ENTRYPOINT],
         "args": _serve_args(spec, spec.gpu_count),
-        "resources": _REQUESTS,
-        "securityContext": _PRIVILEGED,
+        "resources": _requests(),
+        "securityContext": _privileged(),
         "volumeMounts": [{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True}],
         **_probes(),
     }
@@ -379,9 +386,16 @@ def render_all(spec: ServeSpec, order: str = "tpu_first", table: ServingTable | 
     ]
 
 
+class _Dumper(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True  # no &anchors: each object reads (and applies) on its own
+
+
 def to_yaml(objects: list[Manifest]) -> str:
-    """Deterministic multi-document YAML (sorted keys, block style)."""
-    return yaml.safe_dump_all(objects, sort_keys=True, default_flow_style=False, width=120, explicit_start=True)
+    """Deterministic multi-document YAML (sorted keys, block style, no anchors)."""
+    return yaml.dump_all(
+        objects, Dumper=_Dumper, sort_keys=True, default_flow_style=False, width=120, explicit_start=True
+    )
 
 
 def object_refs(spec: ServeSpec) -> list[tuple[str, str, str | None, str]]:
