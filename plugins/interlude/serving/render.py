@@ -65,7 +65,7 @@ def labels(spec: ServeSpec) -> dict[str, str]:
     }
 
 
-def annotations(spec: ServeSpec) -> dict[str, str]:
+def annotations_for(spec: ServeSpec) -> dict[str, str]:
     out = {ANNOTATION_DIGEST: spec.digest()}
     if spec.checkpoint_uri is not None:
         out[ANNOTATION_CHECKPOINT] = spec.checkpoint_uri
@@ -73,7 +73,7 @@ def annotations(spec: ServeSpec) -> dict[str, str]:
 
 
 def _meta(spec: ServeSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": labels(spec), "annotations": annotations(spec)}
+    meta: dict[str, Any] = {"name": name, "labels": labels(spec), "annotations": annotations_for(spec)}
     if namespaced:
         meta["namespace"] = spec.namespace
     return meta
@@ -293,7 +293,7 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
             "revisionHistoryLimit": 3,
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels(spec), "annotations": annotations(spec)},
+                "metadata": {"labels": labels(spec), "annotations": annotations_for(spec)},
                 "spec": {
                     "serviceAccountName": spec.name,
                     "automountServiceAccountToken": False,
