@@ -6,6 +6,7 @@ apply step sends `plan.objects` (server-side apply, in order) and nothing else.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from interlude.serving.render import Manifest, render_all, to_yaml
@@ -42,11 +43,12 @@ def plan(
     table: ServingTable | None = None,
     gpu_driver: str | None = None,
     kubernetes_version: str = KUBERNETES_VERSION,
+    scripts: Mapping[str, str] | None = None,
 ) -> ServingPlan:
     """Check both runtimes, render every object for `order`, validate them; never raises for bad input."""
     table = table or load_table()
     runtime = check_runtimes(spec, table, gpu_driver=gpu_driver)
-    objects = tuple(render_all(spec, order, table))
+    objects = tuple(render_all(spec, order, table, scripts=scripts))
     problems = tuple(runtime.errors() + validate_all(objects, kubernetes_version))
     return ServingPlan(objects, to_yaml(list(objects)), problems, runtime)
 
@@ -58,9 +60,12 @@ def require_plan(
     table: ServingTable | None = None,
     gpu_driver: str | None = None,
     kubernetes_version: str = KUBERNETES_VERSION,
+    scripts: Mapping[str, str] | None = None,
 ) -> ServingPlan:
     """`plan`, raising ServingPlanError (every problem, each naming its param or object) when not ok."""
-    result = plan(spec, order, table=table, gpu_driver=gpu_driver, kubernetes_version=kubernetes_version)
+    result = plan(
+        spec, order, table=table, gpu_driver=gpu_driver, kubernetes_version=kubernetes_version, scripts=scripts
+    )
     if not result.ok:
         raise ServingPlanError(list(result.problems))
     return result

@@ -31,18 +31,19 @@ Design choices (each is the answer to a question the public TPU/GPU recipe leave
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from interlude.serving import node_facts
+from interlude.serving import entrypoints, node_facts
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import ServingTable, load_table
 
 PORT = 8000
 ORDERS = ("tpu_first", "gpu_first")
-TPU_ENTRYPOINT = "/opt/interlude/entrypoints/tpu_serve.sh"
-GPU_ENTRYPOINT = "/opt/interlude/entrypoints/gpu_serve.sh"
+TPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/tpu_serve.sh"
+GPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/gpu_serve.sh"
 GPU_DRIVER_HOST_PATH = "/home/kubernetes/bin/nvidia"  # https://cloud.google.com/kubernetes-engine/docs/how-to/gpus
 LABEL_CLASS = "cloud.google.com/compute-class"
 ANNOTATION_CHECKPOINT = "interlude.dev/checkpoint-uri"
@@ -373,13 +374,26 @@ def pod_monitoring(spec: ServeSpec) -> Manifest:
 
 
 # ---------------------------------------------------------------------- all of it
-def render_all(spec: ServeSpec, order: str = "tpu_first", table: ServingTable | None = None) -> list[Manifest]:
-    """Every object, in apply order (the class and RBAC before the pods that need them)."""
+def render_all(
+    spec: ServeSpec,
+    order: str = "tpu_first",
+    table: ServingTable | None = None,
+    *,
+    scripts: Mapping[str, str] | None = None,
+) -> list[Manifest]:
+    """Every object, in apply order (the class and RBAC before the pods that need them).
+
+    `scripts` (entrypoints.load_scripts()) ships the entrypoint scripts as a ConfigMap mounted into both
+    vLLM containers; without it the images must carry them at entrypoints.ENTRYPOINT_DIR.
+    """
     table = table or load_table()
+    shipped = [] if scripts is None else [entrypoints.config_map(spec, scripts, _meta(spec, spec.name))]
+    workload = deployment(spec, table) if scripts is None else entrypoints.mount(deployment(spec, table), spec)
     return [
         compute_class(spec, order, table),
         *node_reader(spec, table),
-        deployment(spec, table),
+        *shipped,
+        workload,
         service(spec),
         hpa(spec),
         pod_monitoring(spec),
@@ -399,7 +413,8 @@ def to_yaml(objects: list[Manifest]) -> str:
 
 
 def object_refs(spec: ServeSpec) -> list[tuple[str, str, str | None, str]]:
-    """(apiVersion, kind, namespace or None, name) of every object, in delete order (reverse of apply)."""
+    """(apiVersion, kind, namespace or None, name) of every object `render_all(..., scripts=...)` makes, in delete
+    order (reverse of apply); deleting a missing one is a no-op."""
     reader = node_reader_name(spec)
     refs: list[tuple[str, str, str | None, str]] = [
         ("cloud.google.com/v1", "ComputeClass", None, spec.name),
@@ -407,6 +422,7 @@ def object_refs(spec: ServeSpec) -> list[tuple[str, str, str | None, str]]:
         ("rbac.authorization.k8s.io/v1", "ClusterRole", None, reader),
         ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None, reader),
         ("v1", "ConfigMap", spec.namespace, f"{spec.name}-node-facts"),
+        ("v1", "ConfigMap", spec.namespace, f"{spec.name}-entrypoints"),
         ("apps/v1", "Deployment", spec.namespace, spec.name),
         ("v1", "Service", spec.namespace, spec.name),
         ("autoscaling/v2", "HorizontalPodAutoscaler", spec.namespace, spec.name),

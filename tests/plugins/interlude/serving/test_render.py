@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from interlude.serving import render
+from interlude.serving import entrypoints, render
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import load_table
 from interlude.serving.validate import problems, validate_all
@@ -43,14 +43,18 @@ SPECS: dict[str, tuple[ServeSpec, str]] = {
 }
 
 
+SCRIPTS = {"tpu_serve.sh": '#!/usr/bin/env bash\necho tpu "$@"\n', "gpu_serve.sh": "#!/usr/bin/env bash\necho gpu\n"}
+
+
 def _by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {o["kind"]: o for o in objects}
 
 
-@pytest.mark.parametrize("case", sorted(SPECS))
+@pytest.mark.parametrize("case", [*sorted(SPECS), "default-with-scripts"])
 def test_golden(case: str) -> None:
-    spec, order = SPECS[case]
-    text = render.to_yaml(render.render_all(spec, order))
+    spec, order = SPECS[case.removesuffix("-with-scripts")]
+    scripts = SCRIPTS if case.endswith("-with-scripts") else None
+    text = render.to_yaml(render.render_all(spec, order, scripts=scripts))
     path = GOLDEN / f"{case}.yaml"
     if os.environ.get("INTERLUDE_UPDATE_GOLDEN"):
         path.write_text(text)
@@ -201,7 +205,35 @@ def test_object_refs_name_every_rendered_object_in_delete_order() -> None:
     spec = SPECS["v5e8-a100-nodepools-lb"][0]
     rendered = [
         (o["apiVersion"], o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
-        for o in render.render_all(spec)
+        for o in render.render_all(spec, scripts=SCRIPTS)
     ]
     assert render.object_refs(spec) == rendered[::-1]
     assert render.object_refs(ServeSpec(action="delete", name="llm", namespace="serving")) == rendered[::-1]
+
+
+def test_shipped_entrypoints_are_mounted_read_only_into_both_vllm_containers() -> None:
+    objects = render.render_all(SPECS["default"][0], scripts=SCRIPTS)
+    assert validate_all(objects) == []
+    config_maps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    assert config_maps["interlude-vllm-entrypoints"]["data"] == SCRIPTS
+    pod = _by_kind(objects)["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "entrypoints", "configMap": {"name": "interlude-vllm-entrypoints", "defaultMode": 0o555}} in pod[
+        "volumes"
+    ]
+    for container in pod["containers"]:
+        assert {"name": "entrypoints", "mountPath": "/opt/interlude/entrypoints", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+    assert "entrypoints" not in str(pod["initContainers"])
+    without = _by_kind(render.render_all(SPECS["default"][0]))["Deployment"]
+    assert "entrypoints" not in str(without["spec"]["template"]["spec"]["volumes"])  # the input was not mutated
+    with pytest.raises(ValueError, match="entrypoints: expected"):
+        render.render_all(SPECS["default"][0], scripts={"serve.sh": "x"})
+
+
+def test_the_project_entrypoints_ship_when_present() -> None:
+    if not entrypoints.DEFAULT_SOURCE_DIR.is_dir():
+        pytest.skip("include/serving/entrypoints is not on this branch yet")
+    scripts = entrypoints.load_scripts()
+    assert set(scripts) == set(entrypoints.SCRIPT_NAMES) and all(s.startswith("#!") for s in scripts.values())
+    assert validate_all(render.render_all(SPECS["default"][0], scripts=scripts)) == []
