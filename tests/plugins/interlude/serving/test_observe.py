@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from interlude.serving.observe import epoch, event_obs, node_obs, pod_obs
 from interlude.serving.policy import ServingObservation, fallback_decision
 from interlude.serving.spec import ServeSpec
@@ -9,7 +11,7 @@ from interlude.serving.spec import ServeSpec
 T = "2026-12-02T16:00:00Z"
 
 
-def _pod(name: str, node: str | None, phase: str, conditions: list[dict[str, str]], **meta: str) -> dict:  # type: ignore[type-arg]
+def _pod(name: str, node: str | None, phase: str, conditions: list[dict[str, str]], **meta: str) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "creationTimestamp": T, **meta},
         "spec": {"nodeName": node} if node else {},

@@ -14,6 +14,7 @@ from interlude.serving.policy import (
     NodeObs,
     PodObs,
     ServingObservation,
+    Step,
     fallback_decision,
     is_stockout,
     maintenance_plan,
@@ -164,7 +165,7 @@ def _node(name: str, at: float | None = None, cordoned: bool = False, **labels: 
     return NodeObs(name, "tpu", cordoned=cordoned, labels=all_labels)
 
 
-def _kinds(steps: list) -> list[tuple[str, str, int]]:  # type: ignore[type-arg]
+def _kinds(steps: list[Step]) -> list[tuple[str, str, int]]:
     return [(s.kind, s.node, s.count) for s in steps]
 
 
