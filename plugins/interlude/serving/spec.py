@@ -299,6 +299,8 @@ def _accelerator_problems(spec: ServeSpec, table: ServingTable) -> list[str]:
                 f"tpu_topology: {spec.tpu_topology!r} does not match tpu_type {spec.tpu_type} "
                 f"(which is {shape.topology}; see {shape.source})"
             )
+    if spec.tpu_spot and spec.tpu_nodepools:
+        out.append("tpu_spot: has no effect with tpu_nodepools (an existing pool is Spot or not); set one of them")
     gpu = table.gpu_types.get(spec.gpu_type)
     if gpu is None:
         out.append(

@@ -28,7 +28,6 @@ SPECS: dict[str, tuple[ServeSpec, str]] = {
             name="llm",
             namespace="serving",
             tpu_type="v5litepod-8",
-            tpu_spot=True,
             gpu_type="nvidia-a100-80gb",
             gpu_count=2,
             tpu_nodepools=("v5e-pool",),

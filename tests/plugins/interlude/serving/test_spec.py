@@ -116,6 +116,7 @@ def test_tpu_type_and_topology_agree(tpu_type: str, topology: str) -> None:
         ({"fallback_after_seconds": -1}, "fallback_after_seconds: must be at least 0"),
         ({"tpu_retry_seconds": 10}, "tpu_retry_seconds: must be at least 60"),
         ({"surprise": 1}, "unknown param 'surprise'"),
+        ({"tpu_spot": True, "tpu_nodepools": ["v6e"]}, "tpu_spot: has no effect with tpu_nodepools"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], expected: str) -> None:
