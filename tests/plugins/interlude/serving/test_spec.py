@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import jsonschema
 import pytest
 
 from interlude.serving.images import parse_image
@@ -173,3 +174,11 @@ def test_every_tpu_shape_cites_a_public_page_and_is_single_host() -> None:
     for shape in load_table().tpu_shapes.values():
         assert shape.source.startswith("https://cloud.google.com/"), shape
         assert shape.chips <= 8, shape
+
+
+def test_every_form_default_validates_against_its_own_schema() -> None:
+    """Airflow's Param validates a value with jsonschema against the param's schema (as the DAG form will)."""
+    for default, schema in ServeSpec.form_schema().values():
+        jsonschema.validate(default, schema, format_checker=jsonschema.FormatChecker())
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"not": "a param value"}, schema)
