@@ -45,7 +45,10 @@ def plan(
     kubernetes_version: str = KUBERNETES_VERSION,
     scripts: Mapping[str, str] | None = None,
 ) -> ServingPlan:
-    """Check both runtimes, render every object for `order`, validate them; never raises for bad input."""
+    """Check both runtimes, render every object for `order`, validate them (problems collected, not raised).
+
+    The spec must have passed `ServeSpec.check` (from_params does it); an unchecked one raises ServeSpecError.
+    """
     table = table or load_table()
     runtime = check_runtimes(spec, table, gpu_driver=gpu_driver)
     objects = tuple(render_all(spec, order, table, scripts=scripts))

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from interlude.serving.images import ImageRef, parse_image
-from interlude.serving.spec import ServeSpec
+from interlude.serving.spec import ServeSpec, ServeSpecError, spec_problems
 from interlude.serving.tables import ServingTable, load_table
 
 _CU_SUFFIX = re.compile(r"-cu(?P<major>1[0-9])(?P<minor>[0-9])(?:$|-)")
@@ -198,6 +198,8 @@ def check_runtimes(
 ) -> RuntimeReport:
     """Both containers' runtimes against the table; `gpu_driver` overrides the channel's driver (observed)."""
     table = table or load_table()
+    if spec.tpu_type not in table.tpu_shapes or spec.gpu_type not in table.gpu_types:
+        raise ServeSpecError(spec_problems(spec, table))  # a spec built without from_params()/check()
     shape = table.tpu_shapes[spec.tpu_type]
     findings: list[Finding] = []
     try:

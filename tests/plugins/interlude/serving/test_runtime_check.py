@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from interlude.serving.runtime_check import RuntimeCheckError, check_runtimes, require_runtimes
-from interlude.serving.spec import ServeSpec
+from interlude.serving.spec import ServeSpec, ServeSpecError
 from interlude.serving.tables import DEFAULT_TABLE_PATH, load_table
 
 CKPT = "gs://interlude-local/interlude/run-1/finetune/step-00000030/"
@@ -144,3 +144,10 @@ def test_every_image_row_cites_a_public_source() -> None:
         assert row.source.startswith("https://"), row
     for cuda, source in table.gpu_image_cuda.values():
         assert source.startswith("https://github.com/vllm-project/vllm/blob/") and cuda in table.toolkit_min_driver
+
+
+def test_an_unchecked_spec_with_an_unknown_accelerator_is_refused_naming_the_param() -> None:
+    with pytest.raises(ServeSpecError, match="tpu_type: 'v9-1'"):
+        check_runtimes(BASE.replace(tpu_type="v9-1"))
+    with pytest.raises(ServeSpecError, match="gpu_type: 'nvidia-x'"):
+        check_runtimes(BASE.replace(gpu_type="nvidia-x"))
