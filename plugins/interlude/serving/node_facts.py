@@ -8,7 +8,8 @@ with ``cloud.google.com/gke-tpu-accelerator`` and ``cloud.google.com/gke-tpu-top
 - the downward API exposes the pod's own fields (``spec.nodeName``, ``status.hostIP``...), not node labels
   (https://kubernetes.io/docs/concepts/workloads/pods/downward-api/);
 - GKE injects TPU environment variables only into containers that *request* ``google.com/tpu`` (and the
-  worker ids only for indexed Jobs), and this pod requests no accelerator so it fits both node kinds.
+  worker ids only for indexed Jobs; https://cloud.google.com/kubernetes-engine/docs/how-to/tpus), and this
+  pod requests no accelerator so it fits both node kinds.
 
 So an init container reads its node object (name from the downward API's ``spec.nodeName``) with a token
 of the pod's service account, bound to a ClusterRole that can only ``get`` nodes (nodes are
