@@ -3,7 +3,8 @@
 What it models (https://cloud.google.com/kubernetes-engine/docs/concepts/about-custom-compute-classes,
 https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler):
 
-- Scale-up: pods the scheduler cannot place on existing (or already requested, not yet ready) nodes make
+- Scale-up: pods the scheduler cannot place on existing (or upcoming: requested less than 15 minutes ago,
+  not yet ready) nodes make
   the autoscaler walk their ComputeClass ``priorities`` in order and add a node to the first pool that
   would fit the pod, is below its ``max_nodes`` and has zone capacity. A stockout fails that pool's
   scale-up (as GCE_STOCKOUT / ZONE_RESOURCE_POOL_EXHAUSTED do), backs the pool off, and the autoscaler
@@ -36,6 +37,7 @@ from interlude_localcloud.gke.policy.model import (
 from interlude_localcloud.gke.policy.scheduling import NodeRank, check, usage_by_node
 
 DEFAULT_BACKOFF_SECONDS = 300.0  # the cluster autoscaler's initial node-group backoff
+MAX_NODE_PROVISION_SECONDS = 900.0  # --max-node-provision-time: a not-ready node younger than this is upcoming
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,10 @@ class _Pass:
         self.reasons: dict[str, list[str]] = {}
         used = usage_by_node(view.pods)
         self.rooms = [
-            _Room(n, dict(used.get(n.name, {})), n.ready) for n in view.nodes if not (n.unschedulable or n.draining)
+            _Room(n, dict(used.get(n.name, {})), n.ready)
+            for n in view.nodes
+            if not (n.unschedulable or n.draining)
+            and (n.ready or now - n.created_at <= MAX_NODE_PROVISION_SECONDS)  # an old NotReady node is broken
         ]
 
     def pool_size(self, pool: NodePool) -> int:

@@ -21,6 +21,7 @@ from interlude_localcloud.gke.policy.autoscaler import (
     class_rank,
     plan,
 )
+from interlude_localcloud.gke.policy.maintenance import MaintenanceNotice, maintenance_status
 from interlude_localcloud.gke.policy.model import (
     CapacityEntry,
     ComputeClass,
@@ -262,3 +263,32 @@ def test_three_replicas_after_stockout_one_moves_back_the_tpu_pool_max_is_one() 
     assert len([a for a in cluster.log if isinstance(a, Migrate)]) == 1
     assert len([a for a in cluster.log if isinstance(a, ScaleDown)]) == 1  # the emptied L4 node
     assert sorted(n.pool for n in cluster.nodes) == ["l4", "l4", "v6e-1"]
+
+
+def test_tpu_node_under_maintenance_sends_the_replacement_pod_to_l4() -> None:
+    """The TPU pool's only node is tainted for maintenance: its evicted pod's replacement goes to L4."""
+    cluster = Cluster(compute_class())
+    cluster.scale(1)
+    cluster.step()
+    assert cluster.placement() == {"v6e-1": 1}
+    notice = MaintenanceNotice(notice_at=cluster.now, window_start=cluster.now + 30)
+    cluster.now += 30
+    tpu = next(n for n in cluster.nodes if n.pool == "v6e-1")
+    status = maintenance_status(tpu, notice, cluster.now)
+    assert status.evict_pods
+    cluster.nodes = [replace(n, labels=status.labels, taints=status.taints) if n is tpu else n for n in cluster.nodes]
+    cluster.pods = [p for p in cluster.pods if p.node_name != tpu.name]
+    cluster.scale(1)
+    actions = cluster.step()
+    assert [(a.pool, a.count) for a in actions if isinstance(a, ScaleUp)] == [("l4", 1)]  # TPU pool is at max 1
+    assert cluster.placement() == {"l4": 1}
+
+
+def test_a_long_not_ready_node_is_not_upcoming_capacity() -> None:
+    cluster = Cluster(compute_class())
+    cluster.nodes = [GPU_POOL.new_node("l4-0", created_at=0.0, ready=False)]
+    cluster.scale(1)
+    cluster.now = 100.0
+    assert plan(cluster.view(), now=cluster.now).of(ScaleUp) == []  # 100 s old: still coming up
+    cluster.now = 1000.0
+    assert [(a.pool, a.count) for a in plan(cluster.view(), now=cluster.now).of(ScaleUp)] == [("v6e-1", 1)]
