@@ -191,10 +191,10 @@ class _Pass:
         self.reasons.setdefault(pool.name, []).append(f"{pod.name}: {why}")
         return room
 
-    def fit_room(self, pod: PodView, ladder: Sequence[tuple[int, NodePool]], ready_only: bool = False) -> _Room | None:
+    def fit_room(self, pod: PodView, ladder: Sequence[tuple[int, NodePool]]) -> _Room | None:
         """The room this pod would take: best priority first, ready before upcoming, then by name."""
         order = {pool.name: index for index, pool in ladder}
-        rooms = [r for r in self.rooms if r.node.pool in order and (r.ready or not ready_only)]
+        rooms = [r for r in self.rooms if r.node.pool in order]
         for room in sorted(rooms, key=lambda r: (order[r.node.pool], not r.ready, r.node.name)):
             if check(pod, replace(room.node, ready=True), room.used).fits:
                 return room
