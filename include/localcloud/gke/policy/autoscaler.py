@@ -34,7 +34,7 @@ from interlude_localcloud.gke.policy.model import (
     PodView,
     ZoneCapacity,
 )
-from interlude_localcloud.gke.policy.scheduling import NodeRank, check, usage_by_node
+from interlude_localcloud.gke.policy.scheduling import NodeRank, check, insufficient, usage_by_node
 
 DEFAULT_BACKOFF_SECONDS = 300.0  # the cluster autoscaler's initial node-group backoff
 MAX_NODE_PROVISION_SECONDS = 900.0  # --max-node-provision-time: a not-ready node younger than this is upcoming
@@ -134,6 +134,7 @@ class _Pass:
         self.failed_pools: set[str] = set()
         self.actions: list[Action] = []
         self.reasons: dict[str, list[str]] = {}
+        self.templates: dict[str, Node] = {}
         used = usage_by_node(view.pods)
         self.rooms = [
             _Room(n, dict(used.get(n.name, {})), n.ready)
@@ -141,6 +142,12 @@ class _Pass:
             if not (n.unschedulable or n.draining)
             and (n.ready or now - n.created_at <= MAX_NODE_PROVISION_SECONDS)  # an old NotReady node is broken
         ]
+
+    def template(self, pool: NodePool) -> Node:
+        """What a new node of the pool would look like (built once per pass)."""
+        if pool.name not in self.templates:
+            self.templates[pool.name] = pool.new_node(f"{pool.name}-template")
+        return self.templates[pool.name]
 
     def pool_size(self, pool: NodePool) -> int:
         return sum(1 for n in self.view.nodes if n.pool == pool.name) + self.planned.get(pool.name, 0)
@@ -154,7 +161,7 @@ class _Pass:
 
     def why_not(self, pool: NodePool, pod: PodView) -> str | None:
         """None when one more node of ``pool`` can be requested for ``pod``; else why not (and back off)."""
-        if not check(pod, pool.new_node(f"{pool.name}-template"), {}).fits:
+        if not check(pod, self.template(pool), {}).fits:
             return f"a {pool.name} node would not fit it"
         if pool.name in self.backoff:
             return f"pool {pool.name} is backed off until {self.backoff[pool.name]:.0f} after a failed scale-up"
@@ -194,9 +201,9 @@ class _Pass:
     def fit_room(self, pod: PodView, ladder: Sequence[tuple[int, NodePool]]) -> _Room | None:
         """The room this pod would take: best priority first, ready before upcoming, then by name."""
         order = {pool.name: index for index, pool in ladder}
-        rooms = [r for r in self.rooms if r.node.pool in order]
+        rooms = [r for r in self.rooms if r.node.pool in order and not insufficient(pod, r.node, r.used)]
         for room in sorted(rooms, key=lambda r: (order[r.node.pool], not r.ready, r.node.name)):
-            if check(pod, replace(room.node, ready=True), room.used).fits:
+            if check(pod, room.node, room.used, assume_ready=True).fits:
                 return room
         return None
 

@@ -76,9 +76,12 @@ def insufficient(pod: PodView, node: Node, used: Mapping[str, float]) -> list[st
     return short
 
 
-def check(pod: PodView, node: Node, used: Mapping[str, float]) -> Fit:
-    """Run the filters in kube-scheduler's order; the first that fails names the reason."""
-    if not node.ready:
+def check(pod: PodView, node: Node, used: Mapping[str, float], assume_ready: bool = False) -> Fit:
+    """Run the filters in kube-scheduler's order; the first that fails names the reason.
+
+    ``assume_ready`` treats a NotReady node as ready: the autoscaler's view of a node still coming up.
+    """
+    if not (node.ready or assume_ready):
         return Fit(node.name, False, "node(s) were not ready")
     if node.unschedulable:
         return Fit(node.name, False, "node(s) were unschedulable")
