@@ -14,7 +14,7 @@ import requests
 
 from interlude_workload.testing import free_port
 
-from .standin_proc import ENTRYPOINTS, running, standin_cmd, write_checkpoint
+from .standin_proc import ENTRYPOINTS, STANDIN, running, write_checkpoint
 
 TPU = str(ENTRYPOINTS / "tpu_serve.sh")
 GPU = str(ENTRYPOINTS / "gpu_serve.sh")
@@ -96,7 +96,9 @@ def test_tpu_entrypoint_runs_the_stand_in_for_real(bucket: str, tmp_path: Path) 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = dict(os.environ, INTERLUDE_DEVICE_ROOT=str(root), TPU_ACCELERATOR_TYPE="v6e-1", TPU_TOPOLOGY="1x1")
-    with running([TPU, *standin_cmd(uri, port, "--max-model-len", "128")], base, env=env) as proc:
+    # the guide's style: vllm's --flag=value form and --model instead of the positional model
+    cmd = [TPU, sys.executable, str(STANDIN), "serve", f"--model={uri}", f"--port={port}", "--max-model-len=128"]
+    with running(cmd, base, env=env) as proc:
         body = requests.post(f"{base}/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30).json()
         assert len(body["choices"][0]["text"].split()) == 2
         proc.terminate()  # exec: SIGTERM reaches the server itself

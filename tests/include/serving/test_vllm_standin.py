@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,7 +45,7 @@ def _complete(base: str, prompt: str, **body: object) -> requests.Response:
     return requests.post(f"{base}/v1/completions", json={"prompt": prompt, **body}, timeout=30)
 
 
-def test_serves_the_committed_checkpoint_openai_style(bucket: str) -> None:
+def test_serves_the_committed_checkpoint_openai_style(bucket: str, tmp_path: Path) -> None:
     uri_a, params_a = write_checkpoint(bucket, "serve", 10, seed=1)
     uri_b, _ = write_checkpoint(bucket, "serve", 20, seed=2)
     port = free_port()
@@ -64,6 +65,8 @@ def test_serves_the_committed_checkpoint_openai_style(bucket: str) -> None:
         "--max-num-seqs",
         "4",
         "--disable-log-requests",
+        "--download-dir",
+        str(tmp_path / "cache"),
     )
     with running(cmd, base):
         models = requests.get(f"{base}/v1/models", timeout=10).json()
@@ -85,6 +88,8 @@ def test_serves_the_committed_checkpoint_openai_style(bucket: str) -> None:
         too_long = _complete(base, "x" * 250, max_tokens=10)
         assert too_long.status_code == 400 and "maximum context length is 256" in too_long.json()["message"]
         assert requests.get(f"{base}/nope", timeout=10).status_code == 404
+    copied = {p.name for p in (tmp_path / "cache" / bucket).rglob("*") if p.is_file()}
+    assert copied == {"arrays.npz", "state.json"}  # --download-dir keeps the verified payload
     # the newest checkpoint of the stage, asked for by stage prefix: another fingerprint, other answers
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -111,7 +116,7 @@ def test_requests_beyond_max_num_seqs_wait_and_the_gauges_show_it(bucket: str) -
     uri, _ = write_checkpoint(bucket, "load", 5, seed=3)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = dict(os.environ, VLLM_STANDIN_SECONDS_PER_TOKEN="0.2")
+    env = dict(os.environ, VLLM_STANDIN_SECONDS_PER_TOKEN="0.3")
     with running(standin_cmd(uri, port, "--max-num-seqs", "1"), base, env=env):
         assert (_gauge(base, "vllm:num_requests_running"), _gauge(base, "vllm:num_requests_waiting")) == (0, 0)
         codes: list[int] = []
