@@ -76,7 +76,7 @@ class Migrate:
     to_pool: str
     to_priority: int
     reason: str
-    cordon_source: bool = False  # every pod of the source node moves: keep new pods off it
+    cordon_source: bool = False  # every pod of the node moves and it can go: keep new pods off it
 
 
 @dataclass(frozen=True)
@@ -284,7 +284,12 @@ def _migrations(run: _Pass) -> None:
     for pod in run.view.pods:
         if pod.node_name:
             on_node[pod.node_name] = on_node.get(pod.node_name, 0) + 1
-    run.actions.extend(replace(m, cordon_source=len(moving[m.from_node]) == on_node[m.from_node]) for m in migrations)
+    removable = {n.name for n in run.view.nodes if (p := pools.get(n.pool)) and run.pool_size(p) > p.min_nodes}
+    # cordon only a node that empties and may then be scaled down; a node kept for min_nodes stays open
+    run.actions.extend(
+        replace(m, cordon_source=len(moving[m.from_node]) == on_node[m.from_node] and m.from_node in removable)
+        for m in migrations
+    )
 
 
 def _migrate_one(run: _Pass, pod: PodView, cls: ComputeClass, current: int) -> Migrate | None:

@@ -292,3 +292,18 @@ def test_a_long_not_ready_node_is_not_upcoming_capacity() -> None:
     assert plan(cluster.view(), now=cluster.now).of(ScaleUp) == []  # 100 s old: still coming up
     cluster.now = 1000.0
     assert [(a.pool, a.count) for a in plan(cluster.view(), now=cluster.now).of(ScaleUp)] == [("v6e-1", 1)]
+
+
+def test_migration_does_not_cordon_a_node_the_pool_minimum_keeps() -> None:
+    cluster = Cluster(compute_class(activeMigration={"optimizeRulePriority": True}), capacity=TPU_STOCKOUT)
+    cluster.pools = (TPU_POOL, replace(GPU_POOL, min_nodes=1))
+    cluster.scale(1)
+    cluster.step()
+    cluster.capacity = ZoneCapacity()
+    for _ in range(3):
+        cluster.step(300)
+    [move] = [a for a in cluster.log if isinstance(a, Migrate)]
+    assert move.cordon_source is False
+    assert cluster.placement() == {"v6e-1": 1}
+    assert [n.name for n in cluster.nodes if n.pool == "l4"] == ["l4-0"]  # kept for min_nodes, not cordoned
+    assert not any(n.unschedulable for n in cluster.nodes)
