@@ -7,7 +7,9 @@ details", "Configurable scaling behavior"), checked against the controller (pkg/
 - ``desired = ceil(current * metric / target)``; no change while ``|metric / target - 1| <= tolerance``
   (0.1, per direction since the configurable-tolerance feature).
 - Pods being deleted and failed pods are ignored. Pods still pending are set aside as not ready, pods
-  without a metric as missing; the ratio is computed from the rest. Then, if scaling up, missing pods
+  without a metric as missing; the ratio is computed from the rest. (The docs speak of not-ready pods in
+  general; the controller applies readiness only to CPU metrics, so a running pod's Pods-metric sample
+  counts even before it is Ready - as here.) Then, if scaling up, missing pods
   count as 0 and not-ready pods as 0; if scaling down, missing pods count as the target. If that reverses
   the direction or lands within tolerance, the replica count stays.
 - Outside ``[minReplicas, maxReplicas]`` the count is clamped first; ``0`` current replicas with a
