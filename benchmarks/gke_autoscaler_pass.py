@@ -13,7 +13,8 @@ import argparse
 import time
 
 from interlude_localcloud.gke.policy.autoscaler import ClusterView, plan
-from interlude_localcloud.gke.policy.model import ComputeClass, GpuSpec, NodePool, PodView, Toleration, TpuSpec
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
+from interlude_localcloud.gke.policy.model import GpuSpec, NodePool, PodView, Toleration, TpuSpec
 
 GIB = 1024.0**3
 CLASS = "vllm-fallback"

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.model import (
     DEFAULT_CONSOLIDATION_DELAY_MINUTES,
-    ComputeClass,
     Node,
     NodePool,
     PodView,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.model import (
-    ComputeClass,
     GpuSpec,
     Node,
     NodePool,

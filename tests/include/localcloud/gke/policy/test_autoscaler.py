@@ -21,10 +21,10 @@ from interlude_localcloud.gke.policy.autoscaler import (
     class_rank,
     plan,
 )
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.maintenance import MaintenanceNotice, maintenance_status
 from interlude_localcloud.gke.policy.model import (
     CapacityEntry,
-    ComputeClass,
     Node,
     NodePool,
     PodView,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.model import (
     CapacityEntry,
-    ComputeClass,
     NodePool,
     NodeSelectorRequirement,
     Taint,
