@@ -175,7 +175,7 @@ def test_tpu_only_model_without_tpus_converts_for_gpu_without_approval_by_defaul
 def test_bad_input_fails_the_first_task_naming_the_params(run_dag: RunDag) -> None:
     """Refused in resolve_run, before any cloud call that creates; the failure message talks about params."""
     result = run_dag("default", {"bucket": "--help", "network": "vpc\nINFO forged log line",
-                                 "zones": ["mars-north1-z"]})
+                                 "zones": ["mars-north1-z"]}, ensure_bucket=False)
 
     assert result.state == "failed", result.log[-3000:]
     assert result.states["resolve_run"] == "failed", result.states
