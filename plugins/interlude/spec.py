@@ -165,10 +165,11 @@ class RunSpec:
                 values[f.name] = _coerce(f.name, params[f.name], f.default)
             except (TypeError, ValueError) as exc:
                 problems.append(str(exc))
+        # Check the rest too (failed values stand at their defaults), so one message names every problem.
+        spec = cls(**values, **resolved)
+        problems += _problems(spec)
         if problems:
             raise RunSpecError(problems)
-        spec = cls(**values, **resolved)
-        spec.check()
         return spec
 
     def check(self) -> None:
