@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from interlude.serving.render import Manifest, render_all, to_yaml
+from interlude.serving.meta import Manifest
+from interlude.serving.render import render_all, to_yaml
 from interlude.serving.runtime_check import RuntimeReport, check_runtimes
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import ServingTable, load_table

@@ -37,57 +37,28 @@ from typing import Any
 import yaml
 
 from interlude.serving import entrypoints, node_facts
+from interlude.serving.meta import (
+    Manifest,
+    annotations_for,
+    labels,
+    metadata,
+    selector_labels,
+)
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import ServingTable, load_table
+from interlude.serving.traffic import PORT, hpa, pod_monitoring, service
 
-PORT = 8000
 ORDERS = ("tpu_first", "gpu_first")
 TPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/tpu_serve.sh"
 GPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/gpu_serve.sh"
 GPU_DRIVER_HOST_PATH = "/home/kubernetes/bin/nvidia"  # https://cloud.google.com/kubernetes-engine/docs/how-to/gpus
 LABEL_CLASS = "cloud.google.com/compute-class"
-ANNOTATION_CHECKPOINT = "interlude.dev/checkpoint-uri"
-ANNOTATION_DIGEST = "interlude.dev/spec-digest"
 ANNOTATION_ORDER = "interlude.dev/priority-order"
-MANAGED_BY = "interlude"
-
-Manifest = dict[str, Any]
-
-
-def selector_labels(spec: ServeSpec) -> dict[str, str]:
-    return {"app.kubernetes.io/name": spec.name}
-
-
-def labels(spec: ServeSpec) -> dict[str, str]:
-    return {
-        **selector_labels(spec),
-        "app.kubernetes.io/managed-by": MANAGED_BY,
-        "interlude.dev/spec-digest": spec.digest()[:16],
-    }
-
-
-def annotations_for(spec: ServeSpec) -> dict[str, str]:
-    out = {ANNOTATION_DIGEST: spec.digest()}
-    if spec.checkpoint_uri is not None:
-        out[ANNOTATION_CHECKPOINT] = spec.checkpoint_uri
-    return out
-
-
-def _meta(spec: ServeSpec, name: str, *, namespaced: bool = True) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": name, "labels": labels(spec), "annotations": annotations_for(spec)}
-    if namespaced:
-        meta["namespace"] = spec.namespace
-    return meta
 
 
 def node_reader_name(spec: ServeSpec) -> str:
     """Cluster-scoped names must be unique across namespaces."""
     return f"{spec.namespace}-{spec.name}-node-reader"[:253]
-
-
-def quantity(value: float) -> str:
-    """A Kubernetes quantity: whole numbers as such, fractions in milli-units (0.5 -> 500m)."""
-    return str(int(value)) if float(value).is_integer() else f"{round(value * 1000)}m"
 
 
 # ---------------------------------------------------------------------- ComputeClass
@@ -113,7 +84,7 @@ def compute_class(spec: ServeSpec, order: str = "tpu_first", table: ServingTable
         raise ValueError(f"order: {order!r} is not one of {', '.join(ORDERS)}")
     table = table or load_table()
     rules = [_tpu_rule(spec, table), _gpu_rule(spec)]
-    meta = _meta(spec, spec.name, namespaced=False)
+    meta = metadata(spec, spec.name, namespaced=False)
     meta["annotations"][ANNOTATION_ORDER] = order
     return {
         "apiVersion": "cloud.google.com/v1",
@@ -139,26 +110,26 @@ def node_reader(spec: ServeSpec, table: ServingTable | None = None) -> list[Mani
         {
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": _meta(spec, spec.name),
+            "metadata": metadata(spec, spec.name),
             "automountServiceAccountToken": False,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": _meta(spec, name, namespaced=False),
+            "metadata": metadata(spec, name, namespaced=False),
             "rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": _meta(spec, name, namespaced=False),
+            "metadata": metadata(spec, name, namespaced=False),
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
             "subjects": [{"kind": "ServiceAccount", "name": spec.name, "namespace": spec.namespace}],
         },
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": _meta(spec, f"{spec.name}-node-facts"),
+            "metadata": metadata(spec, f"{spec.name}-node-facts"),
             "data": {node_facts.SCRIPT_NAME: node_facts.script(table)},
         },
     ]
@@ -288,7 +259,7 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(spec, spec.name),
+        "metadata": metadata(spec, spec.name),
         "spec": {
             "selector": {"matchLabels": selector_labels(spec)},
             "revisionHistoryLimit": 3,
@@ -311,68 +282,6 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
     }
 
 
-# ---------------------------------------------------------------------- Service, HPA, PodMonitoring
-def service(spec: ServeSpec) -> Manifest:
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(spec, spec.name),
-        "spec": {
-            "type": spec.service_type,
-            "selector": selector_labels(spec),
-            "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}],
-        },
-    }
-
-
-def hpa(spec: ServeSpec) -> Manifest:
-    """Scale on vLLM's waiting requests per pod; up fast, down slowly (a replica costs minutes to start)."""
-    return {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": _meta(spec, spec.name),
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": spec.name},
-            "minReplicas": spec.replicas_min,
-            "maxReplicas": spec.replicas_max,
-            "metrics": [
-                {
-                    "type": "Pods",
-                    "pods": {
-                        "metric": {"name": spec.hpa_metric},
-                        "target": {"type": "AverageValue", "averageValue": quantity(spec.hpa_target_waiting)},
-                    },
-                }
-            ],
-            "behavior": {
-                "scaleUp": {
-                    "stabilizationWindowSeconds": 0,
-                    "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 2, "periodSeconds": 60}],
-                },
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 300,
-                    "selectPolicy": "Max",
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}],
-                },
-            },
-        },
-    }
-
-
-def pod_monitoring(spec: ServeSpec) -> Manifest:
-    """Managed Prometheus scrapes vLLM's /metrics (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
-    return {
-        "apiVersion": "monitoring.googleapis.com/v1",
-        "kind": "PodMonitoring",
-        "metadata": _meta(spec, spec.name),
-        "spec": {
-            "selector": {"matchLabels": selector_labels(spec)},
-            "endpoints": [{"port": PORT, "path": "/metrics", "interval": "15s"}],
-        },
-    }
-
-
 # ---------------------------------------------------------------------- all of it
 def render_all(
     spec: ServeSpec,
@@ -387,7 +296,7 @@ def render_all(
     vLLM containers; without it the images must carry them at entrypoints.ENTRYPOINT_DIR.
     """
     table = table or load_table()
-    shipped = [] if scripts is None else [entrypoints.config_map(spec, scripts, _meta(spec, spec.name))]
+    shipped = [] if scripts is None else [entrypoints.config_map(spec, scripts, metadata(spec, spec.name))]
     workload = deployment(spec, table) if scripts is None else entrypoints.mount(deployment(spec, table), spec)
     return [
         compute_class(spec, order, table),

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from interlude.serving import entrypoints, render
+from interlude.serving import entrypoints, meta, node_facts, render
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import load_table
 from interlude.serving.validate import problems, validate_all
@@ -170,7 +170,7 @@ def test_privilege_is_confined_to_the_two_vllm_containers() -> None:
 def test_params_reach_containers_as_argv_never_inside_the_shell_script() -> None:
     spec = ServeSpec.from_params({"checkpoint_uri": "gs://interlude-local/a/$(NODE_IP)/b;c'd"})
     tpu = _by_kind(render.render_all(spec))["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert tpu["command"][:2] == ["/bin/sh", "-c"] and tpu["command"][2] == render.node_facts.SOURCE_AND_EXEC
+    assert tpu["command"][:2] == ["/bin/sh", "-c"] and tpu["command"][2] == node_facts.SOURCE_AND_EXEC
     assert "gs://interlude-local/a/$$(NODE_IP)/b;c'd" in tpu["args"]  # Kubernetes turns $$ back into $
 
 
@@ -178,9 +178,9 @@ def test_labels_and_annotations_carry_the_checkpoint_and_the_digest() -> None:
     spec = SPECS["default"][0]
     for obj in render.render_all(spec):
         assert obj["metadata"]["labels"]["interlude.dev/spec-digest"] == spec.digest()[:16]
-        assert obj["metadata"]["annotations"][render.ANNOTATION_CHECKPOINT] == CKPT
+        assert obj["metadata"]["annotations"][meta.ANNOTATION_CHECKPOINT] == CKPT
     template = _by_kind(render.render_all(spec))["Deployment"]["spec"]["template"]["metadata"]
-    assert template["annotations"][render.ANNOTATION_DIGEST] == spec.digest()
+    assert template["annotations"][meta.ANNOTATION_DIGEST] == spec.digest()
     deployment = _by_kind(render.render_all(spec))["Deployment"]
     assert "replicas" not in deployment["spec"]  # the HPA owns the replica count
 
