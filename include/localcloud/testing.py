@@ -71,6 +71,7 @@ class RunningLocalCloud:
         self._lc = lc
         self.api_endpoint = lc.api_endpoint
         self.gcs_endpoint = lc.gcs_endpoint
+        self.container_endpoint = lc.container_endpoint
         self.project = lc.project
         self.scenario = lc.scenario
         self.state_dir = lc.state_dir
