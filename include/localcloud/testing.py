@@ -77,6 +77,16 @@ class RunningLocalCloud:
         self.state_dir = lc.state_dir
         self.admin = Admin(lc.api_endpoint)
 
+    def connection_extra(self) -> dict[str, Any]:
+        """Extras of a `google_cloud_platform` Airflow connection that reach this cloud (TPU, Compute, GKE)."""
+        return {"is_anonymous": True, "project": self.project, "tpu_endpoint": self.api_endpoint,
+                "compute_endpoint": self.api_endpoint, "container_endpoint": self.container_endpoint}
+
+    def airflow_conn_env(self, conn_id: str = "google_cloud_default") -> dict[str, str]:
+        """`AIRFLOW_CONN_<ID>` environment variable for that connection (no metadata database needed)."""
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps({"conn_type": "google_cloud_platform",
+                                                               "extra": self.connection_extra()})}
+
     @property
     def cloud(self) -> Any:
         """The in-process state (for assertions only; drive the cloud through its APIs)."""

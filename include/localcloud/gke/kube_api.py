@@ -117,7 +117,7 @@ class KubeApi:
         if t.name:
             return JSONResponse(self.store.get(t.rt, t.namespace or "", t.name))
         pred = _and(selectors.label_selector(q.get("labelSelector")), selectors.field_selector(q.get("fieldSelector")))
-        if q.get("watch") in ("true", "1"):
+        if q.get("watch", "").lower() in ("true", "1"):
             timeout = float(q.get("timeoutSeconds") or WATCH_TIMEOUT)
             gen = watching.stream(self.store, t.rt, t.namespace, q.get("resourceVersion"), pred, timeout)
             return StreamingResponse(gen, media_type="application/json")
@@ -188,7 +188,7 @@ class KubeApi:
     def _apply(self, t: Target, body: Any, request: Request) -> Response:
         obj = self._check_identity(t, body, t.name)
         manager = request.query_params.get("fieldManager", "")
-        force = request.query_params.get("force") in ("true", "1")
+        force = request.query_params.get("force", "").lower() in ("true", "1")
         ns = t.namespace or ""
         headers: dict[str, str] = {}
         self._admit_fields(t, obj, request, headers)

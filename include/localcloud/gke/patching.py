@@ -239,7 +239,7 @@ def server_side_apply(current: Obj | None, applied: Obj, manager: str, force: bo
     owned_now = set(applied_paths)
     base = copy.deepcopy(current) if current is not None else {}
     entries = _entries(base)
-    conflicts: list[str] = []
+    conflicts: list[tuple[str, str]] = []
     mine_before: set[Path] = set()
     others: list[Obj] = []
     for e in entries:
@@ -249,12 +249,16 @@ def server_side_apply(current: Obj | None, applied: Obj, manager: str, force: bo
             continue
         clash = {p for p in paths & owned_now if _value_at(base, p) != applied_paths[p]}
         if clash and not force:
-            conflicts += [f'conflict with "{e.get("manager")}": .{".".join(x[2:] for x in p)}' for p in sorted(clash)]
+            using = f'conflict with "{e.get("manager")}" using {e.get("apiVersion", api_version)}'
+            conflicts += [(using, "." + ".".join(x[2:] for x in p if x != ".")) for p in sorted(clash)]
         e = {**e, "fieldsV1": to_fields_v1(paths - owned_now)} if clash or force else e
         others.append(e)
     if conflicts:
-        raise KubeError(409, "Conflict", f"Apply failed with {len(conflicts)} conflict(s): " + "; ".join(conflicts),
-                        {"causes": [{"reason": "FieldManagerConflict", "message": c} for c in conflicts]})
+        noun = "conflict" if len(conflicts) == 1 else "conflicts"
+        text = "; ".join(f"{who}: {where}" for who, where in conflicts)
+        raise KubeError(409, "Conflict", f"Apply failed with {len(conflicts)} {noun}: {text}",
+                        {"causes": [{"reason": "FieldManagerConflict", "message": who, "field": where}
+                                    for who, where in conflicts]})
     merged = strategic_merge(base, {k: v for k, v in applied.items() if k != "status"})
     still_owned = set().union(*(_owned(e) for e in others)) if others else set()
     for p in sorted(mine_before - owned_now - still_owned, key=len, reverse=True):
