@@ -263,6 +263,10 @@ def server_side_apply(current: Obj | None, applied: Obj, manager: str, force: bo
     still_owned = set().union(*(_owned(e) for e in others)) if others else set()
     for p in sorted(mine_before - owned_now - still_owned, key=len, reverse=True):
         _remove_at(merged, p)
+        for depth in range(len(p) - 1, 0, -1):  # parents left empty by the removal go too
+            parent = p[:depth]
+            if _value_at(merged, parent) == {} and parent not in owned_now | still_owned:
+                _remove_at(merged, parent)
     others = [e for e in others if e.get("fieldsV1")]
     merged.setdefault("metadata", {})["managedFields"] = others + [_entry(manager, "Apply", api_version, owned_now)]
     return merged
