@@ -169,9 +169,9 @@ class KubeApi:
                    "application/strategic-merge-patch+json": patching.strategic_merge,
                    "application/json-patch+json": patching.json_patch}.get(ctype)
         if patcher is None:
-            raise KubeError(415, "UnsupportedMediaType", f"the body of the request was in an unknown format - "
-                            f"accepted media types include: application/json-patch+json, application/merge-patch+json, "
-                            f"application/apply-patch+yaml, application/strategic-merge-patch+json")
+            raise KubeError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                            "accepted media types include: application/json-patch+json, application/merge-patch+json, "
+                            "application/apply-patch+yaml, application/strategic-merge-patch+json")
         headers: dict[str, str] = {}
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:

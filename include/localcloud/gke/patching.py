@@ -132,7 +132,8 @@ def json_patch(target: Obj, ops: list[dict[str, Any]]) -> Obj:
                 take(path, True)
             elif kind == "test":
                 if take(path, False) != op["value"]:
-                    raise bad_request(f"the server rejected our request due to an error in our request: test failed at {path}")
+                    raise bad_request(f"the server rejected our request due to an error in our request: "
+                                      f"test failed at {path}")
             elif kind in ("copy", "move"):
                 put(path, copy.deepcopy(take(op["from"], kind == "move")), False)
             else:

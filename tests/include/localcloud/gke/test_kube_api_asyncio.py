@@ -25,7 +25,8 @@ async def _exercise(url: str, ca_file: str, token: str) -> list[tuple[str, str]]
                 replicas=1, selector=client.V1LabelSelector(match_labels={"app": "vllm-gpu"}),
                 template=client.V1PodTemplateSpec(
                     metadata=client.V1ObjectMeta(labels={"app": "vllm-gpu"}),
-                    spec=client.V1PodSpec(containers=[client.V1Container(name="vllm", image="vllm/vllm-openai:v0.11.1")]))))
+                    spec=client.V1PodSpec(containers=[
+                        client.V1Container(name="vllm", image="vllm/vllm-openai:v0.11.1")]))))
         created = await apps.create_namespaced_deployment("async-ns", dep)
         events: list[tuple[str, str]] = []
 
