@@ -20,6 +20,7 @@ from interlude_localcloud.cloud import Cloud, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import ClusterSpec, GpuSpec, NodePoolSpec, TpuSpec
+from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
 from interlude_localcloud.gke.resources import RESOURCES
 
@@ -47,6 +48,7 @@ class ClusterState:
     created: str
     id: str
     pools: dict[str, PoolState] = field(default_factory=dict)
+    controller: DeploymentController | None = None
 
 
 def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
@@ -100,9 +102,13 @@ class Gke:
             for p in c.spec.node_pools:
                 c.pools[p.name] = PoolState(p, p.initial_nodes, c.created)
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
+            c.controller = DeploymentController(c.kube.store)
+            c.controller.start()
 
     def stop(self) -> None:
         for c in self.clusters.values():
+            if c.controller is not None:
+                c.controller.stop()
             c.kube.stop()
 
     # lookups ----------------------------------------------------------------------------------
