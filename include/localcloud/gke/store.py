@@ -76,6 +76,11 @@ class Store:
         self._rv += 1
         obj["metadata"]["resourceVersion"] = str(self._rv)
 
+    def append_log(self, namespace: str, pod: str, line: str) -> None:
+        """Container output for `pods/{name}/log` (written by whatever runs the pod's containers)."""
+        with self.lock:
+            self.logs.setdefault((namespace, pod), []).append(line)
+
     # reads ---------------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         with self.lock:
