@@ -223,24 +223,12 @@ def _and(a: selectors.Predicate, b: selectors.Predicate) -> selectors.Predicate:
     return lambda o: a(o) and b(o)
 
 
-def build_app(api: KubeApi, server_address: str) -> FastAPI:
-    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
-    minor = api.version.split(".")[1]
-
-    @app.middleware("http")
-    async def authenticate(request: Request, call_next: Any) -> Response:
-        auth = request.headers.get("authorization", "")
-        if not auth.startswith("Bearer ") or not auth[7:].strip():
-            return JSONResponse(KubeError(401, "Unauthorized", "Unauthorized").status(), status_code=401)
-        return await call_next(request)
-
-    @app.exception_handler(KubeError)
-    async def kube_error(_request: Request, e: KubeError) -> Response:
-        return JSONResponse(e.status(), status_code=e.code)
+def _discovery_routes(app: FastAPI, k8s_version: str, server_address: str) -> None:
+    minor = k8s_version.split(".")[1]
 
     @app.get("/version")
     async def version() -> dict[str, Any]:
-        return {"major": "1", "minor": minor, "gitVersion": f"v{api.version}", "gitTreeState": "clean",
+        return {"major": "1", "minor": minor, "gitVersion": f"v{k8s_version}", "gitTreeState": "clean",
                 "gitCommit": "", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
                 "platform": "linux/amd64"}
 
@@ -263,6 +251,22 @@ def build_app(api: KubeApi, server_address: str) -> FastAPI:
             raise KubeError(404, "NotFound", "the server could not find the requested resource", {})
         return JSONResponse(resources.api_resource_list(group, version))
 
+
+def build_app(api: KubeApi, server_address: str) -> FastAPI:
+    app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
+
+    @app.middleware("http")
+    async def authenticate(request: Request, call_next: Any) -> Response:
+        auth = request.headers.get("authorization", "")
+        if not auth.startswith("Bearer ") or not auth[7:].strip():
+            return JSONResponse(KubeError(401, "Unauthorized", "Unauthorized").status(), status_code=401)
+        return await call_next(request)
+
+    @app.exception_handler(KubeError)
+    async def kube_error(_request: Request, e: KubeError) -> Response:
+        return JSONResponse(e.status(), status_code=e.code)
+
+    _discovery_routes(app, api.version, server_address)
     verbs = {"GET": api.get, "POST": api.create, "PUT": api.replace, "PATCH": api.patch, "DELETE": api.delete}
 
     async def dispatch(group: str, version: str, rest: str, request: Request) -> Response:

@@ -89,55 +89,61 @@ def strategic_merge(target: Any, patch: Any, field: str = "") -> Any:
     return out
 
 
+def _walk(doc: Any, pointer: str) -> tuple[Any, str]:
+    parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+    cur = doc
+    for p in parts[:-1]:
+        cur = cur[int(p)] if isinstance(cur, list) else cur[p]
+    return cur, parts[-1]
+
+
+def _put(doc: Any, pointer: str, value: Any, replace: bool) -> None:
+    parent, last = _walk(doc, pointer)
+    if not isinstance(parent, list):
+        if replace and last not in parent:
+            raise KeyError(last)
+        parent[last] = value
+    elif last == "-":
+        parent.append(value)
+    elif replace:
+        parent[int(last)] = value
+    else:
+        parent.insert(int(last), value)
+
+
+def _take(doc: Any, pointer: str, remove: bool) -> Any:
+    parent, last = _walk(doc, pointer)
+    key: Any = int(last) if isinstance(parent, list) else last
+    value = parent[key]
+    if remove:
+        del parent[key]
+    return value
+
+
+def _json_patch_op(doc: Any, op: dict[str, Any]) -> None:
+    kind, path = op["op"], op["path"]
+    if kind in ("add", "replace"):
+        _put(doc, path, copy.deepcopy(op["value"]), kind == "replace")
+    elif kind == "remove":
+        _take(doc, path, True)
+    elif kind == "test":
+        if _take(doc, path, False) != op["value"]:
+            raise bad_request(f"the server rejected our request due to an error in our request: "
+                              f"test failed at {path}")
+    elif kind in ("copy", "move"):
+        _put(doc, path, copy.deepcopy(_take(doc, op["from"], kind == "move")), False)
+    else:
+        raise bad_request(f"unknown json patch operation {kind!r}")
+
+
 def json_patch(target: Obj, ops: list[dict[str, Any]]) -> Obj:
     """RFC 6902 add/remove/replace/test/copy/move."""
     doc: Any = copy.deepcopy(target)
-
-    def walk(pointer: str) -> tuple[Any, str]:
-        parts = [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
-        cur = doc
-        for p in parts[:-1]:
-            cur = cur[int(p)] if isinstance(cur, list) else cur[p]
-        return cur, parts[-1]
-
-    def put(pointer: str, value: Any, replace: bool) -> None:
-        parent, last = walk(pointer)
-        if isinstance(parent, list):
-            if last == "-":
-                parent.append(value)
-            elif replace:
-                parent[int(last)] = value
-            else:
-                parent.insert(int(last), value)
-        else:
-            if replace and last not in parent:
-                raise KeyError(last)
-            parent[last] = value
-
-    def take(pointer: str, remove: bool) -> Any:
-        parent, last = walk(pointer)
-        value = parent[int(last)] if isinstance(parent, list) else parent[last]
-        if remove:
-            del parent[int(last) if isinstance(parent, list) else last]
-        return value
-
+    if not isinstance(ops, list):
+        raise bad_request("the JSON patch must be a list of operations")
     try:
         for op in ops:
-            kind, path = op["op"], op["path"]
-            if kind == "add":
-                put(path, copy.deepcopy(op["value"]), False)
-            elif kind == "replace":
-                put(path, copy.deepcopy(op["value"]), True)
-            elif kind == "remove":
-                take(path, True)
-            elif kind == "test":
-                if take(path, False) != op["value"]:
-                    raise bad_request(f"the server rejected our request due to an error in our request: "
-                                      f"test failed at {path}")
-            elif kind in ("copy", "move"):
-                put(path, copy.deepcopy(take(op["from"], kind == "move")), False)
-            else:
-                raise bad_request(f"unknown json patch operation {kind!r}")
+            _json_patch_op(doc, op)
     except (KeyError, IndexError, ValueError, TypeError) as e:
         raise KubeError(422, "Invalid", f"the server rejected our request due to an error in our request: {e!r}") from e
     return doc

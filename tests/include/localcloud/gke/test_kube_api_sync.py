@@ -138,6 +138,14 @@ def test_watch_patch_and_server_side_apply(api: client.ApiClient) -> None:
     merged = apps.patch_namespaced_deployment("watched", NS, {"metadata": {"labels": {"tier": None}}},
                                               _content_type="application/merge-patch+json")
     assert "tier" not in merged.metadata.labels
+    # JSON patch (a list body), with a failing `test` op leaving the object untouched.
+    add_label = [{"op": "add", "path": "/metadata/labels/stage", "value": "b"}]
+    jp = apps.patch_namespaced_deployment("watched", NS, add_label)
+    assert jp.metadata.labels["stage"] == "b"
+    with pytest.raises(client.ApiException):
+        apps.patch_namespaced_deployment("watched", NS, [{"op": "test", "path": "/spec/replicas", "value": 9},
+                                                         {"op": "replace", "path": "/spec/replicas", "value": 9}])
+    assert apps.read_namespaced_deployment("watched", NS).spec.replicas == 3
     apps.delete_namespaced_deployment("watched", NS)
     t.join(timeout=30)
     kinds = [k for k, _, _ in seen]
