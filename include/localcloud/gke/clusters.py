@@ -19,7 +19,7 @@ from typing import Any
 from interlude_localcloud.cloud import Cloud, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.gke import defaults, nodes
-from interlude_localcloud.gke.config import ClusterSpec, GpuSpec, NodePoolSpec, TpuSpec
+from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
 from interlude_localcloud.gke.resources import RESOURCES
@@ -29,6 +29,7 @@ from interlude_localcloud.gke.resources import RESOURCES
 TPU_MACHINE_PREFIXES = {"ct4p": "tpu-v4-podslice", "ct5lp": "tpu-v5-lite-podslice", "ct5p": "tpu-v5p-slice",
                         "ct6e": "tpu-v6e-slice", "tpu7x": "tpu7x"}
 NAMESPACES = RESOURCES[0]
+_EFFECT_BY_ENUM = {v: k for k, v in EFFECTS.items()}
 DEFAULT_TOPOLOGY = {1: "1x1", 4: "2x2", 8: "2x4"}
 
 
@@ -77,7 +78,10 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
     return NodePoolSpec(name=name, machine_type=machine_type, min_nodes=int(autoscaling.get("minNodeCount", 0)),
                         max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))), initial_nodes=initial,
                         spot=bool(config.get("spot") or config.get("preemptible")), zones=zones, tpu=tpu, gpu=gpu,
-                        labels=dict(config.get("labels") or {}))
+                        labels=dict(config.get("labels") or {}),
+                        taints=[Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""),
+                                                                                                 "NoSchedule"))
+                                for t in config.get("taints") or []])
 
 
 class Gke:

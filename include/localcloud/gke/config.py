@@ -29,6 +29,18 @@ class GpuSpec:
     count: int = 1
 
 
+# Kubernetes taint effects <-> the Container API's NodeTaint.effect enum.
+EFFECTS = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE", "NoExecute": "NO_EXECUTE"}
+COMPUTE_CLASS_KEY = "cloud.google.com/compute-class"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str  # Kubernetes form: NoSchedule | PreferNoSchedule | NoExecute
+
+
 @dataclass
 class NodePoolSpec:
     name: str
@@ -41,6 +53,7 @@ class NodePoolSpec:
     tpu: TpuSpec | None = None
     gpu: GpuSpec | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    taints: list[Taint] = field(default_factory=list)
 
 
 @dataclass
@@ -58,7 +71,24 @@ class ClusterSpec:
 
 
 _POOL_KEYS = {"name", "machine_type", "min_nodes", "max_nodes", "initial_nodes", "spot", "zones", "tpu",
-              "gpu", "labels"}
+              "gpu", "labels", "taints", "compute_class"}
+
+
+def _pool_labels_taints(raw: dict[str, Any]) -> tuple[dict[str, str], list[Taint]]:
+    """`compute_class: X` is GKE's recipe for a manually created pool a ComputeClass names: the node label
+    and the NoSchedule taint cloud.google.com/compute-class=X
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/create-manage-compute-classes)."""
+    labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
+    taints = [Taint(str(t["key"]), str(t.get("value", "")), str(t.get("effect", "NoSchedule")))
+              for t in raw.get("taints") or []]
+    if raw.get("compute_class"):
+        cc = str(raw["compute_class"])
+        labels[COMPUTE_CLASS_KEY] = cc
+        taints.append(Taint(COMPUTE_CLASS_KEY, cc, "NoSchedule"))
+    for t in taints:
+        if t.effect not in EFFECTS:
+            raise ValueError(f"unknown taint effect {t.effect!r}")
+    return labels, taints
 
 
 def _pool(raw: dict[str, Any], location: str) -> NodePoolSpec:
@@ -68,6 +98,7 @@ def _pool(raw: dict[str, Any], location: str) -> NodePoolSpec:
     tpu = raw.get("tpu")
     gpu = raw.get("gpu")
     zones = list(raw.get("zones") or ([location] if location.count("-") == 2 else [f"{location}-a"]))
+    labels, taints = _pool_labels_taints(raw)
     return NodePoolSpec(
         name=str(raw["name"]), machine_type=str(raw["machine_type"]),
         min_nodes=int(raw.get("min_nodes", 0)), max_nodes=int(raw.get("max_nodes", 3)),
@@ -75,7 +106,7 @@ def _pool(raw: dict[str, Any], location: str) -> NodePoolSpec:
         zones=zones,
         tpu=TpuSpec(str(tpu["accelerator"]), str(tpu["topology"]), int(tpu.get("chips", 4))) if tpu else None,
         gpu=GpuSpec(str(gpu["type"]), int(gpu.get("count", 1))) if gpu else None,
-        labels={str(k): str(v) for k, v in (raw.get("labels") or {}).items()},
+        labels=labels, taints=taints,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from interlude_localcloud.cloud import Cloud
 from interlude_localcloud.errors import invalid
 from interlude_localcloud.gke.clusters import ClusterState, Gke, PoolState
+from interlude_localcloud.gke.config import EFFECTS
 from interlude_localcloud.server import Request, Response, Router
 
 DOC = "container.v1"
@@ -29,6 +30,8 @@ def render_pool(c: ClusterState, p: PoolState) -> dict[str, Any]:
     config: dict[str, Any] = {"machineType": s.machine_type, "diskSizeGb": 100, "diskType": "pd-balanced",
                               "imageType": "COS_CONTAINERD", "labels": dict(s.labels), "spot": s.spot,
                               "oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+    if s.taints:
+        config["taints"] = [{"key": t.key, "value": t.value, "effect": EFFECTS[t.effect]} for t in s.taints]
     if s.gpu:
         config["accelerators"] = [{"acceleratorCount": str(s.gpu.count), "acceleratorType": s.gpu.type}]
     pool: dict[str, Any] = {

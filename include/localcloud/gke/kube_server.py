@@ -62,7 +62,9 @@ class KubeApiServer:
 
     def stop(self) -> None:
         if self._server is not None:
+            # Open watches and idle keep-alive connections would hold a graceful shutdown: close them now.
             self._server.should_exit = True
+            self._server.force_exit = True
         if self._thread is not None:
             self._thread.join(timeout=10)
         if self._sock is not None:

@@ -2,7 +2,7 @@
 
 Labels: cloud.google.com/gke-nodepool, cloud.google.com/machine-family, cloud.google.com/gke-spot,
 cloud.google.com/gke-tpu-accelerator + gke-tpu-topology (TPU), cloud.google.com/gke-accelerator (GPU),
-cloud.google.com/compute-class (pools a ComputeClass names); taints google.com/tpu=present:NoSchedule,
+cloud.google.com/compute-class (pools a ComputeClass names, with its taint); taints google.com/tpu=present:NoSchedule,
 nvidia.com/gpu=present:NoSchedule and cloud.google.com/compute-class=NAME:NoSchedule
 (https://cloud.google.com/kubernetes-engine/docs/how-to/tpus,
 https://cloud.google.com/kubernetes-engine/docs/how-to/gpus,
@@ -27,7 +27,7 @@ def node_name(cluster: str, pool: str, index: int) -> str:
     return f"gke-{cluster}-{pool}-{digest}-{index:04x}"[:63]
 
 
-def _labels(pool: NodePoolSpec, zone: str, name: str, compute_class: str | None) -> dict[str, str]:
+def _labels(pool: NodePoolSpec, zone: str, name: str) -> dict[str, str]:
     labels = {
         POOL_LABEL: pool.name, "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
         "node.kubernetes.io/instance-type": pool.machine_type, "topology.kubernetes.io/zone": zone,
@@ -43,24 +43,19 @@ def _labels(pool: NodePoolSpec, zone: str, name: str, compute_class: str | None)
     if pool.gpu:
         labels["cloud.google.com/gke-accelerator"] = pool.gpu.type
         labels["cloud.google.com/gke-accelerator-count"] = str(pool.gpu.count)
-    if compute_class:
-        labels["cloud.google.com/compute-class"] = compute_class
     return labels
 
 
-def _taints(pool: NodePoolSpec, compute_class: str | None) -> list[dict[str, str]]:
-    taints = []
+def _taints(pool: NodePoolSpec) -> list[dict[str, str]]:
+    taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in pool.taints]
     if pool.tpu:
         taints.append({"key": "google.com/tpu", "value": "present", "effect": "NoSchedule"})
     if pool.gpu:
         taints.append({"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"})
-    if compute_class:
-        taints.append({"key": "cloud.google.com/compute-class", "value": compute_class, "effect": "NoSchedule"})
     return taints
 
 
-def node_object(cluster: str, pool: NodePoolSpec, index: int, version: str,
-                compute_class: str | None = None) -> dict[str, Any]:
+def node_object(cluster: str, pool: NodePoolSpec, index: int, version: str) -> dict[str, Any]:
     name = node_name(cluster, pool.name, index)
     zone = pool.zones[index % len(pool.zones)]
     capacity = {"cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi"}
@@ -70,8 +65,8 @@ def node_object(cluster: str, pool: NodePoolSpec, index: int, version: str,
         capacity["nvidia.com/gpu"] = str(pool.gpu.count)
     return {
         "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": _labels(pool, zone, name, compute_class)},
-        "spec": {"taints": _taints(pool, compute_class), "providerID": f"gce://localcloud/{zone}/{name}"},
+        "metadata": {"name": name, "labels": _labels(pool, zone, name)},
+        "spec": {"taints": _taints(pool), "providerID": f"gce://localcloud/{zone}/{name}"},
         "status": {"capacity": capacity, "allocatable": dict(capacity),
                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                                    "message": "kubelet is posting ready status"}],
@@ -83,8 +78,7 @@ def node_object(cluster: str, pool: NodePoolSpec, index: int, version: str,
     }
 
 
-def sync_pool(store: Store, cluster: str, pool: NodePoolSpec, size: int, version: str,
-              compute_class: str | None = None) -> None:
+def sync_pool(store: Store, cluster: str, pool: NodePoolSpec, size: int, version: str) -> None:
     """Make the pool's Node objects exactly indexes 0..size-1 (scale up adds, scale down removes the last)."""
     existing, _ = store.list(NODES, None, lambda o: o["metadata"]["labels"].get(POOL_LABEL) == pool.name)
     want = {node_name(cluster, pool.name, i): i for i in range(size)}
@@ -94,4 +88,4 @@ def sync_pool(store: Store, cluster: str, pool: NodePoolSpec, size: int, version
     have = {o["metadata"]["name"] for o in existing}
     for name, i in want.items():
         if name not in have:
-            store.create(NODES, "", node_object(cluster, pool, i, version, compute_class))
+            store.create(NODES, "", node_object(cluster, pool, i, version))

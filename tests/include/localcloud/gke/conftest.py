@@ -25,7 +25,8 @@ GKE_SCENARIO: dict[str, Any] = {
              "tpu": {"accelerator": "tpu-v6e-slice", "topology": "2x2", "chips": 4},
              "min_nodes": 0, "max_nodes": 2, "initial_nodes": 1, "zones": ["us-central1-b"]},
             {"name": "l4-spot", "machine_type": "g2-standard-8", "gpu": {"type": "nvidia-l4", "count": 1},
-             "min_nodes": 0, "max_nodes": 4, "initial_nodes": 2, "spot": True, "zones": ["us-central1-a"]},
+             "min_nodes": 0, "max_nodes": 4, "initial_nodes": 2, "spot": True, "zones": ["us-central1-a"],
+             "compute_class": "vllm"},
         ],
     }]},
 }

@@ -64,6 +64,9 @@ def test_node_pool_lifecycle_with_operations(gke_lc: RunningLocalCloud, cm: cont
     gpu = cm.get_node_pool(name=f"{parent}/nodePools/l4-spot")
     assert gpu.config.spot and gpu.config.accelerators[0].accelerator_type == "nvidia-l4"
     assert gpu.autoscaling.max_node_count == 4
+    assert [(t.key, t.value, t.effect) for t in gpu.config.taints] == [
+        ("cloud.google.com/compute-class", "vllm", container_v1.NodeTaint.Effect.NO_SCHEDULE)]
+    assert gpu.config.labels["cloud.google.com/compute-class"] == "vllm"
 
     op = cm.create_node_pool(parent=parent, node_pool=container_v1.NodePool(
         name="l4-extra", initial_node_count=1, locations=["us-central1-c"],

@@ -64,6 +64,9 @@ def test_the_hook_reaches_the_cluster_the_container_api_names(gke_lc: RunningLoc
     assert len(nodes) == 2
     assert nodes[0].metadata.labels["cloud.google.com/gke-accelerator"] == "nvidia-l4"
     assert nodes[0].metadata.labels["cloud.google.com/gke-spot"] == "true"
+    assert nodes[0].metadata.labels["cloud.google.com/compute-class"] == "vllm"
+    assert {(t.key, t.value, t.effect) for t in nodes[0].spec.taints} == {
+        ("nvidia.com/gpu", "present", "NoSchedule"), ("cloud.google.com/compute-class", "vllm", "NoSchedule")}
     tpu = client.CoreV1Api(api).list_node(label_selector="cloud.google.com/gke-tpu-topology=2x2").items
     assert [n.metadata.labels["cloud.google.com/gke-tpu-accelerator"] for n in tpu] == ["tpu-v6e-slice"]
     assert {(t.key, t.effect) for t in tpu[0].spec.taints} == {("google.com/tpu", "NoSchedule")}
