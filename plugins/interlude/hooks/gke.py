@@ -12,18 +12,20 @@ needs *a* token, and anonymous credentials cannot mint one.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEHook as ProviderGKEHook
-from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEKubernetesHook
+from airflow.providers.google.cloud.hooks.kubernetes_engine import GKEKubernetesAsyncHook, GKEKubernetesHook
 from airflow.providers.google.common.consts import CLIENT_INFO
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import AnonymousCredentials, Credentials
 from google.cloud.container_v1 import ClusterManagerClient
 from google.oauth2.credentials import Credentials as TokenCredentials
+from kubernetes_asyncio import client as async_client
 
 ENDPOINT_EXTRA = "container_endpoint"
 #: Bearer token sent with anonymous credentials (the local cloud accepts any token, GKE none of these).
@@ -57,6 +59,24 @@ class LocalAwareGKEKubernetesHook(GKEKubernetesHook):
 
     def get_credentials(self) -> Credentials:
         return _token_credentials(super().get_credentials())
+
+
+class LocalAwareGKEKubernetesAsyncHook(GKEKubernetesAsyncHook):
+    """The provider's async hook (kubernetes_asyncio, for triggers), with the same dummy token when anonymous.
+
+    The provider's ``_load_config`` refreshes the credentials to mint a token, which anonymous
+    credentials cannot do; with them the fixed token is sent instead.
+    """
+
+    sync_hook_class = LocalAwareGKEKubernetesHook
+
+    async def _load_config(self) -> async_client.ApiClient:
+        sync_hook = await self.get_sync_hook()
+        credentials = await asyncio.to_thread(sync_hook.get_credentials)
+        if isinstance(credentials, TokenCredentials) and credentials.token == ANONYMOUS_BEARER_TOKEN:
+            return async_client.ApiClient(self._get_config(), header_name="Authorization",
+                                          header_value=f"Bearer {ANONYMOUS_BEARER_TOKEN}")
+        return await super()._load_config()
 
 
 class GKEHook(ProviderGKEHook):
@@ -93,6 +113,14 @@ class GKEHook(ProviderGKEHook):
             creds.refresh(google.auth.transport.requests.Request())
         return ClusterAccess(f"https://{cluster.endpoint}", cluster.master_auth.cluster_ca_certificate,
                              str(creds.token))
+
+    def kubernetes_async_hook(self, cluster_name: str, project_id: str | None = None) -> GKEKubernetesAsyncHook:
+        """The provider's GKEKubernetesAsyncHook for one cluster (kubernetes_asyncio; `async with hook.get_conn()`)."""
+        cluster = self.get_cluster(name=cluster_name, project_id=project_id or self.project_id)
+        return LocalAwareGKEKubernetesAsyncHook(
+            cluster_url=f"https://{cluster.endpoint}", ssl_ca_cert=cluster.master_auth.cluster_ca_certificate,
+            gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain,
+        )
 
     def kubernetes_hook(self, cluster_name: str, project_id: str | None = None) -> GKEKubernetesHook:
         """The provider's GKEKubernetesHook for one cluster (same connection, endpoint and CA from GKE)."""

@@ -66,3 +66,19 @@ def test_kubernetes_asyncio_create_watch_patch_delete(gke_lc: RunningLocalCloud,
     assert events[-1] == ("DELETED", "2")
     assert {r for k, r in events[:-1] if k == "MODIFIED"} in ({"2"}, {"1", "2"}), events
     assert ("MODIFIED", "2") in events
+
+
+def test_the_providers_async_kubernetes_hook_lists_pods(gke_lc: RunningLocalCloud, gke_conn: str) -> None:
+    """GKEKubernetesAsyncHook (what the provider's triggers use) through our GKEHook: list_pods works."""
+    hook = GKEHook(gcp_conn_id=gke_conn, location=LOCATION).kubernetes_async_hook(CLUSTER, project_id=gke_lc.project)
+
+    async def scenario() -> list[str]:
+        async with hook.get_conn() as api:
+            core = client.CoreV1Api(api)
+            await core.create_namespaced_pod("default", client.V1Pod(
+                metadata=client.V1ObjectMeta(name="probe", labels={"job-name": "probe"}),
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36")])))
+        pods = await hook.list_pods(namespace="default", label_selector="job-name=probe")
+        return [p.metadata.name for p in pods]
+
+    assert asyncio.run(scenario()) == ["probe"]
