@@ -17,7 +17,7 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from interlude_localcloud.gke import defaults, patching, resources, selectors, watching
+from interlude_localcloud.gke import defaults, patching, resources, scale, selectors, watching
 from interlude_localcloud.gke.resources import ResourceType
 from interlude_localcloud.gke.status import KubeError, bad_request, success
 from interlude_localcloud.gke.store import Store
@@ -107,6 +107,8 @@ class KubeApi:
     # verbs -----------------------------------------------------------------------------------
     async def get(self, t: Target, request: Request) -> Response:
         q = request.query_params
+        if t.name and t.sub == "scale":
+            return JSONResponse(scale.to_scale(self.store.get(t.rt, t.namespace or "", t.name)))
         if t.name and t.sub == "log":
             self.store.get(t.rt, t.namespace or "", t.name)
             lines = self.store.logs.get((t.namespace or "", t.name), [])
@@ -145,6 +147,9 @@ class KubeApi:
         return JSONResponse(created, status_code=201, headers=headers)
 
     async def replace(self, t: Target, request: Request) -> Response:
+        if t.sub == "scale":
+            body = await self._body(request)
+            return self._scale(t, lambda _cur: body if isinstance(body, dict) else {})
         obj = self._check_identity(t, await self._body(request), t.name)
         headers: dict[str, str] = {}
         self._admit_fields(t, obj, request, headers)
@@ -163,6 +168,8 @@ class KubeApi:
         body = await self._body(request)
         manager = _manager(request)
         ns = t.namespace or ""
+        if t.sub == "scale" and ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
+            return self._scale(t, lambda cur: patching.merge_patch(cur, body))
         if ctype == "application/apply-patch+yaml":
             return self._apply(t, body, request)
         patcher = {"application/merge-patch+json": patching.merge_patch,
@@ -204,6 +211,10 @@ class KubeApi:
                 return new
 
             return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub), headers=headers)
+
+    def _scale(self, t: Target, new_scale: Any) -> Response:
+        updated = self.store.update(t.rt, t.namespace or "", t.name, scale.apply_scale(new_scale))
+        return JSONResponse(scale.to_scale(updated))
 
     async def delete(self, t: Target, request: Request) -> Response:
         ns = t.namespace or ""

@@ -95,5 +95,11 @@ def test_rolling_update_honours_max_surge_and_max_unavailable(
                    and s, "status updated")
     assert status.observed_generation == 2 and status.available_replicas == 4
 
+    # The scale subresource (kubectl scale, HPA): the controller follows it.
+    scaled = apps.patch_namespaced_deployment_scale("roll", NS, {"spec": {"replicas": 2}})
+    assert scaled.spec.replicas == 2 and scaled.status.selector == "app=roll"
+    until(lambda: len(_pods(core)) == 2, "scaled down to 2 pods")
+    assert apps.read_namespaced_deployment_scale("roll", NS).spec.replicas == 2
+
     apps.delete_namespaced_deployment("roll", NS)
     until(lambda: _pods(core) == [], "pods garbage-collected")
