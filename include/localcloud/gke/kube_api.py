@@ -135,6 +135,8 @@ class KubeApi:
                              "items": items})
 
     async def create(self, t: Target, request: Request) -> Response:
+        if t.name and t.sub == "binding":
+            return self._bind(t, await self._body(request))
         if t.name:
             raise KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         obj = self._check_identity(t, await self._body(request), None)
@@ -211,6 +213,27 @@ class KubeApi:
                 return new
 
             return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub), headers=headers)
+
+    def _bind(self, t: Target, binding: Any) -> Response:
+        """`pods/{name}/binding` (what a scheduler POSTs): sets spec.nodeName once, PodScheduled True."""
+        target = (binding or {}).get("target") or {} if isinstance(binding, dict) else {}
+        node = target.get("name")
+        if not node:
+            raise bad_request("Binding.target.name is required")
+
+        def mutate(pod: dict[str, Any]) -> dict[str, Any]:
+            if pod["spec"].get("nodeName"):
+                raise KubeError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{t.name}": pod '
+                                f'{t.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+            pod["spec"]["nodeName"] = node
+            current = (pod.get("status") or {}).get("conditions") or []
+            conditions = [c for c in current if c.get("type") != "PodScheduled"]
+            pod.setdefault("status", {})["conditions"] = [*conditions, {"type": "PodScheduled", "status": "True"}]
+            return pod
+
+        self.store.update(t.rt, t.namespace or "", t.name, mutate, "binding")
+        return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                            status_code=201)
 
     def _scale(self, t: Target, new_scale: Any) -> Response:
         updated = self.store.update(t.rt, t.namespace or "", t.name, scale.apply_scale(new_scale))

@@ -44,7 +44,7 @@ class ResourceType:
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",)),
-    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log")),
+    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "binding")),
     ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
@@ -79,7 +79,7 @@ def api_resource_list(group: str, version: str) -> dict[str, object]:
         out.append({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
                     "verbs": VERBS, "shortNames": list(r.short_names)})
         for sub in r.subresources:
-            verbs = ["get"] if sub == "log" else ["get", "patch", "update"]
+            verbs = {"log": ["get"], "binding": ["create"]}.get(sub, ["get", "patch", "update"])
             out.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
                         "kind": "Scale" if sub == "scale" else r.kind, "verbs": verbs})
     gv = f"{group}/{version}" if group else version

@@ -228,7 +228,7 @@ def _spec_of(obj: Obj) -> Any:
 
 
 def _merge_subresource(cur: Obj, new: Obj, subresource: str, has_status: bool) -> Obj:
-    if not has_status:
+    if not has_status or subresource == "binding":
         return new
     if subresource == "status":
         out = copy.deepcopy(cur)

@@ -51,6 +51,15 @@ def test_events_pod_logs_and_namespace_deletion(gke_lc: RunningLocalCloud, api: 
         metadata=client.V1ObjectMeta(name="p"),
         spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox")])))
     assert pod.status.phase == "Pending" and pod.spec.containers[0].image_pull_policy == "Always"
+    node = core.list_node(label_selector="cloud.google.com/gke-nodepool=l4-spot").items[0].metadata.name
+    binding = client.V1Binding(metadata=client.V1ObjectMeta(name="p"), target=client.V1ObjectReference(
+        kind="Node", name=node, api_version="v1"))
+    core.create_namespaced_pod_binding("p", NS, binding, _preload_content=False)  # what a scheduler does
+    bound = core.read_namespaced_pod("p", NS)
+    assert bound.spec.node_name == node and [c.type for c in bound.status.conditions] == ["PodScheduled"]
+    with pytest.raises(client.ApiException) as again:
+        core.create_namespaced_pod_binding("p", NS, binding, _preload_content=False)
+    assert again.value.status == 409
     core.create_namespaced_event(NS, client.CoreV1Event(
         metadata=client.V1ObjectMeta(name="p.1"), reason="Scheduled", message="assigned",
         involved_object=client.V1ObjectReference(kind="Pod", name="p", namespace=NS)))
