@@ -87,6 +87,10 @@ class RunningLocalCloud:
         return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps({"conn_type": "google_cloud_platform",
                                                                "extra": self.connection_extra()})}
 
+    def cloud_gke(self) -> Any:
+        """The in-process GKE state (clusters, their stores): for benchmarks and kubelet-like test helpers."""
+        return self._lc.gke
+
     @property
     def cloud(self) -> Any:
         """The in-process state (for assertions only; drive the cloud through its APIs)."""
