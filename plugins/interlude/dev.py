@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interlude_workload import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "include" / "localcloud" / "scenarios"
 
@@ -106,11 +108,9 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
 
 def gcs_client(cloud: LocalCloud) -> Any:
     """A storage client for the local cloud's GCS emulator (anonymous, explicit endpoint)."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from interlude_workload.gcs import storage_client
 
-    return storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                          client_options={"api_endpoint": cloud.gcs_endpoint})
+    return storage_client(project=cloud.project, emulator=cloud.gcs_endpoint)
 
 
 def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
@@ -159,7 +159,7 @@ def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: 
 
 
 def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] | None:
-    blob = gcs_client(cloud).bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
+    blob = gcs_client(cloud).bucket(bucket).get_blob(layout.report_object(run_key))
     return json.loads(blob.download_as_bytes()) if blob else None
 
 
@@ -180,7 +180,7 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
     common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
               "--seed", str(conf.get("seed", 0))]
-    stages = (("train", conf["train_steps"], []),
+    stages: tuple[tuple[str, int, list[str]], ...] = (("train", conf["train_steps"], []),
               ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
     for stage, steps, extra in stages:
         subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
