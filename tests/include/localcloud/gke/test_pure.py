@@ -131,3 +131,18 @@ def test_namespace_must_exist_and_names_are_unique() -> None:
     with pytest.raises(KubeError) as e:
         store.create(DEPLOY, "ns", _dep("d"))
     assert e.value.code == 409 and e.value.reason == "AlreadyExists"
+
+
+def test_the_policy_guides_compute_class_passes_admission_and_parses_back() -> None:
+    """The ComputeClass the policy tests model (Google's TPU/GPU guide) is one this API server stores."""
+    from interlude_localcloud.gke.policy.compute_class import ComputeClass
+    from tests.include.localcloud.gke.policy.guide import class_manifest
+
+    cc_type = find("cloud.google.com", "v1", "computeclasses")
+    assert cc_type is not None
+    manifest = class_manifest(whenUnsatisfiable="ScaleUpAnyway", nodePoolAutoCreation={"enabled": False},
+                              autoscalingPolicy={"consolidationDelayMinutes": 5},
+                              activeMigration={"optimizeRulePriority": True})
+    store = Store(Admission("1.33"))
+    stored = store.create(cc_type, "", manifest)
+    assert ComputeClass.from_manifest(stored).name == manifest["metadata"]["name"]
