@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interlude_workload import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "include" / "localcloud" / "scenarios"
 
@@ -28,6 +30,7 @@ class LocalCloud:
     gcs_endpoint: str
     project: str
     state_dir: Path
+    container_endpoint: str = ""  # GKE's Container API (same server as TPU/Compute)
     time_scale: float = 1.0  # the scenario's clock: Google-real seconds / time_scale = real seconds
 
     def stop(self) -> None:
@@ -73,17 +76,26 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
         if ready.get("ready"):
             project = ready.get("project", "interlude-local")
             return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir,
+                              ready.get("container_endpoint", ready["api_endpoint"]),
                               float(ready.get("time_scale", 1.0)))
     proc.kill()
     raise RuntimeError("local cloud did not report ready within 60 s")
 
 
+def connection_extra(project: str, api_endpoint: str, container_endpoint: str = "",
+                     time_scale: float = 1.0) -> dict[str, Any]:
+    """The `google_cloud_default` extras that point every hook at the local cloud (anonymous), with its
+    clock (``time_scale``: Google-real seconds per real second)."""
+    return {"is_anonymous": True, "project": project, "tpu_endpoint": api_endpoint,
+            "compute_endpoint": api_endpoint, "container_endpoint": container_endpoint or api_endpoint,
+            "time_scale": time_scale}
+
+
 def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {"conn_type": "google_cloud_platform",
-            "extra": {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
-                      "compute_endpoint": cloud.api_endpoint,
-                      "time_scale": getattr(cloud, "time_scale", 1.0)}}
+            "extra": connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint,
+                                      getattr(cloud, "time_scale", 1.0))}
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),
@@ -102,11 +114,9 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
 
 def gcs_client(cloud: LocalCloud) -> Any:
     """A storage client for the local cloud's GCS emulator (anonymous, explicit endpoint)."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from interlude_workload.gcs import storage_client
 
-    return storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                          client_options={"api_endpoint": cloud.gcs_endpoint})
+    return storage_client(project=cloud.project, emulator=cloud.gcs_endpoint)
 
 
 def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
@@ -155,7 +165,7 @@ def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: 
 
 
 def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] | None:
-    blob = gcs_client(cloud).bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
+    blob = gcs_client(cloud).bucket(bucket).get_blob(layout.report_object(run_key))
     return json.loads(blob.download_as_bytes()) if blob else None
 
 
@@ -176,7 +186,7 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
     common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
               "--seed", str(conf.get("seed", 0))]
-    stages = (("train", conf["train_steps"], []),
+    stages: tuple[tuple[str, int, list[str]], ...] = (("train", conf["train_steps"], []),
               ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
     for stage, steps, extra in stages:
         subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,

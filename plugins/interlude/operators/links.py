@@ -30,7 +30,11 @@ class CheckpointsLink(BaseOperatorLink):
     name = "Checkpoints (Cloud Storage)"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        spec = getattr(operator, "spec", None)
-        if not isinstance(spec, dict):
+        from interlude import naming
+        from interlude.spec import RunSpec
+
+        raw = getattr(operator, "spec", None)
+        if not isinstance(raw, dict):
             return ""
-        return f"{CONSOLE}/storage/browser/{spec['bucket']}/interlude/{spec['run_key']}/{operator.stage}"
+        spec = RunSpec.from_dict(raw)
+        return f"{CONSOLE}/storage/browser/{spec.bucket}/{naming.checkpoint_prefix(spec.run_key, operator.stage)}"
