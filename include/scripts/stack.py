@@ -378,6 +378,33 @@ def api_token(state: dict[str, Any]) -> str:
     return str(resp.json()["access_token"])
 
 
+def _warm_execution_api(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
+    """Until the api-server's Execution API answers; only then may a worker start tasks.
+
+    The api-server builds its /execution sub-application on the first request to it, which takes
+    seconds (5.5 s measured on a loaded 2-core machine). A worker's first task-start call landing on a
+    cold server outran the Task SDK's 5 s `[workers] execution_api_timeout` and was retried; warming the
+    Execution API before the worker exists removes that first slow call from every task.
+    """
+    import requests
+
+    url = f"{state['base_url']}/execution/health"
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        code = procs["api-server"].poll()
+        if code is not None:
+            raise RuntimeError(f"api-server exited with {code}; see {state['logs']['api-server']}")
+        try:
+            if requests.get(url, timeout=60).status_code == 200:
+                log(f"execution API warm after {time.monotonic() - started:.1f}s")
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"the api-server's Execution API did not answer within {timeout:.0f}s")
+
+
 def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
     """Until the api-server answers, logs us in, and shows the DAG parsed without import errors."""
     import requests
@@ -488,6 +515,8 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
             state["commands"][name] = cmd
             state["logs"][name] = str(logs / f"{name}.log")
             write_state(var_dir, state)
+            if name == "api-server":
+                _warm_execution_api(state, procs, timeout)
         state["logs"].update({"redis": str(logs / "redis.log"),
                               "localcloud": str(var_dir / "localcloud" / "localcloud.log"),
                               "postgres": str(var_dir / "postgres" / "postgres.log")})

@@ -22,7 +22,6 @@ from tests.e2e.stack_fixtures import (
     DATA_DATE,
     GPU_ONLY_ZONE,
     Stack,
-    stack_fixture,  # noqa: F401 - registers the `stack` fixture
 )
 
 pytestmark = pytest.mark.e2e
