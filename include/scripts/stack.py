@@ -7,6 +7,7 @@ runs the real topology on 127.0.0.1 so the end-to-end tests (and a curious user)
     python include/scripts/stack.py up [--var-dir var/stack] [--scenario default]
     python include/scripts/stack.py status [--var-dir var/stack]
     python include/scripts/stack.py down [--var-dir var/stack]
+    python include/scripts/stack.py compose-env [--env-file .env]   # secrets for docker-compose.yaml
 
 `up` installs PostgreSQL 15 and Redis with apt-get when they are missing (root only), starts its own
 PostgreSQL cluster and redis-server (never the system ones), writes one airflow.cfg shared by all
@@ -560,10 +561,27 @@ def status(var_dir: Path) -> dict[str, Any]:
             "base_url": state["base_url"], "ports": state["ports"]}
 
 
+def compose_env(path: Path) -> bool:
+    """Fresh random secrets for docker-compose.yaml in a 0600 `.env`; an existing file is kept (False).
+
+    The compose file ships no secret and refuses to start without these, so nothing default or empty
+    (an empty fernet key stores connections in clear) ever reaches a running stack.
+    """
+    if path.exists():
+        return False
+    from cryptography.fernet import Fernet
+
+    values = {"POSTGRES_PASSWORD": secrets.token_hex(24), "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
+              "AIRFLOW_JWT_SECRET": jwt_secret(), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)}
+    write_secret(path, "".join(f"{k}={v}\n" for k, v in values.items()))
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "compose-env"])
+    parser.add_argument("--env-file", type=Path, default=ROOT / ".env", help="compose-env: where to write")
     parser.add_argument("--var-dir", type=Path, default=ROOT / "var" / "stack")
     parser.add_argument("--scenario", default="default")
     parser.add_argument("--api-port", type=int, default=0)
@@ -579,6 +597,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**summary, "user": ADMIN_USER, "state": str(args.var_dir / STATE_FILE)}))
     elif args.command == "down":
         down(args.var_dir)
+    elif args.command == "compose-env":
+        made = compose_env(args.env_file)
+        log(f"{'wrote' if made else 'kept the existing'} {args.env_file} (mode 0600)")
     else:
         info = status(args.var_dir)
         print(json.dumps(info, indent=2))
