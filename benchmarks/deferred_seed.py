@@ -80,7 +80,7 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
         for ti, p in zip(tis, placements, strict=True):
             # A stage that runs: the workload reported progress with this boot id; the trigger carries it.
             state = StageState(target_step=1_000_000, boot_id="bench-boot", last_step_seen=100).to_dict()
-            trigger = StageTrigger(placement={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
+            trigger = StageTrigger(machine={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
                                    bucket=spec["bucket"], run_key=p["run_key"], stage="train", state=state,
                                    restart_timeout=spec["restart_timeout"],
                                    poll_interval=spec["poll_interval"])

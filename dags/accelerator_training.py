@@ -9,6 +9,8 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
 
+from interlude.spec import RunSpec
+
 DOC_MD = """
 # Interlude: accelerator training
 
@@ -33,7 +35,6 @@ resumes from its latest committed checkpoint. Checkpoints live under
 `gs://<bucket>/interlude/<run_key>/`.
 """
 
-DEFAULT_ZONES = ["us-central1-a", "us-central2-b"]
 # Tasks that hold a machine run in this pool (create it with --include-deferred; slots = machines at once).
 ACCELERATOR_POOL = "interlude_accelerators"
 
@@ -53,72 +54,46 @@ with DAG(
     max_active_runs=4,
     tags=["interlude", "training", "tpu", "gpu"],
     default_args={"retries": 0, "on_failure_callback": _on_failure},
-    params={
-        "model_profile": Param("reference-portable", type="string",
-                               enum=["reference-portable", "maxtext-tpu-only", "cuda-kernels-gpu-only"],
-                               description="What the model runs on and what converting it would cost."),
-        "strategy": Param("tpu_first", type="string", enum=["tpu_first", "gpu_first"],
-                          description="Which decision tree to walk."),
-        "zones": Param(DEFAULT_ZONES, type="array", items={"type": "string"}, minItems=1,
-                       description="Candidate zones, in order of preference."),
-        "framework": Param("jax", type="string", enum=["jax", "pytorch-xla", "tensorflow", "vllm-tpu", "pytorch"],
-                           description="The training framework, checked against the chosen hardware."),
-        "framework_version": Param("", type="string", description="Blank = any supported version."),
-        "tpu_runtime_version": Param("", type="string", description="Blank = recommended for the chosen TPU."),
-        "gpu_image": Param("", type="string", description="Image family; blank = recommended for the GPU."),
-        "bucket": Param("interlude-local", type="string", minLength=3, maxLength=63,
-                        description="GCS bucket for checkpoints, events and the report."),
-        "train_steps": Param(60, type="integer", minimum=1, description="Training steps."),
-        "finetune_steps": Param(30, type="integer", minimum=1, description="Fine-tuning steps."),
-        "checkpoint_every": Param(10, type="integer", minimum=1, description="Periodic checkpoint interval."),
-        "seed": Param(0, type="integer", minimum=0, description="Seed: same seed, same weights."),
-        "step_seconds": Param(0.1, type="number", minimum=0, description="Pacing of the reference trainer."),
-        "data_date": Param("", type="string", description="Fine-tuning data slice (YYYY-MM-DD); blank = the "
-                           "run's data interval start. The shipped sample covers 2024-01-01..2024-03-31."),
-        "spot": Param(False, type="boolean",
-                      description="Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints)."),
-        "resume_policy": Param("auto", type="string", enum=["auto", "fresh"],
-                               description="auto: resume from the latest committed checkpoints; fresh: start "
-                               "over (a reprocessing backfill reuses run ids). Retries of a step always resume."),
-        "plan_only": Param(False, type="boolean", description="Stop after validation; create nothing."),
-        "require_conversion_approval": Param(
-            False, type="boolean",
-            description="When the tree chooses to convert the model to the other accelerator family, wait for "
-                        "a person to approve the effort estimate (Required actions) before going on."),
-        "drill_maintenance": Param(False, type="boolean",
-                                   description="Rehearse maintenance in each stage (simulateMaintenanceEvent)."),
-        "poll_seconds": Param(1.0, type="number", minimum=0.1, description="How often triggers look."),
-        "restart_timeout_seconds": Param(120, type="number", minimum=1,
-                                         description="How long a machine may stay down before re-provisioning."),
-        "network": Param("", type="string", description="VPC network (blank = default)."),
-        "subnetwork": Param("", type="string", description="Subnetwork (blank = default)."),
-        "service_account": Param("", type="string", description="Service account email for the machine."),
-    },
+    # The form is generated from RunSpec: one default and one check per param, shared with the code.
+    params={name: Param(default, **schema) for name, (default, schema) in RunSpec.form_schema().items()},
 ) as dag:
 
     @task
     def resolve_run() -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
         from interlude import lifecycle
+        from interlude.spec import RunSpecError
 
         ctx = get_current_context()
         start = ctx.get("data_interval_start") or ctx["dag_run"].run_after
-        return lifecycle.resolve_run(ctx["params"], ctx["dag"].dag_id, ctx["run_id"], start.date().isoformat())
+        try:
+            return lifecycle.resolve_run(ctx["params"], ctx["dag"].dag_id, ctx["run_id"], start.date().isoformat())
+        except RunSpecError as exc:  # bad input: a retry cannot fix it, the params must change
+            raise AirflowFailException(str(exc)) from exc
 
     spec = resolve_run()
 
-    with TaskGroup("choose") as choose:
+    def run_spec() -> RunSpec:
+        """The run's spec from resolve_run's XCom: pulled, not passed, so the graph shows the lifecycle."""
+        return RunSpec.from_dict(get_current_context()["ti"].xcom_pull(task_ids="resolve_run"))
+
+    def pulled(task_id: str) -> Any:
+        return get_current_context()["ti"].xcom_pull(task_ids=task_id)
+
+    with TaskGroup("choose", tooltip="Capacity per zone, then the decision tree's leaf (in tree order)") as choose:
 
         @task
-        def evaluate_capacity(spec: dict[str, Any]) -> dict[str, Any]:
+        def evaluate_capacity() -> dict[str, Any]:
             from interlude import lifecycle
 
-            return lifecycle.evaluate_capacity(spec)
+            return lifecycle.evaluate_capacity(run_spec())
 
         @task
-        def decide(spec: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+        def decide(report: dict[str, Any]) -> dict[str, Any]:
             from interlude import lifecycle
 
-            return lifecycle.decide(spec, report)
+            return lifecycle.decide(run_spec(), report)
 
         @task.branch
         def route(decision: dict[str, Any]) -> str:
@@ -126,32 +101,34 @@ with DAG(
             return f"choose.{'wait_for_capacity' if leaf == 'wait' else leaf}"
 
         @task
-        def stuck(decision: dict[str, Any]) -> None:
+        def stuck() -> None:
             from interlude import lifecycle
 
-            lifecycle.fail_stuck(decision)
+            lifecycle.fail_stuck(pulled("choose.decide"))
 
         @task
-        def conversion(decision: dict[str, Any]) -> dict[str, Any]:
+        def conversion() -> dict[str, Any]:
+            decision = pulled("choose.decide")
             conv = decision.get("conversion") or {}
             print(f"Conversion for {decision['converted_for']}: {conv.get('person_days')} person-days; "
                   f"{conv.get('notes')}")
             return decision
 
         @task.short_circuit(ignore_downstream_trigger_rules=False)
-        def approval_required(spec: dict[str, Any]) -> bool:
+        def approval_required() -> bool:
             """Skips only the approval task below: validate_runtime still follows the convert leaf."""
-            return bool(spec.get("require_conversion_approval"))
+            return run_spec().require_conversion_approval
 
-        report = evaluate_capacity(spec)
-        decision = decide(spec, report)
-        routed = route(decision)
-        leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
-        convert = [conversion.override(task_id=leaf)(decision) for leaf in ("convert_for_gpu", "convert_for_tpu")]
         from interlude.operators.capacity import WaitForCapacityOperator
 
-        waited = WaitForCapacityOperator(task_id="wait_for_capacity", spec=spec, decision=decision)
-        routed >> [*leaves, *convert, waited, stuck(decision)]
+        report = evaluate_capacity()
+        decision = decide(report)
+        routed = route(decision)
+        # The leaves in the order the trees reach them: own family, the other, smaller GPUs, convert, wait, stuck.
+        leaves = [EmptyOperator(task_id=leaf) for leaf in ("tpu", "gpu", "smaller_gpu")]
+        convert = [conversion.override(task_id=leaf)() for leaf in ("convert_for_gpu", "convert_for_tpu")]
+        waited = WaitForCapacityOperator(task_id="wait_for_capacity")
+        routed >> [*leaves, *convert, waited, stuck()]
         for family, leaf in zip(("GPU", "TPU"), convert, strict=True):
             name = f"convert_for_{family.lower()}"
             approve = ApprovalOperator(
@@ -161,65 +138,62 @@ with DAG(
                      f"to convert it for {family} and run on {{{{ d['accelerator_type'] }}}} in "
                      "{{ d['zone'] }}.\n\nEstimated effort: **{{ d['conversion']['person_days'] }} "
                      "person-days**; {{ d['conversion']['notes'] }}\n\nApprove to go on, reject to fail the run.")
-            leaf >> approval_required.override(task_id=f"{name}_needs_approval")(spec) >> approve
+            leaf >> approval_required.override(task_id=f"{name}_needs_approval")() >> approve
 
     @task(trigger_rule="none_failed_min_one_success")
-    def validate_runtime(spec: dict[str, Any]) -> dict[str, Any]:
+    def validate_runtime() -> dict[str, Any]:
         from interlude import lifecycle
 
-        ti = get_current_context()["ti"]
-        waited = ti.xcom_pull(task_ids="choose.wait_for_capacity")
-        decision = waited or ti.xcom_pull(task_ids="choose.decide")
-        return lifecycle.validate_runtime(spec, decision)
+        decision = pulled("choose.wait_for_capacity") or pulled("choose.decide")
+        return lifecycle.validate_runtime(run_spec(), decision)
 
     @task.short_circuit(ignore_downstream_trigger_rules=True)
-    def continue_unless_plan_only(spec: dict[str, Any], validated: dict[str, Any]) -> bool:
-        if spec["plan_only"]:
+    def continue_unless_plan_only(validated: dict[str, Any]) -> bool:
+        if run_spec().plan_only:
             print(f"Plan only: would provision {validated['decision']['accelerator_type']} in "
                   f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created.")
             return False
         return True
 
     @task(pool=ACCELERATOR_POOL)
-    def provision(spec: dict[str, Any], validated: dict[str, Any], report: dict[str, Any]) -> dict[str, Any]:
+    def provision() -> dict[str, Any]:
         from interlude import lifecycle
 
-        return lifecycle.provision(spec, validated, report)
+        return lifecycle.provision(run_spec(), pulled("validate_runtime"), pulled("choose.evaluate_capacity"))
 
     @task(trigger_rule="all_done")
-    def teardown(spec: dict[str, Any]) -> list[str]:
+    def teardown() -> list[str]:
         from interlude import lifecycle
 
-        return lifecycle.teardown(spec)
+        return lifecycle.teardown(run_spec())
 
     @task
-    def run_report(spec: dict[str, Any], machine: dict[str, Any], train: dict[str, Any],
-                   finetune: dict[str, Any]) -> dict[str, Any]:
+    def run_report() -> dict[str, Any]:
         from interlude import lifecycle
 
-        return lifecycle.run_report(spec, machine, [train, finetune])
+        return lifecycle.run_report(run_spec(), pulled("provision"), [pulled("train"), pulled("finetune")])
 
     from interlude.operators.stage import TrainingStageOperator
     from interlude.sensors.checkpoint import CommittedCheckpointSensor
 
-    validated = validate_runtime(spec)
-    choose >> validated
+    validated = validate_runtime()
+    spec >> choose >> validated
     # A skipped approval (not required) must not hide the convert leaf's success from validate_runtime.
     convert >> validated
-    gate = continue_unless_plan_only(spec, validated)
-    machine = provision(spec, validated, report)
+    gate = continue_unless_plan_only(validated)
+    machine = provision()
     gate >> machine
 
-    common = dict(machine=machine, spec=spec, pool=ACCELERATOR_POOL)
-    train = TrainingStageOperator(task_id="train", stage="train", order=1, **common)
+    train = TrainingStageOperator(task_id="train", stage="train", order=1, pool=ACCELERATOR_POOL)
     finetune_gate = CommittedCheckpointSensor(
         task_id="finetune_gate", bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
         run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}", stage="train",
         min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}", poll_interval=1.0,
         stall_timeout=600, pool=ACCELERATOR_POOL)
-    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train", **common)
-    reported = run_report(spec, machine, train.output, finetune.output)
-    torn_down = teardown(spec)
+    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train",
+                                     pool=ACCELERATOR_POOL)
+    reported = run_report()
+    torn_down = teardown()
 
-    train >> finetune_gate >> finetune >> reported >> torn_down
+    machine >> train >> finetune_gate >> finetune >> reported >> torn_down
     torn_down.as_teardown(setups=machine)

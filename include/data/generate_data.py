@@ -15,20 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-FEATURES = 8
-CLASSES = 3
-SEED = 20240101
+from interlude_workload.synthetic import FEATURES, SEED, sample
+
 HERE = Path(__file__).resolve().parent
-
-
-def _sample(rng: np.random.Generator, n: int, shift: float) -> tuple[np.ndarray, np.ndarray]:
-    centers = np.random.default_rng(7).normal(0.0, 1.6, size=(CLASSES, FEATURES))
-    centers[:, 0] += shift
-    labels = rng.integers(0, CLASSES, size=n)
-    x = centers[labels] + rng.normal(0.0, 1.0, size=(n, FEATURES))
-    mix = np.random.default_rng(11).normal(0.0, 0.5, size=(FEATURES, FEATURES))
-    x = np.tanh(x @ mix) * 2.0 + 0.1 * x
-    return x, labels
+_sample = sample
 
 
 def _write(path: Path, x: np.ndarray, y: np.ndarray, dates: list[str] | None) -> None:

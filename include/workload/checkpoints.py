@@ -37,10 +37,10 @@ from google.api_core.exceptions import NotFound
 from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
+from interlude_workload import layout
 from interlude_workload.gcs import storage_client
 
 FORMAT = "interlude-checkpoint/1"
-ROOT = "interlude"
 MANIFEST = "manifest.json"
 COMMITTED = "COMMITTED"
 RESERVED_NAMES = frozenset({MANIFEST, COMMITTED})
@@ -150,7 +150,7 @@ class CheckpointStore:
         self.stage = stage
         self.client = client or storage_client()
         self.bucket = self.client.bucket(bucket)
-        self.base = f"{ROOT}/{run_key}/{stage}/"
+        self.base = layout.stage_prefix(run_key, stage)
 
     # ----------------------------------------------------------------- naming
     def step_prefix(self, step: int) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from interlude_workload import synthetic
 from interlude_workload.gcs import storage_client
 
 TRAIN_FILE = "train.csv"
@@ -21,8 +22,16 @@ FINETUNE_FILE = "finetune.csv"
 DATA_ENV = "INTERLUDE_DATA_DIR"
 
 
+SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data"
+
+
 def default_data_dir() -> str:
-    return os.environ.get(DATA_ENV) or str(Path(__file__).resolve().parents[1] / "data")
+    return os.environ.get(DATA_ENV) or str(SAMPLE_DIR)
+
+
+def is_shipped_sample(data_dir: str) -> bool:
+    """The repository's own sample (the embedded default), whose missing days are generated."""
+    return not data_dir.startswith("gs://") and Path(data_dir).resolve() == SAMPLE_DIR
 
 
 def _read_text(data_dir: str, name: str) -> str:
@@ -39,6 +48,8 @@ def load(data_dir: str, stage: str, data_date: str | None = None) -> tuple[np.nd
     rows = list(csv.DictReader(io.StringIO(_read_text(data_dir, name))))
     if stage != "train" and data_date:
         rows = [r for r in rows if r.get("date") == data_date]
+        if not rows and is_shipped_sample(data_dir):
+            return synthetic.day_slice(data_date)
         if not rows:
             raise ValueError(f"{name} has no rows dated {data_date}")
     if not rows:

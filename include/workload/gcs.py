@@ -18,9 +18,13 @@ EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_EMULATOR_PROJECT = "local-project"
 
 
-def storage_client(project: str | None = None) -> storage.Client:
-    """Return a storage client: anonymous against the emulator when one is configured, real otherwise."""
-    emulator = os.environ.get(EMULATOR_ENV)
+def storage_client(project: str | None = None, emulator: str | None = None) -> storage.Client:
+    """Return a storage client: anonymous against the emulator when one is configured, real otherwise.
+
+    ``emulator`` names the emulator's endpoint explicitly (tools that talk to a local cloud without
+    changing the process environment); otherwise ``STORAGE_EMULATOR_HOST`` decides.
+    """
+    emulator = emulator or os.environ.get(EMULATOR_ENV)
     if emulator:
         from google.auth.credentials import AnonymousCredentials
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from google.cloud import storage
 
+from interlude_workload import layout
 from interlude_workload.gcs import storage_client
 
 _STAGE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
@@ -54,12 +55,12 @@ class StagePlan:
 
 
 def plan_prefix(run_key: str) -> str:
-    return f"interlude/{run_key}/plan/"
+    return layout.plan_prefix(run_key)
 
 
 def write_plan(bucket: str, run_key: str, plan: StagePlan, client: storage.Client | None = None) -> str:
     client = client or storage_client()
-    name = f"{plan_prefix(run_key)}{plan.order:02d}-{plan.stage}.json"
+    name = layout.plan_object(run_key, plan.order, plan.stage)
     client.bucket(bucket).blob(name).upload_from_string(
         json.dumps(asdict(plan), sort_keys=True), content_type="application/json"
     )

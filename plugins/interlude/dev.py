@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interlude_workload import layout
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = ROOT / "include" / "localcloud" / "scenarios"
 
@@ -99,11 +101,9 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
 
 def gcs_client(cloud: LocalCloud) -> Any:
     """A storage client for the local cloud's GCS emulator (anonymous, explicit endpoint)."""
-    from google.auth.credentials import AnonymousCredentials
-    from google.cloud import storage
+    from interlude_workload.gcs import storage_client
 
-    return storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                          client_options={"api_endpoint": cloud.gcs_endpoint})
+    return storage_client(project=cloud.project, emulator=cloud.gcs_endpoint)
 
 
 def ensure_bucket(cloud: LocalCloud, bucket: str) -> None:
@@ -152,7 +152,7 @@ def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: 
 
 
 def read_report(cloud: LocalCloud, bucket: str, run_key: str) -> dict[str, Any] | None:
-    blob = gcs_client(cloud).bucket(bucket).get_blob(f"interlude/{run_key}/report.json")
+    blob = gcs_client(cloud).bucket(bucket).get_blob(layout.report_object(run_key))
     return json.loads(blob.download_as_bytes()) if blob else None
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from interlude_workload import layout
+
 
 def storage_client() -> Any:
     """Imported late: DAG files import the operators that import this module."""
@@ -19,12 +21,12 @@ def storage_client() -> Any:
 
 
 def events_prefix(run_key: str) -> str:
-    return f"interlude/{run_key}/events/"
+    return layout.events_prefix(run_key)
 
 
 def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -> str:
     detected = int(float(event.get("detected_at") or 0) * 1000)
-    name = f"{events_prefix(run_key)}{stage}-{detected:015d}-{event.get('kind', 'event')}.json"
+    name = layout.event_object(run_key, stage, detected, str(event.get("kind", "event")))
     blob = storage_client().bucket(bucket).blob(name)
     blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True),
                             content_type="application/json")
@@ -38,7 +40,7 @@ def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
     return sorted(loaded, key=lambda e: float(e.get("detected_at") or 0))
 
 
-def build_report(*, run_key: str, placement: dict[str, Any], stages: list[dict[str, Any]],
+def build_report(*, run_key: str, machine: dict[str, Any], stages: list[dict[str, Any]],
                  events: list[dict[str, Any]]) -> dict[str, Any]:
     """Goodput = productive training time / wall time; badput split by cause.
 
@@ -59,9 +61,9 @@ def build_report(*, run_key: str, placement: dict[str, Any], stages: list[dict[s
     other = max(wall - productive - downtime - recompute_s, 0.0)
     return {
         "run_key": run_key,
-        "accelerator": placement.get("accelerator_type"),
-        "zone": placement.get("zone"),
-        "placement": {k: placement.get(k) for k in ("kind", "name", "zone", "mode", "runtime")},
+        "accelerator": machine.get("accelerator_type"),
+        "zone": machine.get("zone"),
+        "machine": {k: machine.get(k) for k in ("kind", "name", "zone", "mode", "runtime")},
         "stages": stages,
         "events": events,
         "steps_recomputed": recomputed,
@@ -76,7 +78,7 @@ def build_report(*, run_key: str, placement: dict[str, Any], stages: list[dict[s
 
 
 def write_report(bucket: str, run_key: str, report: dict[str, Any]) -> str:
-    name = f"interlude/{run_key}/report.json"
+    name = layout.report_object(run_key)
     storage_client().bucket(bucket).blob(name).upload_from_string(
         json.dumps(report, indent=2, sort_keys=True), content_type="application/json")
     return f"gs://{bucket}/{name}"
@@ -85,8 +87,8 @@ def write_report(bucket: str, run_key: str, report: dict[str, Any]) -> str:
 def render_report(report: dict[str, Any]) -> str:
     lines = [
         f"Interlude run report  {report['run_key']}",
-        f"  accelerator {report['accelerator']} in {report['zone']} ({report['placement'].get('kind')}, "
-        f"{report['placement'].get('mode')})",
+        f"  accelerator {report['accelerator']} in {report['zone']} ({report['machine'].get('kind')}, "
+        f"{report['machine'].get('mode')})",
     ]
     for s in report["stages"]:
         lines.append(f"  stage {s['stage']}: {s['steps']} steps, final checkpoint {s.get('final_uri', '?')}")

@@ -78,4 +78,6 @@ def labels(key: str, dag_id: str, stage: str | None = None) -> dict[str, str]:
 
 def checkpoint_prefix(key: str, stage: str | None = None) -> str:
     """The object prefix (inside the bucket) that holds a run's checkpoints, events and report."""
-    return f"interlude/{key}/" + (f"{stage}/" if stage else "")
+    from interlude_workload import layout
+
+    return layout.stage_prefix(key, stage) if stage else layout.run_prefix(key)

@@ -1,7 +1,7 @@
-"""Provisioning and teardown: request bodies as data, creates that adopt, deletes that always finish.
+"""Provisioning and teardown: machine bodies as data, creates that adopt, deletes that always finish.
 
 Names come from the run key, so a retry, a clear or a re-provision after a preemption asks for the
-same resource and adopts it if it exists. The request bodies are built here as plain JSON (the REST
+same resource and adopts it if it exists. The machine bodies are built here as plain JSON (the REST
 shape Google documents) so the same body is logged, kept in XCom for a re-provision, and sent.
 """
 
@@ -22,7 +22,7 @@ DLVM_PROJECT = "deeplearning-platform-release"
 
 
 @dataclass(frozen=True)
-class MachineRequest:
+class MachineRecord:
     """Everything a create needs, JSON-shaped (this is what XCom carries between tasks)."""
 
     kind: str  # tpu_node | gce_vm
@@ -115,10 +115,10 @@ def gce_vm_body(*, name: str, zone: str, accelerator_type: str, count: int, mach
     return body
 
 
-def machine_request(decision: dict[str, Any], runtime: str, *, bucket: str, run_key: str, dag_id: str,
+def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_key: str, dag_id: str,
                     network: str | None = None, subnetwork: str | None = None,
-                    service_account: str | None = None, idle_poll: float = 1.0) -> MachineRequest:
-    """Build the create request for the accelerator a decision names."""
+                    service_account: str | None = None, idle_poll: float = 1.0) -> MachineRecord:
+    """Build the create machine for the accelerator a decision names."""
     script = startup_script(bucket, run_key, idle_poll)
     labels = naming.labels(run_key, dag_id)
     zone, accel = decision["zone"], decision["accelerator_type"]
@@ -129,14 +129,14 @@ def machine_request(decision: dict[str, Any], runtime: str, *, bucket: str, run_
         body = tpu_node_body(accelerator_type=accel, runtime=runtime, mode=mode, labels=labels, script=script,
                              network=network, subnetwork=subnetwork, service_account=service_account,
                              reservation=reservation)
-        return MachineRequest("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
+        return MachineRecord("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
     name = naming.resource_name(run_key, "vm")
     count = int(decision.get("count") or 1)
     machine_type = decision.get("machine_type") or "n1-standard-8"
     body = gce_vm_body(name=name, zone=zone, accelerator_type=accel, count=count, machine_type=machine_type,
                        image_family=runtime, mode=mode, labels=labels, script=script, network=network,
                        subnetwork=subnetwork, service_account=service_account, reservation=reservation)
-    return MachineRequest("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
+    return MachineRecord("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
 
 
 def _hooks(gcp_conn_id: str | None) -> tuple[Any, Any]:
@@ -146,30 +146,30 @@ def _hooks(gcp_conn_id: str | None) -> tuple[Any, Any]:
     return TpuHook(gcp_conn_id=gcp_conn_id), ComputeHook(gcp_conn_id=gcp_conn_id)
 
 
-def queued_resource_id(request: dict[str, Any]) -> str:
-    return f"{request['name']}-qr"
+def queued_resource_id(machine: dict[str, Any]) -> str:
+    return f"{machine['name']}-qr"
 
 
-def create(request: dict[str, Any], gcp_conn_id: str | None, queue_timeout: float = 3600.0) -> dict[str, Any]:
+def create(machine: dict[str, Any], gcp_conn_id: str | None, queue_timeout: float = 3600.0) -> dict[str, Any]:
     """Create (or adopt) the machine. Raises the hooks' StockoutError / QuotaExceededError.
 
-    Mode `queued` asks for the TPU through a queued resource: Google holds the request in
+    Mode `queued` asks for the TPU through a queued resource: Google holds the machine in
     WAITING_FOR_RESOURCES instead of failing with a stockout, and creates the node when it can.
     """
     tpu, compute = _hooks(gcp_conn_id)
-    if request["kind"] == "gce_vm":
-        return compute.insert_instance(request["zone"], request["body"])
-    if request.get("mode") != "queued":
-        return tpu.create_node(request["zone"], request["name"], request["body"])
-    zone, qr_id = request["zone"], queued_resource_id(request)
-    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": request["name"], "node": request["body"]}]}}
+    if machine["kind"] == "gce_vm":
+        return compute.insert_instance(machine["zone"], machine["body"])
+    if machine.get("mode") != "queued":
+        return tpu.create_node(machine["zone"], machine["name"], machine["body"])
+    zone, qr_id = machine["zone"], queued_resource_id(machine)
+    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": machine["name"], "node": machine["body"]}]}}
     tpu.create_queued_resource(zone, qr_id, body)
     deadline = time.monotonic() + queue_timeout
     while True:
         qr = tpu.get_queued_resource(zone, qr_id) or {}
         state = (qr.get("state") or {}).get("state")
         if state == "ACTIVE":
-            node = tpu.get_node(zone, request["name"])
+            node = tpu.get_node(zone, machine["name"])
             if node and node.get("state") == "READY":
                 return node
         elif state in ("FAILED", "SUSPENDED") or not qr:
@@ -180,20 +180,20 @@ def create(request: dict[str, Any], gcp_conn_id: str | None, queue_timeout: floa
         time.sleep(2.0)
 
 
-def delete(request: dict[str, Any], gcp_conn_id: str | None) -> None:
+def delete(machine: dict[str, Any], gcp_conn_id: str | None) -> None:
     tpu, compute = _hooks(gcp_conn_id)
-    if request["kind"] == "gce_vm":
-        compute.delete_instance(request["zone"], request["name"])
+    if machine["kind"] == "gce_vm":
+        compute.delete_instance(machine["zone"], machine["name"])
         return
-    if request.get("mode") == "queued":  # force: the queued resource takes its node with it
-        tpu.delete_queued_resource(request["zone"], queued_resource_id(request), force=True)
-    tpu.delete_node(request["zone"], request["name"])
+    if machine.get("mode") == "queued":  # force: the queued resource takes its node with it
+        tpu.delete_queued_resource(machine["zone"], queued_resource_id(machine), force=True)
+    tpu.delete_node(machine["zone"], machine["name"])
 
 
-def reprovision(request: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+def reprovision(machine: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
     """The machine is gone or will not come back: replace it under the same name (same checkpoints)."""
-    delete(request, gcp_conn_id)
-    return create(request, gcp_conn_id)
+    delete(machine, gcp_conn_id)
+    return create(machine, gcp_conn_id)
 
 
 def teardown_run(run_key: str, zones: list[str], gcp_conn_id: str | None) -> list[str]:

@@ -158,6 +158,15 @@ class ComputeHook(InterludeGoogleHook):
             f"reservations.list {zone}",
         )
 
+    # -- zones ----------------------------------------------------------------------------------------
+
+    def get_zone(self, zone: str) -> dict[str, Any] | None:
+        """The zone (``zones.get``), or None when the project cannot see a zone of that name."""
+        try:
+            return self.rest.request("GET", f"{self.base_url}/compute/v1/projects/{self.project}/zones/{zone}")
+        except NotFoundError:
+            return None
+
     # -- instances ------------------------------------------------------------------------------------
 
     def get_instance(self, zone: str, name: str) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
+from interlude.spec import RunSpec
 from interlude.triggers.capacity import CapacityTrigger
 
 
@@ -20,18 +21,26 @@ class WaitForCapacityOperator(BaseOperator):
     template_fields = ("spec", "decision")
     ui_color = "#fff3cd"
 
-    def __init__(self, *, spec: Any, decision: Any, poll_interval: float | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, spec: Any = None, decision: Any = None, poll_interval: float | None = None,
+                 spec_task_id: str = "resolve_run", decision_task_id: str = "choose.decide", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.decision = decision
+        self.spec_task_id = spec_task_id
+        self.decision_task_id = decision_task_id
         self._poll_interval = poll_interval
 
     @property
     def poll_interval(self) -> float:
         """Capacity is probed five times less often than machines are watched (default 5 x poll_seconds)."""
-        return self._poll_interval or 5 * float(self.spec.get("poll_seconds", 12.0))
+        return self._poll_interval or 5 * RunSpec.from_dict(self.spec).poll_seconds
 
     def execute(self, context: Any) -> dict[str, Any]:
+        # Pulled, not passed: the graph keeps one edge (the branch) into this leaf.
+        if self.spec is None:
+            self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
+        if self.decision is None:
+            self.decision = context["ti"].xcom_pull(task_ids=self.decision_task_id)
         self.log.info("Waiting for capacity (deadline %s); re-evaluating every %.0fs",
                       self.decision.get("wait_deadline"), self.poll_interval)
         self.defer(trigger=CapacityTrigger(spec=self.spec, decision=self.decision, poll_interval=self.poll_interval),

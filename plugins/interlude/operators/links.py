@@ -106,8 +106,11 @@ class CheckpointsLink(BaseOperatorLink):
     name = "Checkpoints"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        spec = getattr(operator, "spec", None)
-        if not isinstance(spec, dict):
+        from interlude.spec import RunSpec
+
+        raw = getattr(operator, "spec", None)
+        if not isinstance(raw, dict):
             return ""
-        prefix = naming.checkpoint_prefix(str(spec["run_key"]), str(operator.stage))
-        return checkpoints_url(str(spec["bucket"]), prefix, operator_target(operator))
+        spec = RunSpec.from_dict(raw)
+        prefix = naming.checkpoint_prefix(spec.run_key, str(operator.stage))
+        return checkpoints_url(spec.bucket, prefix, operator_target(operator))

@@ -20,13 +20,15 @@ from interlude import events, provisioning
 from interlude.maintenance import Action, Limits, Machine, Phase, StageState, next_step
 from interlude.observe import observation, progress_line, read_stage_facts
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink
+from interlude.spec import RunSpec
 from interlude.triggers.stage import StageTrigger
+from interlude_workload import layout
 
 
 class TrainingStageOperator(BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
 
-    :param machine: the MachineRequest dict the provisioning task returned (XCom).
+    :param machine: the MachineRecord dict the provisioning task returned (XCom).
     :param drill_maintenance: after the first committed checkpoint, ask Google for a simulated
         maintenance event on the machine (`simulateMaintenanceEvent`): a rehearsal of the real thing.
     """
@@ -35,11 +37,15 @@ class TrainingStageOperator(BaseOperator):
     ui_color = "#d9ecff"
     operator_extra_links = (MachineConsoleLink(), CheckpointsLink())
 
-    def __init__(self, *, machine: Any, spec: Any, stage: str, order: int, init_from_stage: str | None = None,
-                 gcp_conn_id: str | None = "google_cloud_default", deferrable: bool = True, **kwargs: Any) -> None:
+    def __init__(self, *, stage: str, order: int, machine: Any = None, spec: Any = None,
+                 init_from_stage: str | None = None, spec_task_id: str = "resolve_run",
+                 machine_task_id: str = "provision", gcp_conn_id: str | None = "google_cloud_default",
+                 deferrable: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.spec = spec
+        self.spec_task_id = spec_task_id
+        self.machine_task_id = machine_task_id
         self.stage = stage
         self.order = order
         self.init_from_stage = init_from_stage
@@ -48,34 +54,52 @@ class TrainingStageOperator(BaseOperator):
 
     # Everything else comes from the run's spec (rendered from XCom before execute and on resume).
     @property
+    def run_spec(self) -> RunSpec:
+        return RunSpec.from_dict(self.spec)
+
+    @property
     def bucket(self) -> str:
-        return str(self.spec["bucket"])
+        return self.run_spec.bucket
 
     @property
     def run_key(self) -> str:
-        return str(self.spec["run_key"])
+        return self.run_spec.run_key
 
     @property
     def steps(self) -> int:
-        return int(self.spec[f"{self.stage}_steps"])
+        return self.run_spec.steps_for(self.stage)
 
     @property
     def checkpoint_every(self) -> int:
-        return int(self.spec["checkpoint_every"])
+        return self.run_spec.checkpoint_every
 
     @property
     def poll_interval(self) -> float:
-        return float(self.spec.get("poll_seconds", 5.0))
+        return self.run_spec.poll_seconds
 
     @property
     def restart_timeout(self) -> float:
-        return float(self.spec.get("restart_timeout_seconds", 600.0))
+        return self.run_spec.restart_timeout_seconds
 
     @property
     def drill_maintenance(self) -> bool:
-        return bool(self.spec.get("drill_maintenance"))
+        return self.run_spec.drill_maintenance
 
     # ------------------------------------------------------------------ helpers
+    def _bind(self, context: Any) -> None:
+        """Read the run spec and the machine record from their tasks' XCom when not given.
+
+        Pulling here (rather than passing XComArgs) keeps the DAG's graph a straight lifecycle chain
+        instead of a fan of data edges from `resolve_run` and `provision` to every later task.
+        """
+        if self.spec is None:
+            self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
+        if self.machine is None:
+            self.machine = context["ti"].xcom_pull(task_ids=self.machine_task_id)
+        if not self.spec or not self.machine:
+            raise AirflowException(f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
+                                   f"({self.machine_task_id}) in XCom; clear the whole run")
+
     @functools.cached_property
     def _store(self) -> Any:
         """One checkpoint store (and storage client) per operator run; the spec is rendered by now."""
@@ -86,11 +110,11 @@ class TrainingStageOperator(BaseOperator):
     def _drill_pending(self) -> bool:
         if not self.drill_maintenance:
             return False
-        return not self._store.bucket.blob(self._store.base + "control/drill.json").exists()
+        return not self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).exists()
 
     def _trigger(self, state: StageState) -> StageTrigger:
         drill_at = self.checkpoint_every if self._drill_pending() else None
-        return StageTrigger(placement=self.machine, bucket=self.bucket, run_key=self.run_key, stage=self.stage,
+        return StageTrigger(machine=self.machine, bucket=self.bucket, run_key=self.run_key, stage=self.stage,
                             state=state.to_dict(), restart_timeout=self.restart_timeout,
                             poll_interval=self.poll_interval, drill_at_step=drill_at,
                             gcp_conn_id=self.gcp_conn_id)
@@ -100,7 +124,7 @@ class TrainingStageOperator(BaseOperator):
         from interlude.hooks.tpu import TpuHook
 
         store = self._store
-        store.bucket.blob(store.base + "control/drill.json").upload_from_string(
+        store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
             '{"drill": "simulateMaintenanceEvent"}', content_type="application/json")
         zone, name = self.machine["zone"], self.machine["name"]
         self.log.info("Maintenance drill: simulateMaintenanceEvent on %s in %s", name, zone)
@@ -150,12 +174,12 @@ class TrainingStageOperator(BaseOperator):
     def execute(self, context: Any) -> dict[str, Any]:
         from interlude_workload.plan import StagePlan, write_plan
 
+        self._bind(context)
+        spec = self.run_spec
         plan = StagePlan(order=self.order, stage=self.stage, steps=self.steps,
-                         checkpoint_every=self.checkpoint_every, seed=int(self.spec["seed"]),
-                         step_seconds=float(self.spec.get("step_seconds") or 0.0),
+                         checkpoint_every=self.checkpoint_every, seed=spec.seed, step_seconds=spec.step_seconds,
                          init_from_stage=self.init_from_stage,
-                         data_date=self.spec.get("data_date") if self.init_from_stage else None,
-                         fresh_token=self.spec.get("fresh_token"))
+                         data_date=spec.data_date if self.init_from_stage else None, fresh_token=spec.fresh_token)
         uri = write_plan(self.bucket, self.run_key, plan)
         self.log.info("Stage %s handed to %s (%s): %s", self.stage, self.machine["name"], self.machine["zone"], uri)
         state = StageState(target_step=self.steps)
@@ -165,6 +189,7 @@ class TrainingStageOperator(BaseOperator):
         raise AssertionError("unreachable")  # defer() raises
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        self._bind(context)
         status = event.get("status")
         if status == "error":
             raise AirflowException(f"stage {self.stage}: watching failed: {event.get('message')}")

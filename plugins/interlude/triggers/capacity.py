@@ -19,9 +19,11 @@ def walk_again(spec: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]
     """One fresh probe and walk, carrying the wait state (when waiting started) forward."""
     from interlude import lifecycle
     from interlude.decisions import Decision
+    from interlude.spec import RunSpec
 
     wait = Decision.from_dict(decision).wait_state()
-    return lifecycle.decide(spec, lifecycle.evaluate_capacity(spec), wait)
+    run = RunSpec.from_dict(spec)
+    return lifecycle.decide(run, lifecycle.evaluate_capacity(run), wait)
 
 
 class CapacityTrigger(BaseTrigger):

@@ -56,7 +56,7 @@ class StageTrigger(BaseTrigger):
     def __init__(
         self,
         *,
-        placement: dict[str, Any],
+        machine: dict[str, Any],
         bucket: str,
         run_key: str,
         stage: str,
@@ -68,7 +68,7 @@ class StageTrigger(BaseTrigger):
         log_every: float = 30.0,
     ) -> None:
         super().__init__()
-        self.placement = placement
+        self.machine = machine
         self.bucket = bucket
         self.run_key = run_key
         self.stage = stage
@@ -83,7 +83,7 @@ class StageTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
-                "placement": self.placement,
+                "machine": self.machine,
                 "bucket": self.bucket,
                 "run_key": self.run_key,
                 "stage": self.stage,
@@ -98,19 +98,19 @@ class StageTrigger(BaseTrigger):
 
     async def _hook(self) -> Any:
         # The hook modules import Google's client libraries (a second or two): never on the event loop.
-        if self.placement["kind"] == "gce_vm":
+        if self.machine["kind"] == "gce_vm":
             module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute")
             return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id)
         module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu")
         return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
 
     async def _machine(self, hook: Any) -> dict[str, Any] | None:
-        zone, name = self.placement["zone"], self.placement["name"]
-        if self.placement["kind"] == "gce_vm":
+        zone, name = self.machine["zone"], self.machine["name"]
+        if self.machine["kind"] == "gce_vm":
             fetch: _ListFn = lambda: hook.list_instances(zone)  # noqa: E731
         else:
             fetch = lambda: hook.list_nodes(zone)  # noqa: E731
-        key = (self.placement["kind"], self.gcp_conn_id or "", zone)
+        key = (self.machine["kind"], self.gcp_conn_id or "", zone)
         items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
         return items.get(name)
 
@@ -142,14 +142,14 @@ class StageTrigger(BaseTrigger):
             hook = await self._hook()
             while True:
                 resource = await self._machine(hook)
-                machine, notice = machine_view(self.placement["kind"], resource)
+                machine, notice = machine_view(self.machine["kind"], resource)
                 # GCS is the expensive look: every poll while anything is happening, else every few.
                 calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
                 if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
                     facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
                                                     state.request_id)
                     facts_at = time.monotonic()
-                obs = observation(self.placement["kind"], resource, facts)
+                obs = observation(self.machine["kind"], resource, facts)
                 if time.monotonic() - last_log >= self.log_every:
                     self.log.info("%s  (%s, machine %s)", progress_line(self.stage, facts.progress),
                                   state.phase.value, obs.machine.value)

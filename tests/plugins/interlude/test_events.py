@@ -12,7 +12,7 @@ def test_report_accounts_for_downtime_and_recomputation() -> None:
                "downtime_s": 10.0, "steps_recomputed": 0, "resumed_from_step": 40, "detected_at": 1},
               {"stage": "finetune", "kind": "preemption", "downtime_s": 5.0, "steps_recomputed": 4,
                "resumed_from_step": 10, "detected_at": 2}]
-    report = build_report(run_key="k", placement={"accelerator_type": "v6e-8", "zone": "z", "kind": "tpu_node"},
+    report = build_report(run_key="k", machine={"accelerator_type": "v6e-8", "zone": "z", "kind": "tpu_node"},
                           stages=stages, events=events)
     assert report["steps_recomputed"] == 4
     assert report["wall_seconds"] == 100.0

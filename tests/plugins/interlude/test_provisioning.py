@@ -20,7 +20,7 @@ def test_startup_script_quotes_every_value() -> None:
 
 
 def test_gpu_vm_terminates_on_host_maintenance_and_has_no_external_ip() -> None:
-    req = provisioning.machine_request(
+    req = provisioning.machine_record(
         {"kind": "gpu", "zone": "us-central1-a", "accelerator_type": "nvidia-l4", "count": 1,
          "machine_type": "g2-standard-8", "mode": "on_demand"}, "common-cu128", bucket="b", run_key="k-abc",
         dag_id="d")
@@ -34,7 +34,7 @@ def test_gpu_vm_terminates_on_host_maintenance_and_has_no_external_ip() -> None:
 
 
 def test_spot_t4_vm_attaches_guest_accelerators() -> None:
-    req = provisioning.machine_request(
+    req = provisioning.machine_record(
         {"kind": "gpu", "zone": "z", "accelerator_type": "nvidia-tesla-t4", "count": 2,
          "machine_type": "n1-standard-8", "mode": "spot"}, "img", bucket="b", run_key="k", dag_id="d")
     assert req.body["scheduling"]["provisioningModel"] == "SPOT"
@@ -43,7 +43,7 @@ def test_spot_t4_vm_attaches_guest_accelerators() -> None:
 
 
 def test_tpu_node_body() -> None:
-    req = provisioning.machine_request(
+    req = provisioning.machine_record(
         {"kind": "tpu", "zone": "us-central1-a", "accelerator_type": "v6e-8", "mode": "spot"}, "v2-alpha-tpuv6e",
         bucket="b", run_key="k", dag_id="d", service_account="sa@p.iam.gserviceaccount.com")
     body = req.body

@@ -10,7 +10,7 @@ from interlude.triggers.stage import StageTrigger, ZoneListCache
 
 
 def test_serialize_round_trips_through_its_dotted_path() -> None:
-    trigger = StageTrigger(placement={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
+    trigger = StageTrigger(machine={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
                            stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0,
                            poll_interval=2.0, drill_at_step=10, gcp_conn_id=None)
     path, kwargs = trigger.serialize()
@@ -41,7 +41,7 @@ def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
 def test_on_kill_asks_the_workload_for_a_checkpoint(bucket: str) -> None:
     from interlude_workload.checkpoints import CheckpointStore
 
-    trigger = StageTrigger(placement={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket=bucket, run_key="k",
+    trigger = StageTrigger(machine={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket=bucket, run_key="k",
                            stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0)
     asyncio.run(trigger.on_kill())
     (pending,) = CheckpointStore(bucket, "k", "train").pending_requests()

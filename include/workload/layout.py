@@ -1,0 +1,65 @@
+"""The one owner of object names under a run: every GCS path Interlude reads or writes comes from here.
+
+Both sides import it: the workload on the machine (it cannot import the Airflow package) and the
+Airflow side (operators, triggers, report, links). A path spelled anywhere else is a bug: two
+spellings of one path drift apart, and a run then stops finding its own checkpoints. Layout::
+
+    gs://BUCKET/interlude/RUN_KEY/                         run_prefix
+        plan/NN-STAGE.json                                 plan_object: what each boot runs
+        events/STAGE-MILLIS-KIND.json                      event_object: one per maintenance event
+        report.json                                        report_object
+        _preflight                                         preflight_object (written and removed at start)
+        STAGE/                                             stage_prefix (checkpoints.CheckpointStore)
+            step-00001200/{payload, manifest.json, COMMITTED}
+            control/request-ID.json, control/ack-ID.json, control/drill.json
+            progress.json, fresh.json, log/*.log
+"""
+
+from __future__ import annotations
+
+ROOT = "interlude"
+
+
+def run_prefix(run_key: str) -> str:
+    return f"{ROOT}/{run_key}/"
+
+
+def stage_prefix(run_key: str, stage: str) -> str:
+    return f"{run_prefix(run_key)}{stage}/"
+
+
+def plan_prefix(run_key: str) -> str:
+    return f"{run_prefix(run_key)}plan/"
+
+
+def plan_object(run_key: str, order: int, stage: str) -> str:
+    return f"{plan_prefix(run_key)}{order:02d}-{stage}.json"
+
+
+def events_prefix(run_key: str) -> str:
+    return f"{run_prefix(run_key)}events/"
+
+
+def event_object(run_key: str, stage: str, detected_ms: int, kind: str) -> str:
+    return f"{events_prefix(run_key)}{stage}-{detected_ms:015d}-{kind}.json"
+
+
+def report_object(run_key: str) -> str:
+    return f"{run_prefix(run_key)}report.json"
+
+
+def preflight_object(run_key: str) -> str:
+    return f"{run_prefix(run_key)}_preflight"
+
+
+def control_prefix(run_key: str, stage: str) -> str:
+    return f"{stage_prefix(run_key, stage)}control/"
+
+
+def drill_marker(run_key: str, stage: str) -> str:
+    """Written when a drill was asked for: a retried stage does not drill twice."""
+    return f"{control_prefix(run_key, stage)}drill.json"
+
+
+def uri(bucket: str, name: str) -> str:
+    return f"gs://{bucket}/{name}"
