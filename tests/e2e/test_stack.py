@@ -235,3 +235,24 @@ def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:
     assert machine["kind"] == "gce_vm" and machine["zone"] == GPU_ONLY_ZONE
     assert machine["body"]["scheduling"]["onHostMaintenance"] == "TERMINATE"
     assert_no_machines_left(stack, naming.run_key(DAG_ID, run_id))
+
+
+def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack: Stack) -> None:
+    """From the components' own logs: the JWT key is long enough, and the first task start was answered at once.
+
+    Runs after a run has started (any test above). The api-server builds its Execution API on the first
+    request; `up` warms it before the worker starts, so the worker's first `PATCH .../run` must not be
+    the slow one (the Task SDK gives up after 5 s and retries).
+    """
+    import re
+
+    for name in ("api-server", "scheduler", "dag-processor", "triggerer", "worker"):
+        assert "InsecureKeyLengthWarning" not in stack.log_text(name), name
+    starts = re.findall(r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
+                        r"status_code=(\d+)", stack.log_text("api-server"))
+    assert starts, "no task-start call in the api-server's log"
+    first_us, first_status = starts[0]
+    assert first_status == "200" and int(first_us) < 5_000_000, starts[:3]
+    assert all(status in ("200", "409") for _, status in starts), starts
+    # The Task SDK's retry (tenacity) says "this is the 2nd time calling it" when a call had to be repeated.
+    assert "time calling it" not in stack.log_text("worker"), "a worker call to the Execution API was retried"
