@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     lc.start()
     try:
-        print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint}),
+        print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint,
+                          "container_endpoint": lc.container_endpoint}),
               flush=True)
         while not stop.wait(0.5):
             pass

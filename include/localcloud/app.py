@@ -9,6 +9,8 @@ from pathlib import Path
 from interlude_localcloud.admin_api import AdminApi
 from interlude_localcloud.cloud import Cloud
 from interlude_localcloud.gcs import GcsEmulator
+from interlude_localcloud.gke.clusters import Gke
+from interlude_localcloud.gke.container_api import ContainerApi
 from interlude_localcloud.metadata_api import MetadataApi
 from interlude_localcloud.pages import Pages
 from interlude_localcloud.scenario import Scenario
@@ -31,11 +33,17 @@ class LocalCloud:
         self.strict = strict
         self.gcs = GcsEmulator(gcs_port, self.state_dir / "gcs") if gcs else None
         self.cloud = Cloud(scenario, self.state_dir)
+        self.gke = Gke(self.cloud, scenario.gke_clusters, self.state_dir)
         self.server: LocalCloudServer | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def api_endpoint(self) -> str:
+        return self.cloud.api_endpoint
+
+    @property
+    def container_endpoint(self) -> str:
+        """GKE's Container API is served by the same server as TPU and Compute (paths under /v1/)."""
         return self.cloud.api_endpoint
 
     @property
@@ -52,6 +60,7 @@ class LocalCloud:
         router = Router()
         TpuApi(self.cloud).register(router)
         ComputeApi(self.cloud).register(router)
+        ContainerApi(self.cloud, self.gke).register(router)
         MetadataApi(self.cloud).register(router)
         AdminApi(self.cloud).register(router)
         Pages(self.cloud).register(router)
@@ -59,8 +68,10 @@ class LocalCloud:
             self.gcs.start()
             self.cloud.gcs_endpoint = self.gcs.endpoint
         try:
+            self.gke.start()
             self.server, self._thread = serve(self.port, self.cloud, router, self.strict)
         except Exception:
+            self.gke.stop()
             if self.gcs is not None:
                 self.gcs.stop()
             raise
@@ -75,6 +86,7 @@ class LocalCloud:
             self.server.shutdown()
             self.server.server_close()
             self.server = None
+        self.gke.stop()
         self.cloud.stop()
         if self.gcs is not None:
             self.gcs.stop()

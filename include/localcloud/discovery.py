@@ -29,6 +29,10 @@ REQUIRED_OUTPUT: dict[tuple[str, str], tuple[str, ...]] = {
     ("compute", "Instance"): ("name", "id", "status", "selfLink", "zone", "machineType", "kind"),
     ("compute", "Operation"): ("name", "id", "status", "selfLink", "operationType", "kind"),
     ("compute", "Region"): ("name", "status", "selfLink", "kind"),
+    ("container", "Cluster"): ("name", "location", "endpoint", "status", "selfLink", "masterAuth",
+                               "currentMasterVersion", "createTime"),
+    ("container", "NodePool"): ("name", "config", "status", "version", "selfLink"),
+    ("container", "Operation"): ("name", "operationType", "status", "selfLink", "startTime"),
 }
 
 _DATETIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$")
@@ -40,15 +44,20 @@ def load(doc: str) -> dict[str, Any]:
     return json.loads((DOCS_DIR / f"{doc}.json").read_text())
 
 
+_PROTO_TYPES = {"tpu": "google.cloud.tpu_v2.types", "container": "google.cloud.container_v1.types"}
+
+
 @functools.cache
-def _proto_enum_numbers() -> dict[tuple[str, str], dict[str, int]]:
-    """(message name, json field name) -> {enum name: proto number}, from the installed tpu_v2 protos.
+def _proto_enum_numbers(family: str = "tpu") -> dict[tuple[str, str], dict[str, int]]:
+    """(message name, json field name) -> {enum name: proto number}, from the installed protos
+    (tpu_v2, container_v1).
 
     Discovery lists enum names in order but proto numbers have gaps (Node.State STOPPED=8), so the
     numbers must come from the proto descriptors.
     """
-    from google.cloud.tpu_v2 import types as tpu_types
+    import importlib
 
+    tpu_types = importlib.import_module(_PROTO_TYPES[family])
     table: dict[tuple[str, str], dict[str, int]] = {}
 
     def visit(descriptor: Any) -> None:
@@ -73,8 +82,8 @@ def _proto_enum_numbers() -> dict[tuple[str, str], dict[str, int]]:
 
 def enum_numbers(family: str, schema_id: str, prop: str, names: list[str]) -> dict[str, int]:
     """Name -> number for one enum field: proto numbers when known, else the discovery order."""
-    if family == "tpu":
-        known = _proto_enum_numbers().get((schema_id, prop))
+    if family in _PROTO_TYPES:
+        known = _proto_enum_numbers(family).get((schema_id, prop))
         if known:
             return known
     return {n: i for i, n in enumerate(names)}

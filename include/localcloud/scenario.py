@@ -12,6 +12,8 @@ from typing import Any
 
 import yaml
 
+from interlude_localcloud.gke.config import ClusterSpec, parse_gke
+
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
 DEFAULT_DELAYS: dict[str, float] = {
@@ -24,6 +26,9 @@ DEFAULT_DELAYS: dict[str, float] = {
     "gce_delete": 30.0,
     "gce_start": 20.0,
     "gce_stop": 20.0,
+    "gke_node_pool_create": 60.0,
+    "gke_node_pool_delete": 30.0,
+    "gke_resize": 30.0,
 }
 
 DEFAULT_MAINTENANCE: dict[str, dict[str, float]] = {
@@ -76,6 +81,7 @@ class Scenario:
     )
     faults: list[Fault] = field(default_factory=list)
     stop_grace_seconds: float = 3.0
+    gke_clusters: list[ClusterSpec] = field(default_factory=list)
 
     def delay(self, key: str) -> float:
         """Real seconds for a named simulated delay."""
@@ -103,7 +109,7 @@ def _tiers(raw: dict[str, Any] | None) -> dict[str, Tier]:
 def parse(raw: dict[str, Any]) -> Scenario:
     """Build a Scenario from the YAML mapping (unknown keys are an error, to catch typos)."""
     known = {"project", "time_scale", "zones", "regions", "delays", "maintenance", "faults",
-             "stop_grace_seconds", "description"}
+             "stop_grace_seconds", "description", "gke"}
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown scenario keys: {sorted(unknown)}")
@@ -131,6 +137,7 @@ def parse(raw: dict[str, Any]) -> Scenario:
     for kind, vals in (raw.get("maintenance") or {}).items():
         sc.maintenance.setdefault(kind, {}).update({k: float(v) for k, v in vals.items()})
     sc.faults = [Fault(**f) for f in raw.get("faults") or []]
+    sc.gke_clusters = parse_gke(raw.get("gke"))
     return sc
 
 

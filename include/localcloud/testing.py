@@ -71,10 +71,25 @@ class RunningLocalCloud:
         self._lc = lc
         self.api_endpoint = lc.api_endpoint
         self.gcs_endpoint = lc.gcs_endpoint
+        self.container_endpoint = lc.container_endpoint
         self.project = lc.project
         self.scenario = lc.scenario
         self.state_dir = lc.state_dir
         self.admin = Admin(lc.api_endpoint)
+
+    def connection_extra(self) -> dict[str, Any]:
+        """Extras of a `google_cloud_platform` Airflow connection that reach this cloud (TPU, Compute, GKE)."""
+        return {"is_anonymous": True, "project": self.project, "tpu_endpoint": self.api_endpoint,
+                "compute_endpoint": self.api_endpoint, "container_endpoint": self.container_endpoint}
+
+    def airflow_conn_env(self, conn_id: str = "google_cloud_default") -> dict[str, str]:
+        """`AIRFLOW_CONN_<ID>` environment variable for that connection (no metadata database needed)."""
+        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps({"conn_type": "google_cloud_platform",
+                                                               "extra": self.connection_extra()})}
+
+    def cloud_gke(self) -> Any:
+        """The in-process GKE state (clusters, their stores): for benchmarks and kubelet-like test helpers."""
+        return self._lc.gke
 
     @property
     def cloud(self) -> Any:

@@ -21,277 +21,28 @@ A model that runs on neither family is stuck at once.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
-from interlude.capacity import AcceleratorKind, CapacityEntry, CapacityReport, QuotaState
+from interlude.capacity import AcceleratorKind, CapacityReport, QuotaState
+from interlude.decision_model import (
+    FAMILY_NAME,
+    Decision,
+    Leaf,
+    ProvisioningMode,
+    Strategy,
+    TrailStep,
+    WaitState,
+)
+from interlude.placement import Placement, find_placement, provisioning_mode
 from interlude.profiles import Candidate, Conversion, ModelProfile
 
-
-class Strategy(StrEnum):
-    TPU_FIRST = "tpu_first"
-    GPU_FIRST = "gpu_first"
-
-    @property
-    def primary(self) -> AcceleratorKind:
-        return AcceleratorKind.TPU if self == Strategy.TPU_FIRST else AcceleratorKind.GPU
-
-    @property
-    def secondary(self) -> AcceleratorKind:
-        return AcceleratorKind.GPU if self == Strategy.TPU_FIRST else AcceleratorKind.TPU
-
-
-class Leaf(StrEnum):
-    TPU = "tpu"
-    GPU = "gpu"
-    SMALLER_GPU = "smaller_gpu"
-    CONVERT_FOR_GPU = "convert_for_gpu"
-    CONVERT_FOR_TPU = "convert_for_tpu"
-    WAIT = "wait"
-    STUCK = "stuck"
-
-
-class ProvisioningMode(StrEnum):
-    RESERVATION = "reservation"
-    ON_DEMAND = "on_demand"
-    SPOT = "spot"
-    QUEUED = "queued"
-
-
-_NAME = {AcceleratorKind.TPU: "TPU", AcceleratorKind.GPU: "GPU"}
-
-
-def _iso(value: dt.datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _parse(value: str | None) -> dt.datetime | None:
-    return None if value is None else dt.datetime.fromisoformat(value)
-
-
-@dataclass(frozen=True)
-class WaitState:
-    """Carried from one walk to the next while the run waits for capacity."""
-
-    started_at: dt.datetime | None = None
-    checks: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"started_at": _iso(self.started_at), "checks": self.checks}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> WaitState:
-        if not data:
-            return cls()
-        return cls(started_at=_parse(data.get("started_at")), checks=int(data.get("checks", 0)))
-
-
-@dataclass(frozen=True)
-class TrailStep:
-    question: str
-    answer: str
-
-    def to_list(self) -> list[str]:
-        return [self.question, self.answer]
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Where the run goes, and why. ``kind``/``accelerator_type``/... name the target machine (for the
-    convert leaves: the machine to use once the model is converted)."""
-
-    leaf: Leaf
-    strategy: Strategy
-    model: str
-    trail: tuple[TrailStep, ...]
-    kind: AcceleratorKind | None = None
-    accelerator_type: str | None = None
-    count: int | None = None
-    machine_type: str | None = None
-    zone: str | None = None
-    mode: ProvisioningMode | None = None
-    reservation: str | None = None
-    conversion: Conversion | None = None
-    converted_for: AcceleratorKind | None = None
-    waiting_for: tuple[AcceleratorKind, ...] = ()
-    wait_started_at: dt.datetime | None = None
-    wait_deadline: dt.datetime | None = None
-    stuck_report: str | None = None
-    decided_at: dt.datetime | None = None
-
-    @property
-    def provisions(self) -> bool:
-        """True when the decision names a machine to create now."""
-        return self.leaf not in (Leaf.WAIT, Leaf.STUCK)
-
-    def wait_state(self) -> WaitState:
-        """The state to carry into the next walk (empty once the run stops waiting)."""
-        if self.leaf != Leaf.WAIT:
-            return WaitState()
-        return WaitState(started_at=self.wait_started_at, checks=0)
-
-    def summary(self) -> str:
-        if self.leaf == Leaf.STUCK:
-            return f"{self.model}: stuck ({self.strategy.value}); see the report"
-        if self.leaf == Leaf.WAIT:
-            kinds = " or ".join(_NAME[k] for k in self.waiting_for)
-            return f"{self.model}: wait for {kinds} capacity until {_iso(self.wait_deadline)}"
-        what = f"{self.accelerator_type}" + (
-            f" x{self.count} on {self.machine_type}" if self.machine_type else ""
-        )
-        mode = self.mode.value if self.mode else "?"
-        head = f"{self.model}: {self.leaf.value} -> {what} in {self.zone} ({mode}"
-        head += f", reservation {self.reservation})" if self.reservation else ")"
-        if self.conversion is not None:
-            head += f"; conversion {self.conversion.summary()}"
-        return head
-
-    def trail_text(self) -> str:
-        lines = [f"Decision trail ({self.strategy.value}, model {self.model}):"]
-        lines += [f"  {i}. {s.question} -> {s.answer}" for i, s in enumerate(self.trail, 1)]
-        lines.append(f"  => {self.summary()}")
-        return "\n".join(lines)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "leaf": self.leaf.value,
-            "strategy": self.strategy.value,
-            "model": self.model,
-            "trail": [s.to_list() for s in self.trail],
-            "kind": self.kind.value if self.kind else None,
-            "accelerator_type": self.accelerator_type,
-            "count": self.count,
-            "machine_type": self.machine_type,
-            "zone": self.zone,
-            "mode": self.mode.value if self.mode else None,
-            "reservation": self.reservation,
-            "conversion": self.conversion.to_dict() if self.conversion else None,
-            "converted_for": self.converted_for.value if self.converted_for else None,
-            "waiting_for": [k.value for k in self.waiting_for],
-            "wait_started_at": _iso(self.wait_started_at),
-            "wait_deadline": _iso(self.wait_deadline),
-            "stuck_report": self.stuck_report,
-            "decided_at": _iso(self.decided_at),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Decision:
-        conv = data.get("conversion")
-        return cls(
-            leaf=Leaf(data["leaf"]),
-            strategy=Strategy(data["strategy"]),
-            model=str(data["model"]),
-            trail=tuple(TrailStep(str(q), str(a)) for q, a in data.get("trail", ())),
-            kind=AcceleratorKind(data["kind"]) if data.get("kind") else None,
-            accelerator_type=data.get("accelerator_type"),
-            count=data.get("count"),
-            machine_type=data.get("machine_type"),
-            zone=data.get("zone"),
-            mode=ProvisioningMode(data["mode"]) if data.get("mode") else None,
-            reservation=data.get("reservation"),
-            conversion=Conversion.from_dict(conv) if conv else None,
-            converted_for=AcceleratorKind(data["converted_for"]) if data.get("converted_for") else None,
-            waiting_for=tuple(AcceleratorKind(k) for k in data.get("waiting_for", ())),
-            wait_started_at=_parse(data.get("wait_started_at")),
-            wait_deadline=_parse(data.get("wait_deadline")),
-            stuck_report=data.get("stuck_report"),
-            decided_at=_parse(data.get("decided_at")),
-        )
-
-
-# ---------------------------------------------------------------------------------------------------
-# Placement of one candidate.
-
-
-@dataclass(frozen=True)
-class Placement:
-    candidate: Candidate
-    entry: CapacityEntry
-    mode: ProvisioningMode
-    reservation: str | None = None
-
-    def describe(self) -> str:
-        via = f"reservation {self.reservation}" if self.reservation else self.mode.value
-        if self.mode == ProvisioningMode.RESERVATION and not self.reservation:
-            via = "reservation"
-        return f"{self.candidate.label()} in {self.entry.zone} via {via}"
-
-
-def _quota_text(entry: CapacityEntry, count: int) -> str:
-    if entry.quota_headroom is not None:
-        return f"quota {entry.quota_metric} has {entry.quota_headroom:g} free, needs {count}"
-    return f"quota {entry.quota.value}"
-
-
-def provisioning_mode(
-    entry: CapacityEntry, candidate: Candidate, profile: ModelProfile
-) -> tuple[ProvisioningMode | None, str | None, str]:
-    """How ``candidate`` could be provisioned in ``entry``'s zone: (mode, reservation name, why).
-
-    Order: a reservation with room (already paid for), else on-demand when quota is ok or unknown
-    (a queued resource instead, for TPUs, when the profile prefers them), else spot when the profile
-    allows it and spot quota is not known to be exhausted. ``mode`` is None when nothing fits.
-    """
-    count = candidate.count
-    if not entry.offered:
-        return None, None, "not offered"
-    if entry.stocked_out:
-        return None, None, "stockout met earlier in this run"
-    if candidate.kind == AcceleratorKind.GPU:
-        room = entry.reservation_for(count, candidate.machine_type)
-        if room is not None:
-            return (
-                ProvisioningMode.RESERVATION,
-                room.name,
-                f"reservation {room.name} has {room.free_vms} free VM(s)",
-            )
-    elif entry.reserved >= 1:
-        name = entry.reservations[0].name if entry.reservations else None
-        return ProvisioningMode.RESERVATION, name, f"{entry.reserved} reserved free"
-    if entry.quota_allows(count):
-        mode = (
-            ProvisioningMode.QUEUED
-            if candidate.kind == AcceleratorKind.TPU and profile.prefer_queued
-            else ProvisioningMode.ON_DEMAND
-        )
-        return mode, None, _quota_text(entry, count)
-    why = _quota_text(entry, count)
-    if not profile.allow_spot:
-        return None, None, why + "; spot not allowed by the profile"
-    if entry.spot_quota_allows(count):
-        return ProvisioningMode.SPOT, None, why + f"; spot quota {entry.spot_quota.value}"
-    return None, None, why + "; spot quota exhausted too"
-
-
-def find_placement(
-    report: CapacityReport, candidates: Sequence[Candidate], profile: ModelProfile
-) -> tuple[Placement | None, str]:
-    """First candidate (in preference order) that fits somewhere; within it, a zone with reserved room
-    first, then zone order. Returns the placement (or None) and a readable answer for the trail."""
-    if not candidates:
-        return None, "no: the profile lists no candidates"
-    misses: list[str] = []
-    for cand in candidates:
-        entries = report.for_type(cand.accelerator_type)
-        if not entries:
-            misses.append(f"{cand.label()} [not probed]")
-            continue
-        options: list[Placement] = []
-        reasons: list[str] = []
-        for entry in entries:
-            mode, reservation, why = provisioning_mode(entry, cand, profile)
-            if mode is None:
-                reasons.append(f"{entry.zone}: {why}")
-            else:
-                options.append(Placement(cand, entry, mode, reservation))
-        if options:
-            best = next((o for o in options if o.mode == ProvisioningMode.RESERVATION), options[0])
-            why = provisioning_mode(best.entry, cand, profile)[2]
-            return best, f"yes: {best.describe()} ({why})"
-        misses.append(f"{cand.label()} [{'; '.join(reasons)}]")
-    return None, "no: " + " | ".join(misses)
+# Re-exported: callers import the decision's types from here, where the walk that makes them lives.
+__all__ = [
+    "Decision", "Leaf", "Placement", "ProvisioningMode", "Strategy", "TrailStep", "WaitState", "decide",
+    "find_placement", "provisioning_mode", "stuck_report",
+]
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -339,7 +90,7 @@ class _Walk:
     ) -> Placement | None:
         labels = ", ".join(c.label() for c in candidates) or "none listed"
         placement, answer = find_placement(self.report, candidates, self.profile)
-        self.ask(question or f"Is a {_NAME[kind]} available? (candidates: {labels})", answer)
+        self.ask(question or f"Is a {FAMILY_NAME[kind]} available? (candidates: {labels})", answer)
         return placement
 
     def wait_or_stuck(
@@ -405,7 +156,7 @@ def decide(
     strategy = Strategy(strategy)
     walk = _Walk(report=report, profile=profile, strategy=strategy, now=now, wait=wait or WaitState())
     p_kind, s_kind = strategy.primary, strategy.secondary
-    p_name, s_name = _NAME[p_kind], _NAME[s_kind]
+    p_name, s_name = FAMILY_NAME[p_kind], FAMILY_NAME[s_kind]
     walk.ask("Which strategy?", f"{strategy.value}: {p_name} first, then {s_name}")
 
     runs_p, runs_s = profile.runs_on(p_kind), profile.runs_on(s_kind)
@@ -414,21 +165,8 @@ def decide(
         return walk.stuck()
 
     walk.ask(f"Does the model run on {p_name}?", "yes" if runs_p else f"no: skip to {s_name}")
-    if runs_p:
-        placement = walk.available(p_kind, profile.candidates(p_kind))
-        if placement is not None:
-            return walk.placed(Leaf(p_kind.value), placement)
-        if strategy == Strategy.GPU_FIRST:
-            if not profile.smaller_gpus:
-                walk.ask("Are smaller GPUs acceptable?", "no: the profile lists none")
-            else:
-                labels = ", ".join(c.label() for c in profile.smaller_gpus)
-                walk.ask("Are smaller GPUs acceptable?", f"yes: {labels}")
-                placement = walk.available(
-                    AcceleratorKind.GPU, profile.smaller_gpus, "Is a smaller GPU available?"
-                )
-                if placement is not None:
-                    return walk.placed(Leaf.SMALLER_GPU, placement)
+    if runs_p and (placed := _primary(walk, p_kind)) is not None:
+        return placed
 
     walk.ask(f"Does the model run on {s_name}?", "yes" if runs_s else "no")
     if runs_s:
@@ -437,7 +175,29 @@ def decide(
             return walk.placed(Leaf(s_kind.value), placement)
         waiting_for = (p_kind, s_kind) if runs_p else (s_kind,)
         return walk.wait_or_stuck(waiting_for)
+    return _convert(walk, p_kind, s_kind)
 
+
+def _primary(walk: _Walk, p_kind: AcceleratorKind) -> Decision | None:
+    """The preferred family, then (GPU-first only) smaller GPUs; None when neither places the run."""
+    profile = walk.profile
+    placement = walk.available(p_kind, profile.candidates(p_kind))
+    if placement is not None:
+        return walk.placed(Leaf(p_kind.value), placement)
+    if walk.strategy != Strategy.GPU_FIRST:
+        return None
+    if not profile.smaller_gpus:
+        walk.ask("Are smaller GPUs acceptable?", "no: the profile lists none")
+        return None
+    labels = ", ".join(c.label() for c in profile.smaller_gpus)
+    walk.ask("Are smaller GPUs acceptable?", f"yes: {labels}")
+    placement = walk.available(AcceleratorKind.GPU, profile.smaller_gpus, "Is a smaller GPU available?")
+    return walk.placed(Leaf.SMALLER_GPU, placement) if placement is not None else None
+
+
+def _convert(walk: _Walk, p_kind: AcceleratorKind, s_kind: AcceleratorKind) -> Decision:
+    """The model does not run on the other family: convert it for that family, wait, or be stuck."""
+    profile, s_name = walk.profile, FAMILY_NAME[s_kind]
     conversion = profile.conversion_to(s_kind)
     walk.ask(
         f"Can the model be converted to run on {s_name}?",
@@ -484,27 +244,8 @@ def stuck_report(
     )
     for label, cands in groups:
         for cand in cands:
-            entries = report.for_type(cand.accelerator_type)
             lines.append(f"  {label} {cand.label()}:")
-            if not entries:
-                lines.append("    not probed in any zone")
-                hints.append(f"probe {cand.accelerator_type} (it was not in the capacity report)")
-            for e in entries:
-                lines.append(f"    {e.describe()}")
-                if e.offered and e.quota == QuotaState.EXHAUSTED and e.quota_metric:
-                    hints.append(f"raise quota {e.quota_metric} in {e.region} (or free some)")
-                    if not profile.allow_spot and e.spot_quota != QuotaState.EXHAUSTED:
-                        hints.append(
-                            f"allow spot in the profile ({cand.accelerator_type} spot quota "
-                            f"{e.spot_quota.value} in {e.region})"
-                        )
-                if e.stocked_out:
-                    hints.append(f"{cand.accelerator_type} stocked out in {e.zone}: retry later or add zones")
-            if entries and not any(e.offered for e in entries):
-                hints.append(
-                    f"{cand.accelerator_type} is offered in none of the probed zones: add zones "
-                    "where it is offered"
-                )
+            _candidate_lines(report, profile, cand, lines, hints)
     lines += [
         "",
         "Model:",
@@ -525,3 +266,23 @@ def stuck_report(
     lines += ["", "What could unblock it:"]
     lines += [f"  - {h}" for h in dict.fromkeys(hints)] or ["  - nothing obvious; see the capacity above"]
     return "\n".join(lines)
+
+
+def _candidate_lines(report: CapacityReport, profile: ModelProfile, cand: Candidate, lines: list[str],
+                     hints: list[str]) -> None:
+    """What was seen for one candidate in every probed zone, and the hints it suggests."""
+    entries = report.for_type(cand.accelerator_type)
+    if not entries:
+        lines.append("    not probed in any zone")
+        hints.append(f"probe {cand.accelerator_type} (it was not in the capacity report)")
+    for e in entries:
+        lines.append(f"    {e.describe()}")
+        if e.offered and e.quota == QuotaState.EXHAUSTED and e.quota_metric:
+            hints.append(f"raise quota {e.quota_metric} in {e.region} (or free some)")
+            if not profile.allow_spot and e.spot_quota != QuotaState.EXHAUSTED:
+                hints.append(f"allow spot in the profile ({cand.accelerator_type} spot quota "
+                             f"{e.spot_quota.value} in {e.region})")
+        if e.stocked_out:
+            hints.append(f"{cand.accelerator_type} stocked out in {e.zone}: retry later or add zones")
+    if entries and not any(e.offered for e in entries):
+        hints.append(f"{cand.accelerator_type} is offered in none of the probed zones: add zones where it is offered")

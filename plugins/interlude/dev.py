@@ -30,6 +30,7 @@ class LocalCloud:
     gcs_endpoint: str
     project: str
     state_dir: Path
+    container_endpoint: str = ""  # GKE's Container API (same server as TPU/Compute)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -73,16 +74,22 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
             continue
         if ready.get("ready"):
             project = ready.get("project", "interlude-local")
-            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir)
+            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir,
+                              ready.get("container_endpoint", ready["api_endpoint"]))
     proc.kill()
     raise RuntimeError("local cloud did not report ready within 60 s")
+
+
+def connection_extra(project: str, api_endpoint: str, container_endpoint: str = "") -> dict[str, Any]:
+    """The `google_cloud_default` extras that point every hook at the local cloud (anonymous)."""
+    return {"is_anonymous": True, "project": project, "tpu_endpoint": api_endpoint,
+            "compute_endpoint": api_endpoint, "container_endpoint": container_endpoint or api_endpoint}
 
 
 def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {"conn_type": "google_cloud_platform",
-            "extra": {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
-                      "compute_endpoint": cloud.api_endpoint}}
+            "extra": connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint)}
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),
@@ -173,7 +180,7 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
     common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
               "--seed", str(conf.get("seed", 0))]
-    stages = (("train", conf["train_steps"], []),
+    stages: tuple[tuple[str, int, list[str]], ...] = (("train", conf["train_steps"], []),
               ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
     for stage, steps, extra in stages:
         subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,

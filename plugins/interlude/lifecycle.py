@@ -61,7 +61,7 @@ def _hooks() -> tuple[Any, Any]:
 
 
 def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = None) -> dict[str, Any]:
-    from interlude.capacity import probe_capacity
+    from interlude.capacity_probe import probe_capacity
     from interlude.profiles import get_profile
 
     profile = get_profile(spec.model_profile)

@@ -80,4 +80,4 @@ def checkpoint_prefix(key: str, stage: str | None = None) -> str:
     """The object prefix (inside the bucket) that holds a run's checkpoints, events and report."""
     from interlude_workload import layout
 
-    return layout.stage_prefix(key, stage) if stage else layout.run_prefix(key)
+    return str(layout.stage_prefix(key, stage) if stage else layout.run_prefix(key))

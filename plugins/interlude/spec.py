@@ -165,10 +165,11 @@ class RunSpec:
                 values[f.name] = _coerce(f.name, params[f.name], f.default)
             except (TypeError, ValueError) as exc:
                 problems.append(str(exc))
+        # Check the rest too (failed values stand at their defaults), so one message names every problem.
+        spec = cls(**values, **resolved)
+        problems += _problems(spec)
         if problems:
             raise RunSpecError(problems)
-        spec = cls(**values, **resolved)
-        spec.check()
         return spec
 
     def check(self) -> None:
@@ -208,39 +209,58 @@ class RunSpec:
 
 
 # ---------------------------------------------------------------------- coercion and checks
+def _as_str(name: str, value: Any, optional: bool) -> str | None:
+    if value is None or (optional and value == ""):
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
+    return value.strip()
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def _as_int(name: str, value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, int | str) or not text.lstrip("-").isdigit():
+        raise TypeError(f"{name}: expected a whole number, got {value!r}")
+    return int(text)
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+
+
+def _as_strings(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise TypeError(f"{name}: expected a list of strings, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or _CONTROL.search(item):
+            raise ValueError(f"{name}: {item!r} is not a plain string")
+    return tuple(item.strip() for item in value)
+
+
 def _coerce(name: str, value: Any, default: Any) -> Any:
-    """The param's value in the field's type; '' means "not set" for optional strings."""
+    """The param's value in the field's type (the default's type); '' means "not set" for optional strings."""
     if isinstance(value, str) and _CONTROL.search(value):
         raise ValueError(f"{name}: control characters are not allowed ({value!r})")
     if default is None or isinstance(default, str):
-        if value is None or (default is None and value == ""):
-            return None
-        if not isinstance(value, str):
-            raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
-        return value.strip()
-    if isinstance(default, bool):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name}: expected true or false, got {value!r}")
-        return value
+        return _as_str(name, value, optional=default is None)
+    if isinstance(default, bool):  # before int: bool is an int
+        return _as_bool(name, value)
     if isinstance(default, int):
-        if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().lstrip("-").isdigit():
-            raise TypeError(f"{name}: expected a whole number, got {value!r}")
-        return int(value)
+        return _as_int(name, value)
     if isinstance(default, float):
-        if isinstance(value, bool):
-            raise TypeError(f"{name}: expected a number, got {value!r}")
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise TypeError(f"{name}: expected a number, got {value!r}") from None
-    if isinstance(default, tuple):
-        if isinstance(value, str) or not isinstance(value, list | tuple):
-            raise TypeError(f"{name}: expected a list of strings, got {value!r}")
-        for item in value:
-            if not isinstance(item, str) or _CONTROL.search(item):
-                raise ValueError(f"{name}: {item!r} is not a plain string")
-        return tuple(item.strip() for item in value)
-    raise TypeError(f"{name}: unsupported type")  # pragma: no cover - every field's default is one of the above
+        return _as_float(name, value)
+    return _as_strings(name, value)
 
 
 def bucket_problem(bucket: str) -> str | None:

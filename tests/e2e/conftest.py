@@ -57,7 +57,8 @@ class DagRunResult:
 
 
 class RunDag(Protocol):
-    def __call__(self, scenario: str | Path, conf: dict[str, Any], timeout: float = ...) -> DagRunResult: ...
+    def __call__(self, scenario: str | Path, conf: dict[str, Any], timeout: float = ...,
+                 ensure_bucket: bool = ...) -> DagRunResult: ...
 
 
 @pytest.fixture(scope="session")
@@ -94,7 +95,8 @@ def run_dag(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[RunDag]:
     """
     clouds: list[dev.LocalCloud] = []
 
-    def run(scenario: str | Path, conf: dict[str, Any], timeout: float = 300) -> DagRunResult:
+    def run(scenario: str | Path, conf: dict[str, Any], timeout: float = 300,
+            ensure_bucket: bool = True) -> DagRunResult:
         cloud = dev.start_localcloud(scenario, tmp_path / f"cloud-{len(clouds)}")
         clouds.append(cloud)
         home = tmp_path / f"airflow-{len(clouds)}"
@@ -102,7 +104,8 @@ def run_dag(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[RunDag]:
         shutil.copy(migrated_airflow_db, home / "airflow.db")
         env = dev.airflow_env(home, cloud)
         full = {"bucket": BUCKET, "data_date": DATA_DATE, **conf}
-        dev.ensure_bucket(cloud, full["bucket"])
+        if ensure_bucket:
+            dev.ensure_bucket(cloud, full["bucket"])
         log_path = tmp_path / f"dags-test-{len(clouds)}.log"
         started = time.monotonic()
         try:

@@ -170,3 +170,41 @@ def test_tpu_only_model_without_tpus_converts_for_gpu_without_approval_by_defaul
     assert result.states["validate_runtime"] == "success"
     assert "Plan only: would provision nvidia-h100-80gb in us-central1-a" in result.log
     assert_nothing_created(result)
+
+
+def test_bad_input_fails_the_first_task_naming_the_params(run_dag: RunDag) -> None:
+    """Refused in resolve_run, before any cloud call that creates; the failure message talks about params."""
+    result = run_dag("default", {"bucket": "--help", "network": "vpc\nINFO forged log line",
+                                 "zones": ["mars-north1-z"]}, ensure_bucket=False)
+
+    assert result.state == "failed", result.log[-3000:]
+    assert result.states["resolve_run"] == "failed", result.states
+    for task_id, state in result.states.items():
+        if task_id != "resolve_run":
+            assert state not in ("success", "running", "deferred"), (task_id, state)
+    assert "bucket: '--help' is not a valid bucket name" in result.log
+    assert "network: control characters are not allowed" in result.log
+    # The forged line never reaches the log as a line of its own.
+    assert "\nINFO forged log line" not in result.log
+    # The failure callback speaks of params, not machines.
+    assert "Bad input:" in result.log and "Fix the param(s) named above" in result.log
+    assert "provisioned again" not in result.log
+    assert_nothing_created(result)
+
+
+def test_unknown_zone_and_missing_bucket_are_refused_by_the_cloud_checks(run_dag: RunDag) -> None:
+    result = run_dag("default", {"bucket": "no-such-bucket-here", "zones": ["mars-north1-z", "us-central1-a"]},
+                     ensure_bucket=False)
+
+    assert result.states["resolve_run"] == "failed", result.states
+    assert "zones: 'mars-north1-z' does not exist for this project" in result.log
+    assert "bucket: gs://no-such-bucket-here does not exist" in result.log
+    assert_nothing_created(result)
+
+
+def test_a_run_dated_outside_the_shipped_sample_finds_its_data_slice(run_dag: RunDag) -> None:
+    """A scheduled run today (no data_date) gets a generated slice for its own date instead of failing."""
+    result = run_dag("default", {"plan_only": True, "data_date": None})
+
+    assert result.state == "success", result.log[-3000:]
+    assert result.states["resolve_run"] == "success"

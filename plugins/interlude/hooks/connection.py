@@ -2,9 +2,10 @@
 
 One code path serves Google and the local cloud: the Airflow connection (``google_cloud_default``,
 type ``google_cloud_platform``) gives credentials the Google provider's way, plus the extras
-``project``, ``is_anonymous``, ``tpu_endpoint`` and ``compute_endpoint`` (absent = Google's public
-endpoints). Constructor arguments override the extras; ``gcp_conn_id=None`` means anonymous
-credentials and no Airflow connection at all, so tests and the local cloud need no metadata database.
+``project``, ``is_anonymous``, ``tpu_endpoint``, ``compute_endpoint`` and ``container_endpoint``
+(GKE, read by ``interlude.hooks.gke``; absent = Google's public endpoints). Constructor arguments
+override the extras; ``gcp_conn_id=None`` means anonymous credentials and no Airflow connection at all,
+so tests and the local cloud need no metadata database.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from interlude.spec import RunSpec
 from interlude.triggers.capacity import CapacityTrigger
@@ -15,10 +15,17 @@ class WaitForCapacityOperator(BaseOperator):
     """Hold the run (in the triggerer, not on a worker) until the tree places it or gives up.
 
     Returns the new decision; a walk that ends `stuck` (the profile's wait deadline passed) fails the
-    task with the tree's report of everything it checked.
+    task with the tree's report of everything it checked (no retry can make capacity appear sooner).
+
+    :param spec: the run's RunSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param decision: the decision that ended in ``wait``; None pulls it from ``decision_task_id`` (templated).
+    :param poll_interval: seconds between two capacity probes; default five times the run's poll_seconds.
+    :param spec_task_id: the task whose XCom holds the RunSpec.
+    :param decision_task_id: the task whose XCom holds the decision.
     """
 
     template_fields = ("spec", "decision")
+    template_fields_renderers = {"spec": "json", "decision": "json"}
     ui_color = "#fff3cd"
 
     def __init__(self, *, spec: Any = None, decision: Any = None, poll_interval: float | None = None,
@@ -52,7 +59,8 @@ class WaitForCapacityOperator(BaseOperator):
             raise AirflowException(f"waiting for capacity failed: {event.get('message', event)}")
         decision = event["decision"]
         if decision["leaf"] == "stuck":
-            raise AirflowException("Still no capacity at the wait deadline.\n\n" + str(decision.get("stuck_report")))
+            raise AirflowFailException("Still no capacity at the wait deadline.\n\n"
+                                       + str(decision.get("stuck_report")))
         self.log.info("Capacity found: %s -> %s in %s", decision["leaf"], decision.get("accelerator_type"),
                       decision.get("zone"))
         return decision

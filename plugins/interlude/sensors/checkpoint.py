@@ -16,6 +16,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.bases.sensor import PokeReturnValue
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from interlude.operators.conventions import default_deferrable
 from interlude.triggers.checkpoint import CheckpointTrigger, check_checkpoint
 
 
@@ -31,6 +32,20 @@ def raise_for_event(event: dict[str, Any] | None) -> dict[str, Any]:
 
 
 class CommittedCheckpointSensor(BaseSensorOperator):
+    """Wait until ``stage`` of run ``run_key`` has a committed, verified checkpoint at ``min_step`` or later.
+
+    :param bucket: the GCS bucket holding the run's checkpoints (templated).
+    :param run_key: the run's key (``interlude.naming.run_key``), which names its checkpoint prefix (templated).
+    :param stage: the stage whose checkpoints to watch, e.g. ``train`` (templated).
+    :param min_step: the lowest step that satisfies the wait (templated; rendered strings are converted).
+    :param stall_timeout: fail (retryably) when no new checkpoint was committed for this many seconds.
+    :param poll_interval: seconds between two looks, in both modes.
+    :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable`` (True if unset).
+    :param fail_on_corrupt: a corrupt checkpoint at the target fails the task without retry.
+    :param gcp_conn_id: the Google connection for GCS (None: the environment's credentials or emulator).
+    :param project: the Google Cloud project for the storage client.
+    """
+
     template_fields = ("bucket", "run_key", "stage", "min_step")
 
     def __init__(
@@ -42,7 +57,7 @@ class CommittedCheckpointSensor(BaseSensorOperator):
         min_step: int | str,
         stall_timeout: float = 1800.0,
         poll_interval: float = 30.0,
-        deferrable: bool = True,
+        deferrable: bool | None = None,
         fail_on_corrupt: bool = True,
         gcp_conn_id: str | None = None,
         project: str | None = None,
@@ -56,7 +71,7 @@ class CommittedCheckpointSensor(BaseSensorOperator):
         self.min_step = min_step
         self.stall_timeout = float(stall_timeout)
         self.poll_interval = float(poll_interval)
-        self.deferrable = deferrable
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.fail_on_corrupt = fail_on_corrupt
         self.gcp_conn_id = gcp_conn_id
         self.project = project

@@ -36,7 +36,8 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
     try:
         ready = json.loads(proc.stdout.readline())
         assert ready == {"ready": True, "api_endpoint": f"http://127.0.0.1:{port}",
-                         "gcs_endpoint": f"http://127.0.0.1:{gcs_port}"}
+                         "gcs_endpoint": f"http://127.0.0.1:{gcs_port}",
+                         "container_endpoint": f"http://127.0.0.1:{port}"}
         api = ready["api_endpoint"]
         base = f"{api}/v2/projects/interlude-local/locations/us-central2-b"
         body = {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e",

@@ -124,5 +124,20 @@ def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None
         assert "latest of stage train: step 20" in ft.stdout and f"16 rows dated {day}" in ft.stdout
         digests.append(digest_of(ft.stdout))
     assert digests[0] != digests[1]
-    bad = run_trainer(trainer_cmd(bucket, "ft", "--data-date", "1999-01-01", stage="finetune", steps=5))
+
+
+def test_a_day_missing_from_a_real_dataset_is_a_usage_error(bucket: str, tmp_path) -> None:
+    """Only the shipped sample generates missing days; a user's own data never gets made-up rows."""
+    import shutil
+
+    from interlude_workload import data
+
+    shutil.copy(data.SAMPLE_DIR / "train.csv", tmp_path / "train.csv")
+    shutil.copy(data.SAMPLE_DIR / "finetune.csv", tmp_path / "finetune.csv")
+    assert run_trainer(trainer_cmd(bucket, "real", "--data-dir", str(tmp_path), steps=10, every=5)).returncode == 0
+    bad = run_trainer(trainer_cmd(bucket, "real", "--data-dir", str(tmp_path), "--init-from-stage", "train",
+                                  "--data-date", "1999-01-01", stage="finetune", steps=5))
     assert bad.returncode == 2 and "no rows dated 1999-01-01" in bad.stderr
+    made_up = run_trainer(trainer_cmd(bucket, "real", "--init-from-stage", "train", "--data-date", "1999-01-01",
+                                      stage="finetune", steps=5))
+    assert made_up.returncode == 0 and "16 rows dated 1999-01-01" in made_up.stdout, made_up.stdout + made_up.stderr

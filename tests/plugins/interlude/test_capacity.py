@@ -16,16 +16,14 @@ from interlude.capacity import (
     GPU_QUOTA_METRICS,
     AcceleratorKind,
     CapacityEntry,
-    CapacityProbeError,
     CapacityReport,
     QuotaState,
     ReservationRoom,
     kind_of,
     mark_stockout,
-    probe_capacity,
     region_of,
-    reservation_rooms,
 )
+from interlude.capacity_probe import CapacityProbeError, probe_capacity, reservation_rooms
 
 NOW = dt.datetime(2026, 11, 3, 12, 0, tzinfo=dt.UTC)
 

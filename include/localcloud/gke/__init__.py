@@ -1,0 +1,1 @@
+"""GKE in the local cloud: the Container API v1 subset and a Kubernetes API server per cluster."""

@@ -1,0 +1,197 @@
+"""GKE clusters of the scenario at run time: node pools, their sizes, operations, and each cluster's
+Kubernetes API server (started with the local cloud, stopped with it).
+
+Node pool create/delete/resize return an Operation that is RUNNING until the scenario's delay passes,
+then DONE, as GKE's long-running operations do
+(https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.operations).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlude_localcloud.cloud import Cloud, rfc3339
+from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
+from interlude_localcloud.gke import defaults, nodes
+from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
+from interlude_localcloud.gke.deployments import DeploymentController
+from interlude_localcloud.gke.kube_server import KubeApiServer
+from interlude_localcloud.gke.resources import RESOURCES
+
+# TPU machine types -> the accelerator label GKE puts on their nodes
+# (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#availability).
+TPU_MACHINE_PREFIXES = {"ct4p": "tpu-v4-podslice", "ct5lp": "tpu-v5-lite-podslice", "ct5p": "tpu-v5p-slice",
+                        "ct6e": "tpu-v6e-slice", "tpu7x": "tpu7x"}
+NAMESPACES = RESOURCES[0]
+_EFFECT_BY_ENUM = {v: k for k, v in EFFECTS.items()}
+DEFAULT_TOPOLOGY = {1: "1x1", 4: "2x2", 8: "2x4"}
+
+
+@dataclass
+class PoolState:
+    spec: NodePoolSpec
+    size: int
+    created: str
+    status: str = "RUNNING"
+
+
+@dataclass
+class ClusterState:
+    spec: ClusterSpec
+    project: str
+    kube: KubeApiServer
+    created: str
+    id: str
+    pools: dict[str, PoolState] = field(default_factory=dict)
+    controller: DeploymentController | None = None
+
+
+def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
+    prefix = machine_type.split("-")[0]
+    accel = TPU_MACHINE_PREFIXES.get(prefix)
+    if accel is None:
+        return None
+    m = re.search(r"-(\d+)t$", machine_type)
+    chips = int(m.group(1)) if m else 4
+    return TpuSpec(accel, topology or DEFAULT_TOPOLOGY.get(chips, f"{chips}x1"), chips)
+
+
+def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
+    """A NodePool resource (CreateNodePoolRequest.nodePool) -> NodePoolSpec."""
+    name = body.get("name") or ""
+    if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name):
+        raise invalid(f"Invalid node pool name \"{name}\".")
+    config = body.get("config") or {}
+    machine_type = config.get("machineType") or "e2-medium"
+    accels = config.get("accelerators") or []
+    gpu = GpuSpec(accels[0]["acceleratorType"], int(accels[0].get("acceleratorCount", 1))) if accels else None
+    tpu = tpu_from_machine_type(machine_type, (body.get("placementPolicy") or {}).get("tpuTopology"))
+    autoscaling = body.get("autoscaling") or {}
+    initial = int(body.get("initialNodeCount", 0))
+    zones = list(body.get("locations") or ([location] if location.count("-") == 2 else [f"{location}-a"]))
+    return NodePoolSpec(name=name, machine_type=machine_type, min_nodes=int(autoscaling.get("minNodeCount", 0)),
+                        max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))), initial_nodes=initial,
+                        spot=bool(config.get("spot") or config.get("preemptible")), zones=zones, tpu=tpu, gpu=gpu,
+                        labels=dict(config.get("labels") or {}),
+                        taints=[Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""),
+                                                                                                 "NoSchedule"))
+                                for t in config.get("taints") or []])
+
+
+class Gke:
+    """All clusters of one local cloud, plus the Container API's operations."""
+
+    def __init__(self, cloud: Cloud, specs: list[ClusterSpec], state_dir: Path) -> None:
+        self.cloud = cloud
+        self.clusters: dict[tuple[str, str], ClusterState] = {}
+        self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (location, name) -> Operation
+        for spec in specs:
+            kube = KubeApiServer(spec, state_dir)
+            self.clusters[(spec.location, spec.name)] = ClusterState(spec, cloud.scenario.project, kube, rfc3339(),
+                                                                     cloud.new_id())
+
+    def start(self) -> None:
+        for c in self.clusters.values():
+            c.kube.start()
+            for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
+                obj: dict[str, Any] = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                defaults.apply(NAMESPACES, obj)
+                c.kube.store.create(NAMESPACES, "", obj)
+            for p in c.spec.node_pools:
+                c.pools[p.name] = PoolState(p, p.initial_nodes, c.created)
+                nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
+            c.controller = DeploymentController(c.kube.store)
+            c.controller.start()
+
+    def stop(self) -> None:
+        for c in self.clusters.values():
+            if c.controller is not None:
+                c.controller.stop()
+            c.kube.stop()
+
+    # lookups ----------------------------------------------------------------------------------
+    def cluster(self, project: str, location: str, name: str) -> ClusterState:
+        c = self.clusters.get((location, name))
+        if c is None or c.project != project:
+            raise not_found(f"projects/{project}/locations/{location}/clusters/{name}")
+        return c
+
+    def pool(self, c: ClusterState, name: str) -> PoolState:
+        p = c.pools.get(name)
+        if p is None:
+            raise not_found(f"projects/{c.project}/locations/{c.spec.location}/clusters/{c.spec.name}/nodePools/{name}")
+        return p
+
+    # operations -------------------------------------------------------------------------------
+    def _operation(self, c: ClusterState, op_type: str, target: str, delay: float,
+                   finish: Callable[[], None]) -> dict[str, Any]:
+        name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
+        loc = c.spec.location
+        base = f"https://container.googleapis.com/v1/projects/{c.project}/locations/{loc}"
+        op: dict[str, Any] = {"name": name, "zone": loc, "location": loc, "operationType": op_type,
+                              "status": "RUNNING", "selfLink": f"{base}/operations/{name}",
+                              "targetLink": f"{base}/clusters/{c.spec.name}/{target}", "startTime": rfc3339()}
+        self.operations[(loc, name)] = op
+
+        def done() -> None:
+            finish()
+            op.update(status="DONE", endTime=rfc3339())
+            self.cloud.log("gke_operation_done", operation=name, type=op_type, target=target)
+
+        self.cloud.after(delay, done)
+        return op
+
+    def get_operation(self, project: str, location: str, name: str) -> dict[str, Any]:
+        op = self.operations.get((location, name))
+        if op is None:
+            raise not_found(f"projects/{project}/locations/{location}/operations/{name}")
+        return op
+
+    # node pool methods ------------------------------------------------------------------------
+    def create_pool(self, c: ClusterState, body: dict[str, Any]) -> dict[str, Any]:
+        spec = pool_from_request(body, c.spec.location)
+        if spec.name in c.pools:
+            raise already_exists(f"projects/{c.project}/locations/{c.spec.location}/clusters/{c.spec.name}"
+                                 f"/nodePools/{spec.name}")
+        state = PoolState(spec, spec.initial_nodes, rfc3339(), status="PROVISIONING")
+        c.pools[spec.name] = state
+
+        def finish() -> None:
+            state.status = "RUNNING"
+            nodes.sync_pool(c.kube.store, c.spec.name, spec, state.size, c.spec.kubernetes_version)
+
+        return self._operation(c, "CREATE_NODE_POOL", f"nodePools/{spec.name}",
+                               self.cloud.scenario.delay("gke_node_pool_create"), finish)
+
+    def delete_pool(self, c: ClusterState, name: str) -> dict[str, Any]:
+        state = self.pool(c, name)
+        if state.status == "STOPPING":
+            raise ApiError(400, f"Node pool \"{name}\" is being deleted.", "FAILED_PRECONDITION")
+        state.status = "STOPPING"
+
+        def finish() -> None:
+            c.pools.pop(name, None)
+            nodes.sync_pool(c.kube.store, c.spec.name, state.spec, 0, c.spec.kubernetes_version)
+
+        return self._operation(c, "DELETE_NODE_POOL", f"nodePools/{name}",
+                               self.cloud.scenario.delay("gke_node_pool_delete"), finish)
+
+    def set_size(self, c: ClusterState, name: str, count: int) -> dict[str, Any]:
+        state = self.pool(c, name)
+        if count < 0:
+            raise invalid("node_count must be non-negative.")
+        state.status = "RECONCILING"
+
+        def finish() -> None:
+            state.size = count
+            state.status = "RUNNING"
+            nodes.sync_pool(c.kube.store, c.spec.name, state.spec, count, c.spec.kubernetes_version)
+
+        return self._operation(c, "SET_NODE_POOL_SIZE", f"nodePools/{name}",
+                               self.cloud.scenario.delay("gke_resize"), finish)

@@ -1,0 +1,140 @@
+"""The serving compatibility table (``include/serving_runtimes.yaml``), loaded once and typed.
+
+Why typed: the spec, the runtime check and the renderer all ask the same questions (what topology does
+v6e-8 have, which GKE accelerator name does it carry, which CUDA does this vLLM image ship); answering
+them from one typed object keeps the three from disagreeing. The file is data with a public source per
+row; this module only reads it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# plugins/interlude/serving/tables.py -> <project>/include/serving_runtimes.yaml
+DEFAULT_TABLE_PATH = Path(__file__).resolve().parents[3] / "include" / "serving_runtimes.yaml"
+TABLE_ENV = "INTERLUDE_SERVING_RUNTIMES_YAML"
+
+
+class ServingTableError(ValueError):
+    """The serving table is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class TpuShape:
+    tpu_type: str  # Cloud TPU name, e.g. v6e-8
+    generation: str  # v6e
+    gke_accelerator: str  # tpu-v6e-slice
+    chips: int  # google.com/tpu on one node
+    topology: str  # 2x4
+    machine_type: str
+    source: str
+
+
+@dataclass(frozen=True)
+class TpuImageRow:
+    recommended: tuple[str, ...]
+    experimental: tuple[str, ...]
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuType:
+    name: str
+    compute_capability: str
+    min_cuda: str
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ServingTable:
+    tpu_shapes: Mapping[str, TpuShape]
+    tpu_repositories: tuple[str, ...]
+    tpu_images: Mapping[str, TpuImageRow]
+    gpu_repositories: tuple[str, ...]
+    gpu_image_cuda: Mapping[str, tuple[str, str]]  # tag -> (cuda, source)
+    min_compute_capability: str
+    toolkit_min_driver: Mapping[str, str]
+    minor_compat_min_driver: Mapping[str, str]
+    driver_channels: Mapping[str, str]
+    gpu_types: Mapping[str, GpuType]
+
+    def type_by_node_labels(self) -> dict[str, str]:
+        """ "ACCELERATOR/TOPOLOGY" (the node's GKE labels) -> Cloud TPU type ("tpu-v6e-slice/2x4" -> "v6e-8")."""
+        return {f"{s.gke_accelerator}/{s.topology}": s.tpu_type for s in self.tpu_shapes.values()}
+
+
+def _shapes(tpu: Mapping[str, Any]) -> dict[str, TpuShape]:
+    out: dict[str, TpuShape] = {}
+    for generation, row in (tpu.get("generations") or {}).items():
+        for tpu_type, shape in (row.get("shapes") or {}).items():
+            out[str(tpu_type)] = TpuShape(
+                tpu_type=str(tpu_type),
+                generation=str(generation),
+                gke_accelerator=str(row["gke_accelerator"]),
+                chips=int(shape["chips"]),
+                topology=str(shape["topology"]),
+                machine_type=str(shape["machine_type"]),
+                source=str(row["source"]),
+            )
+    return out
+
+
+def _tpu_images(rows: Mapping[str, Any]) -> dict[str, TpuImageRow]:
+    return {
+        str(tag): TpuImageRow(
+            tuple(map(str, row["recommended"])), tuple(map(str, row.get("experimental") or ())), str(row["source"])
+        )
+        for tag, row in rows.items()
+    }
+
+
+def parse_table(data: Mapping[str, Any]) -> ServingTable:
+    try:
+        tpu_images = data["vllm_tpu_images"]
+        gpu_images = data["vllm_gpu_images"]
+        return ServingTable(
+            tpu_shapes=_shapes(data["tpu"]),
+            tpu_repositories=tuple(map(str, tpu_images["repositories"])),
+            tpu_images=_tpu_images(tpu_images["tags"]),
+            gpu_repositories=tuple(map(str, gpu_images["repositories"])),
+            gpu_image_cuda={str(k): (str(v["cuda"]), str(v["source"])) for k, v in gpu_images["tags"].items()},
+            min_compute_capability=str(gpu_images["min_compute_capability"]),
+            toolkit_min_driver={str(k): str(v) for k, v in data["cuda"]["toolkit_min_driver"].items()},
+            minor_compat_min_driver={str(k): str(v) for k, v in data["cuda"]["minor_compat_min_driver"].items()},
+            driver_channels={str(k): str(v) for k, v in data["gpu"]["driver_channels"].items()},
+            gpu_types={
+                str(name): GpuType(
+                    str(name),
+                    str(row["compute_capability"]),
+                    str(row["min_cuda"]),
+                    tuple(int(c) for c in row["counts"]),
+                )
+                for name, row in data["gpu"]["types"].items()
+            },
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ServingTableError(f"malformed serving table: {exc!r}") from exc
+
+
+@functools.lru_cache(maxsize=4)
+def _load(path: str) -> ServingTable:
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except OSError as exc:
+        raise ServingTableError(f"cannot read the serving table {path}: {exc}") from exc
+    if not isinstance(data, Mapping):
+        raise ServingTableError(f"{path}: expected a mapping at the top level")
+    return parse_table(data)
+
+
+def load_table(path: str | os.PathLike[str] | None = None) -> ServingTable:
+    """The table at `path`, else $INTERLUDE_SERVING_RUNTIMES_YAML, else include/serving_runtimes.yaml."""
+    chosen = path or os.environ.get(TABLE_ENV) or DEFAULT_TABLE_PATH
+    return _load(str(chosen))

@@ -1,0 +1,84 @@
+"""The rendered manifests meet the local cloud's GKE (interlude_localcloud.gke.policy): the ComputeClass
+parses and ranks a TPU pool before an L4 pool (and the reverse after a fallback), and the two-container
+pod fits a TPU node and an L4 node alike - the independent model that will schedule it in the e2e runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from interlude.serving import render
+from interlude.serving.spec import ServeSpec
+from interlude.serving.tables import load_table
+from interlude_localcloud.gke.policy.compute_class import ComputeClass
+from interlude_localcloud.gke.policy.manifests import pod_from_manifest
+from interlude_localcloud.gke.policy.model import GpuSpec, NodePool, TpuSpec
+from interlude_localcloud.gke.policy.scheduling import check
+
+GIB = 2.0**30
+CKPT = "gs://interlude-local/interlude/run-1/finetune/step-00000030/"
+
+
+def _pools(spec: ServeSpec) -> tuple[NodePool, NodePool]:
+    shape = load_table().tpu_shapes[spec.tpu_type]
+    tpu = NodePool(
+        "tpu",
+        "us-central2-b",
+        shape.machine_type,
+        {"cpu": 43.0, "memory": 170 * GIB, "pods": 110},
+        compute_class=spec.name,
+        tpu=TpuSpec(shape.gke_accelerator, shape.topology, shape.chips),
+    )
+    # g2-standard-4: the smallest L4 machine (4 vCPU, 16 GB; ~3.9 CPU / ~13 GiB allocatable)
+    gpu = NodePool(
+        "l4",
+        "us-central2-b",
+        "g2-standard-4",
+        {"cpu": 3.92, "memory": 13 * GIB, "pods": 110},
+        compute_class=spec.name,
+        gpu=GpuSpec(spec.gpu_type, spec.gpu_count, spec.gpu_driver_version),
+    )
+    return tpu, gpu
+
+
+def _pod(spec: ServeSpec) -> dict[str, Any]:
+    template = render.deployment(spec)["spec"]["template"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p-1", **template["metadata"]},
+        "spec": template["spec"],
+    }
+
+
+@pytest.mark.parametrize("tpu_type", ["v6e-1", "v6e-8", "v5litepod-4", "v5p-8"])
+def test_the_class_ranks_tpu_first_then_gpu_and_reverses_on_fallback(tpu_type: str) -> None:
+    spec = ServeSpec(checkpoint_uri=CKPT, tpu_type=tpu_type)
+    tpu, gpu = _pools(spec)
+    tpu_first = ComputeClass.from_manifest(render.compute_class(spec, "tpu_first"))
+    gpu_first = ComputeClass.from_manifest(render.compute_class(spec, "gpu_first"))
+    assert (tpu_first.rank(tpu), tpu_first.rank(gpu)) == (0, 1)
+    assert (gpu_first.rank(tpu), gpu_first.rank(gpu)) == (1, 0)
+    assert tpu_first.optimize_rule_priority and not gpu_first.optimize_rule_priority
+
+
+def test_the_pod_fits_a_tpu_node_and_an_l4_node() -> None:
+    spec = ServeSpec(checkpoint_uri=CKPT)
+    pod = pod_from_manifest(_pod(spec))
+    for pool in _pools(spec):
+        fit = check(pod, pool.new_node(f"{pool.name}-1"), {})
+        assert fit.fits, (pool.name, fit.reason)
+
+
+def test_the_pod_stays_off_nodes_outside_its_class() -> None:
+    spec = ServeSpec(checkpoint_uri=CKPT)
+    pod = pod_from_manifest(_pod(spec))
+    stranger = NodePool(
+        "other",
+        "us-central2-b",
+        "g2-standard-4",
+        {"cpu": 3.92, "memory": 13 * GIB, "pods": 110},
+        gpu=GpuSpec("nvidia-l4", 1),
+    )
+    assert not check(pod, stranger.new_node("other-1"), {}).fits
