@@ -240,12 +240,15 @@ def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:
 def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack: Stack) -> None:
     """From the components' own logs: the JWT key is long enough, and the first task start was answered at once.
 
-    Runs after a run has started (any test above). The api-server builds its Execution API on the first
-    request; `up` warms it before the worker starts, so the worker's first `PATCH .../run` must not be
-    the slow one (the Task SDK gives up after 5 s and retries).
+    The api-server builds its Execution API on the first request; `up` warms it before the worker
+    starts, so the worker's first `PATCH .../run` must not be the slow one (the Task SDK gives up after
+    5 s and retries). Needs one task started in this session: a plan-only run when none has.
     """
     import re
 
+    if "method=PATCH path=/execution/task-instances/" not in stack.log_text("api-server"):
+        run_id = stack.api.trigger(base_conf(plan_only=True))
+        assert stack.api.wait_run(run_id, RUN_TIMEOUT)["state"] == "success"
     for name in ("api-server", "scheduler", "dag-processor", "triggerer", "worker"):
         assert "InsecureKeyLengthWarning" not in stack.log_text(name), name
     starts = re.findall(r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
