@@ -99,7 +99,7 @@ class Pages:
             r"/_localcloud/pages/machines/(?P<kind>tpu|gce)/(?P<zone>[a-z0-9-]+)/(?P<name>[a-z0-9-]+)",
             self.machine,
         )
-        r.add("GET", r"/_localcloud/pages/gcs/(?P<bucket>[^/]+)(?:/(?P<prefix>.*))?", self.folder)
+        r.add("GET", r"/_localcloud/pages/gcs/(?P<bucket>[^/]+)/?(?P<prefix>.*)", self.folder)
 
     # ------------------------------------------------------------------ machines
     def machine(self, req: Request) -> Response:

@@ -71,3 +71,5 @@ def test_checkpoint_folder_page_marks_committed_steps(cloud: RunningLocalCloud) 
     assert "other/x" not in text  # only the prefix asked for
     assert page(cloud, "gcs/Not_A_Bucket!/x").status_code == 400
     assert page(cloud, "gcs/no-such-bucket/x/").status_code == 404
+    whole = page(cloud, "gcs/pages-test")  # no prefix: the whole bucket
+    assert whole.status_code == 200 and "interlude/run-1/other/x" in whole.text
