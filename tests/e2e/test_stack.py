@@ -259,3 +259,34 @@ def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack:
     assert all(status in ("200", "409") for _, status in starts), starts
     # The Task SDK's retry (tenacity) says "this is the 2nd time calling it" when a call had to be repeated.
     assert "time calling it" not in stack.log_text("worker"), "a worker call to the Execution API was retried"
+
+
+def test_no_file_of_the_running_stack_shows_a_secret_to_others(stack: Stack) -> None:
+    """Every file under the live stack's var dir that holds one of its secrets is owner-only (0600).
+
+    The secrets are read from where `up` put them (airflow.cfg, stack.json, db-password), then every
+    file (logs, local cloud state, Airflow home) is searched for their values.
+    """
+    import configparser
+    import os
+    import stat
+    from pathlib import Path
+
+    var_dir = Path(stack.state["var_dir"])
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(Path(stack.state["airflow_home"]) / "airflow.cfg")
+    values = [cfg["api_auth"]["jwt_secret"], cfg["core"]["fernet_key"], cfg["api"]["secret_key"],
+              stack.state["auth"]["password"], (var_dir / "db-password").read_text().strip()]
+    assert all(len(v) >= 16 for v in values)
+    holders = {}
+    for dirpath, _, names in os.walk(var_dir):
+        if Path(dirpath).is_relative_to(var_dir / "postgres" / "data"):
+            continue  # PostgreSQL's own 0700 cluster (it stores a SCRAM verifier, not the password)
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                if any(v.encode() in data for v in values):
+                    holders[str(path.relative_to(var_dir))] = stat.S_IMODE(path.stat().st_mode)
+    assert {"stack.json", "db-password", "airflow/airflow.cfg"} <= set(holders), holders
+    assert not {p: oct(m) for p, m in holders.items() if m & 0o077}, holders
