@@ -12,6 +12,7 @@ from interlude_localcloud.gcs import GcsEmulator
 from interlude_localcloud.gke.clusters import Gke
 from interlude_localcloud.gke.container_api import ContainerApi
 from interlude_localcloud.metadata_api import MetadataApi
+from interlude_localcloud.pages import Pages
 from interlude_localcloud.scenario import Scenario
 from interlude_localcloud.server import LocalCloudServer, Router, serve
 from interlude_localcloud.tpu_api import TpuApi
@@ -62,6 +63,7 @@ class LocalCloud:
         ContainerApi(self.cloud, self.gke).register(router)
         MetadataApi(self.cloud).register(router)
         AdminApi(self.cloud).register(router)
+        Pages(self.cloud).register(router)
         if self.gcs is not None:
             self.gcs.start()
             self.cloud.gcs_endpoint = self.gcs.endpoint
