@@ -37,6 +37,7 @@ class StagePlan:
     data_date: str | None = None
     keep_checkpoints: int = 3
     fresh_token: str | None = None  # start over once per token (a reprocessing backfill reuses run ids)
+    hold_at_step: int | None = None  # a drill: commit this step and hold there until the maintenance came
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):
@@ -51,7 +52,8 @@ class StagePlan:
         return trainer_args(bucket=bucket, run_key=run_key, stage=self.stage, steps=self.steps,
                             checkpoint_every=self.checkpoint_every, seed=self.seed,
                             init_from_stage=self.init_from_stage, data_date=self.data_date,
-                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token)
+                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token,
+                            hold_at_step=self.hold_at_step)
 
 
 def plan_prefix(run_key: str) -> str:

@@ -12,7 +12,8 @@ from interlude.triggers.stage import StageTrigger, ZoneListCache
 def test_serialize_round_trips_through_its_dotted_path() -> None:
     trigger = StageTrigger(machine={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
                            stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0,
-                           poll_interval=2.0, drill_at_step=10, gcp_conn_id=None)
+                           poll_interval=2.0, stall_timeout=60.0, api_outage_budget=120.0,
+                           gcp_conn_id=None)
     path, kwargs = trigger.serialize()
     module, _, name = path.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**kwargs)
