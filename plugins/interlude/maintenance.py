@@ -223,11 +223,12 @@ def down(state: StageState, obs: Observation) -> StageState:
 
 def _maybe_reprovision(state: StageState, obs: Observation, limits: Limits) -> Transition:
     event = state.event or {}
-    down_for = obs.now - (event.get("down_at") or obs.now)
+    down_at = event.get("down_at")
+    down_for = obs.now - (obs.now if down_at is None else down_at)
     if obs.machine is Machine.GONE or down_for > limits.restart_timeout:
         if state.reprovisions >= limits.max_reprovisions:
             return fail(state, f"machine did not come back after {state.reprovisions} re-provisions")
-        new_event = {**event, "reprovisioned": True, "down_at": event.get("down_at") or obs.now}
+        new_event = {**event, "reprovisioned": True, "down_at": obs.now if down_at is None else down_at}
         new = replace(state, phase=Phase.RECOVERING, event=new_event, reprovisions=state.reprovisions + 1)
         return Transition(new, (Action.REPROVISION,))
     return Transition(state)

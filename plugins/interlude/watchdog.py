@@ -2,9 +2,9 @@
 
 Pure functions over (StageState, Observation), used by :func:`interlude.maintenance.next_step`:
 
-* **stall** - a READY machine (no maintenance notice, no drill in flight) whose workload shows no
-  change (boot, step, state, checkpoint) for ``stall_timeout`` seconds: restart the workload once,
-  then fail. The clock is the control plane's own (when it last *saw* a change), so a machine with
+* **stall** - a READY machine (no drill in flight) whose workload shows no change (boot, step,
+  state, checkpoint) for ``stall_timeout`` seconds (plus NOTICE_GRACE while a maintenance notice is
+  up, when holding is right): restart the workload once, then fail. The clock is the control plane's own (when it last *saw* a change), so a machine with
   a wrong clock cannot hide a stall.
 * **startup failure** - the startup script said it ended (serial console): restart once, then fail.
 * **outage** - the control plane (the cloud's API or GCS) did not answer: nothing is known about
@@ -52,9 +52,16 @@ def _mark(obs: Observation) -> str:
     return f"{obs.boot_id}|{obs.progress_step}|{obs.workload_state}|{obs.committed_step}"
 
 
+NOTICE_GRACE = 3600.0
+"""Extra stall allowance while a maintenance notice is up: the workload may hold at a committed step
+until the window opens (Google gives GPU VMs 60 minutes of notice,
+https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance)."""
+
+
 def track_progress(state: StageState, obs: Observation) -> StageState:
     """Restart the stall clock on any visible change, and whenever the machine is not READY to work."""
-    quiet = obs.machine is Machine.READY and obs.notice is None and state.drill is not Drill.SENT
+    drill_in_flight = state.drill is Drill.SENT and state.event is None  # the drill timeout governs
+    quiet = obs.machine is Machine.READY and not drill_in_flight
     mark = _mark(obs)
     if not quiet or mark != state.progress_mark or state.progress_seen_at is None:
         return replace(state, progress_mark=mark, progress_seen_at=obs.now)
@@ -78,8 +85,8 @@ def guard(state: StageState, obs: Observation, limits: Limits) -> Transition | N
     if obs.startup_failure and obs.notice is None and obs.startup_boot != state.restarted_for:
         return _restart_or_fail(state, obs, f"the machine's startup script ended: {obs.startup_failure}",
                                 obs.startup_boot)
-    stalled = obs.now - (state.progress_seen_at or obs.now)
-    if stalled > limits.stall_timeout:
+    stalled = obs.now - (obs.now if state.progress_seen_at is None else state.progress_seen_at)
+    if stalled > limits.stall_timeout + (NOTICE_GRACE if obs.notice is not None else 0.0):
         why = (f"no progress for {stalled:.0f}s on a READY machine (stall_timeout_seconds="
                f"{limits.stall_timeout:.0f}; the workload last showed step {obs.progress_step}, "
                f"state {obs.workload_state})")

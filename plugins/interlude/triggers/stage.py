@@ -158,7 +158,7 @@ class StageTrigger(BaseTrigger):
 
     def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
         """Quiet for a while on a READY machine: worth a look at the serial console."""
-        quiet_for = now - (state.progress_seen_at or now)
+        quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
         return machine is Machine.READY and quiet_for >= max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval)
 
     async def on_kill(self) -> None:
