@@ -14,6 +14,7 @@ import json
 import time
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
@@ -52,7 +53,7 @@ class TrainingStageOperator(BaseOperator):
     def __init__(self, *, stage: str, order: int, machine: Any = None, spec: Any = None,
                  init_from_stage: str | None = None, spec_task_id: str = "resolve_run",
                  machine_task_id: str = "provision", gcp_conn_id: str | None = "google_cloud_default",
-                 deferrable: bool = True, **kwargs: Any) -> None:
+                 deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.spec = spec
@@ -62,7 +63,10 @@ class TrainingStageOperator(BaseOperator):
         self.order = order
         self.init_from_stage = init_from_stage
         self.gcp_conn_id = gcp_conn_id
-        self.deferrable = deferrable
+        # Default from Airflow config [interlude] stage_deferrable (env AIRFLOW__INTERLUDE__STAGE_DEFERRABLE),
+        # True unless set: a deployment without a triggerer watches stages from the worker instead.
+        self.deferrable = conf.getboolean("interlude", "stage_deferrable", fallback=True) if deferrable is None \
+            else deferrable
 
     # Everything else comes from the run's spec (rendered from XCom before execute and on resume).
     @property

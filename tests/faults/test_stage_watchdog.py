@@ -1,0 +1,90 @@
+"""A stage never hangs on a paid machine and never fails on a control-plane blip (issue 10.6, 10.7).
+
+Real pieces only: the local cloud (its admin API injects the API errors and tells how often it booted
+the machine), the machine's own processes (killed from outside, as a crashed agent would leave a READY
+machine), and `airflow dags test`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlude import dev
+
+from .stage_fixtures import (  # noqa: F401 - fixtures
+    boots,
+    final_digest,
+    reference,
+    run_dag,
+    stage_airflow_db,
+    stage_scenario,
+    stage_stack,
+    when_training,
+    workload_log,
+)
+
+pytestmark = pytest.mark.e2e
+LIST_NODES = r"^/v2/projects/[^/]+/locations/[^/]+/nodes$"
+
+
+def test_api_outage_longer_than_the_hooks_retries_is_ridden_out(stage_stack, tmp_path: Path) -> None:
+    """40 answers of 503 to the trigger's list call: well past one call's 7 retries (about a minute)."""
+    cloud, _ = stage_stack
+    faults = 40
+
+    def outage(_: dict[str, Any]) -> None:
+        cloud.admin.inject_fault(LIST_NODES, status=503, count=faults, method="GET")
+
+    watcher = when_training(cloud, lambda m, p: int(p.get("step") or 0) >= 20, outage)
+    result, run_key = run_dag(stage_stack, tmp_path, train_steps=300)
+    watcher.join(timeout=5)
+    assert result.succeeded, result.log[-4000:]
+    injected = [e for e in cloud.admin.events() if e["event"] == "fault_injected"]
+    assert len(injected) == faults, "the whole outage happened"
+    assert boots(cloud, f"{run_key}-tpu") == 1, "the workload rode it out on its first boot"
+    assert "new boot" not in workload_log(cloud, run_key, "train")
+    assert final_digest(cloud, run_key) == reference(cloud, train_steps=300)
+    assert dev.machines(cloud) == []
+
+
+def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_tail(stage_stack,
+                                                                                      tmp_path: Path) -> None:
+    """The agent dies and the machine stays READY (nothing left to run the stage): no progress for
+    stall_timeout_seconds -> the workload is restarted (stop/start); when it dies again -> the stage fails."""
+    cloud, _ = stage_stack
+    killed: list[str] = []  # boot ids whose processes were killed
+    seen: list[str] = []
+
+    def kill(m: dict[str, Any]) -> None:
+        os.killpg(int(m["pid"]), signal.SIGKILL)  # the guest's processes only; the cloud still says READY
+        killed.append(seen[-1])
+
+    def alive_after(count: int) -> Any:
+        def ready(m: dict[str, Any], progress: dict[str, Any]) -> bool:
+            boot, step = str(progress.get("boot_id")), int(progress.get("step") or 0)
+            if m.get("pid") and len(killed) == count and boot not in killed and step >= 15 and \
+                    step > int(progress.get("resumed_from") or 0):
+                seen.append(boot)
+                return True
+            return False
+        return ready
+
+    first = when_training(cloud, alive_after(0), kill)
+    started = time.monotonic()
+    second = when_training(cloud, alive_after(1), kill, timeout=600)
+    result, run_key = run_dag(stage_stack, tmp_path, train_steps=2000, stall_timeout_seconds=10, timeout=400)
+    first.join(timeout=5)
+    second.join(timeout=5)
+    assert len(killed) == 2, killed
+    assert result.state == "failed"
+    assert "no progress for" in result.log and "after restarting the workload once" in result.log
+    assert "workload log tail" in result.log, "the failure carries the machine's last words"
+    assert boots(cloud, f"{run_key}-tpu") == 2, "restarted exactly once"
+    assert dev.machines(cloud) == [], "teardown deletes the machine"
+    print(f"stalled twice and failed in {time.monotonic() - started:.0f}s")
