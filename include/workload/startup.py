@@ -50,7 +50,7 @@ INTERLUDE_BOOT_STARTED_AT=$(date +%s.%N 2>/dev/null || date +%s)
 export INTERLUDE_BOOT_ID INTERLUDE_BOOT_STARTED_AT
 say "begin: boot $INTERLUDE_BOOT_ID"
 # The control plane reads this line on the serial console: the workload is not running any more.
-trap 'rc=$?; say "end (exit $rc)"' EXIT
+trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
 if ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then

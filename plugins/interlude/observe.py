@@ -104,7 +104,8 @@ def _epoch(value: Any) -> float | None:
 
 
 _BEGIN = re.compile(r"startup: begin: boot (\S+)")
-_END = re.compile(r"startup: end \(exit (\d+)\)|startup-script exit status (\d+)")
+_END = re.compile(r"startup: end \(exit (\d+)\) boot (\S+)")
+_GOOGLE_END = re.compile(r"startup-script exit status (\d+)")
 
 
 @dataclass(frozen=True)
@@ -122,22 +123,27 @@ class StartupFailure:
 def startup_failure(serial: str, tail_lines: int = 12) -> StartupFailure | None:
     """Read the serial console: did the startup script of the latest boot end (and not by SIGTERM)?
 
-    The script prints ``startup: begin: boot ID`` first and ``startup: end (exit N)`` last (see
+    The script prints ``startup: begin: boot ID`` first and ``startup: end (exit N) boot ID`` last (see
     interlude_workload.startup); Google's script runner adds ``startup-script exit status N``
-    (https://cloud.google.com/compute/docs/instances/startup-scripts/linux#viewing-output). A machine
-    going down also ends the script, after forwarding SIGTERM: that is maintenance, not a failure.
+    (https://cloud.google.com/compute/docs/instances/startup-scripts/linux#viewing-output). The agent
+    only ends on SIGTERM, when the machine goes down; the previous boot's last words may arrive after
+    the new boot's first ones, hence the boot id on both lines.
     """
     begins = list(_BEGIN.finditer(serial))
     if not begins:
         return None
     last = begins[-1]
-    after = serial[last.end():]
-    end = _END.search(after)
-    if end is None or "SIGTERM" in after[: end.start()]:
-        return None
+    boot = last.group(1)
+    # A new boot starts while the old one's last lines are still being written: match ends to their boot.
+    ends = [m for m in _END.finditer(serial) if m.group(2) == boot]
+    code: int | None = int(ends[-1].group(1)) if ends else None
+    if code is None:
+        google = _GOOGLE_END.search(serial, last.end())
+        if google is None or "SIGTERM" in serial[last.end():google.start()]:
+            return None
+        code = int(google.group(1))
     lines = [ln for ln in serial[last.start():].splitlines() if ln.strip()]
-    code = int(end.group(1) or end.group(2))
-    return StartupFailure(boot=last.group(1), exit_code=code, tail="\n".join(lines[-tail_lines:]))
+    return StartupFailure(boot=boot, exit_code=code, tail="\n".join(lines[-tail_lines:]))
 
 
 def observation(kind: str, resource: dict[str, Any] | None, facts: StageFacts,

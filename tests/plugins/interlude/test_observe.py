@@ -67,7 +67,7 @@ BOOT1 = "2026-12-02T10:00:00Z startup: begin: boot b-1\n"
 
 def test_a_startup_script_that_ended_on_the_latest_boot_is_a_failure() -> None:
     serial = (BOOT1 + "2026-12-02T10:00:01Z startup: python3 cannot import interlude_workload\n"
-              "2026-12-02T10:00:01Z startup: end (exit 3)\n")
+              "2026-12-02T10:00:01Z startup: end (exit 3) boot b-1\n")
     failure = startup_failure(serial)
     assert failure is not None and failure.boot == "b-1" and failure.exit_code == 3
     assert "cannot import interlude_workload" in failure.summary()
@@ -81,8 +81,10 @@ def test_googles_own_exit_status_line_counts_too() -> None:
 @pytest.mark.parametrize("serial", [
     "",  # nothing yet
     BOOT1 + "agent: starting stage train\n",  # still running
-    BOOT1 + "x startup: SIGTERM: forwarding to trainer 12\nx startup: end (exit 143)\n",  # maintenance
-    BOOT1 + "x startup: end (exit 3)\n[localcloud] boot #2\nx startup: begin: boot b-2\n",  # a new boot runs
+    BOOT1 + "x startup: SIGTERM: forwarding to trainer 12\nx startup: end (exit 0) boot b-1\n"
+            "x startup: begin: boot b-2\n",  # a new boot runs
+    # the old boot's last words arrive after the new boot's first (seen on the local cloud's GPU VMs)
+    BOOT1 + "x startup: SIGTERM: forwarding\nx startup: begin: boot b-2\nx startup: end (exit 0) boot b-1\n",
 ])
 def test_running_booting_or_shutting_down_is_not_a_failure(serial: str) -> None:
     assert startup_failure(serial) is None
