@@ -4,8 +4,8 @@ Pure functions over (StageState, Observation), used by :func:`interlude.maintena
 
 * **stall** - a READY machine (no drill in flight) whose workload shows no change (boot, step,
   state, checkpoint) for ``stall_timeout`` seconds (plus NOTICE_GRACE while a maintenance notice is
-  up, when holding is right): restart the workload once, then fail. The clock is the control plane's own (when it last *saw* a change), so a machine with
-  a wrong clock cannot hide a stall.
+  up, when holding is right): restart the workload once, then fail. The clock is the control
+  plane's own (when it last *saw* a change), so a machine with a wrong clock cannot hide a stall.
 * **startup failure** - the startup script said it ended (serial console): restart once, then fail.
 * **outage** - the control plane (the cloud's API or GCS) did not answer: nothing is known about
   the workload, which usually keeps running. Ride it out; fail only when the budget is spent.

@@ -51,7 +51,7 @@ def _check_drilled_stage(cloud: dev.LocalCloud, run_key: str, stage: str, events
     assert event["downtime_s"] > 0 and event["steps_recomputed"] == 0, event
 
 
-def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_stack, tmp_path: Path) -> None:
+def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_stack, tmp_path: Path) -> None:  # noqa: F811
     cloud, _ = stage_stack
     result, run_key = run_dag(stage_stack, tmp_path, drill_maintenance=True)
     assert result.succeeded, result.log[-4000:]
@@ -64,7 +64,7 @@ def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_st
     assert dev.machines(cloud) == []
 
 
-def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack, tmp_path: Path) -> None:
+def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack, tmp_path: Path) -> None:  # noqa: F811
     """A GPU VM is TERMINATED for a moment no poll sees: the reboot is found by the workload's boot id and
     the record says what the workload's log says (not the checkpoint answered after the reboot)."""
     cloud, _ = stage_stack
@@ -80,7 +80,7 @@ def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack
     assert dev.machines(cloud) == []
 
 
-def test_non_deferrable_stages_drill_and_finish_with_the_reference_weights(stage_stack, tmp_path: Path) -> None:
+def test_non_deferrable_stages_drill_and_finish_with_the_reference_weights(stage_stack, tmp_path: Path) -> None:  # noqa: F811
     """deferrable=False (no triggerer): the worker watches with the same observations and decisions."""
     cloud, _ = stage_stack
     result, run_key = run_dag(stage_stack, tmp_path, env={"AIRFLOW__INTERLUDE__STAGE_DEFERRABLE": "False"},
