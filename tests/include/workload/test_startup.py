@@ -85,4 +85,5 @@ def test_the_script_names_its_boot_and_says_when_it_ends(tmp_path) -> None:
             for _ in range(2)]
     boots = [r.stdout.split("startup: begin: boot ", 1)[1].split()[0] for r in runs]
     assert boots[0] != boots[1], "a new id on every boot"
-    assert all(r.returncode == 127 and f"startup: end (exit 127) boot {b}" in r.stdout for r, b in zip(runs, boots, strict=True))
+    for run, boot in zip(runs, boots, strict=True):
+        assert run.returncode == 127 and f"startup: end (exit 127) boot {boot}" in run.stdout
