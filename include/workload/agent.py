@@ -30,6 +30,7 @@ from interlude_workload.plan import StagePlan, read_plans
 USAGE_ERROR = 2  # the trainer's exit code for bad arguments or missing data: deterministic
 MAX_FAILURES = 3
 MAX_BACKOFF = 60.0
+GCS_CALL_SECONDS = 15.0  # the storage library's own retries per call, before the agent says so and backs off
 
 
 def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF, rng: random.Random | None = None) -> float:
@@ -58,10 +59,13 @@ class Agent:
         from interlude_workload.gcs import storage_client
         from interlude_workload.sdk import boot_id
 
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
         body = {"boot_id": boot_id(), "updated_at_epoch": time.time(), **fields}
         try:
             storage_client().bucket(self.bucket).blob(layout.agent_object(self.run_key)).upload_from_string(
-                json.dumps(body, sort_keys=True), content_type="application/json")
+                json.dumps(body, sort_keys=True), content_type="application/json",
+                retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS), timeout=GCS_CALL_SECONDS)
         except Exception as exc:  # noqa: BLE001 - reporting must not stop the agent
             print(f"agent: heartbeat not written ({type(exc).__name__}: {exc})", flush=True)
 
@@ -97,7 +101,10 @@ class Agent:
         self._stop.wait(wait)
 
     def _once(self) -> None:
-        pending = [p for p in read_plans(self.bucket, self.run_key) if p.stage not in self.done]
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        plans = read_plans(self.bucket, self.run_key, retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS))
+        pending = [p for p in plans if p.stage not in self.done]
         if not pending:
             self._stop.wait(self.idle_poll)  # the next stage is planned when Airflow reaches it
             return

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
 
 from interlude_workload import layout
 from interlude_workload.gcs import storage_client
@@ -69,11 +70,14 @@ def write_plan(bucket: str, run_key: str, plan: StagePlan, client: storage.Clien
     return f"gs://{bucket}/{name}"
 
 
-def read_plans(bucket: str, run_key: str, client: storage.Client | None = None) -> list[StagePlan]:
+def read_plans(bucket: str, run_key: str, client: storage.Client | None = None, retry: Any = DEFAULT_RETRY
+               ) -> list[StagePlan]:
+    """The run's stage plans in order. ``retry``: the storage library's retry (the agent bounds it, to say
+    what fails on the serial console sooner than the library's two minutes)."""
     client = client or storage_client()
     plans: list[StagePlan] = []
-    for blob in client.list_blobs(bucket, prefix=plan_prefix(run_key)):
+    for blob in client.list_blobs(bucket, prefix=plan_prefix(run_key), retry=retry):
         if blob.name.endswith(".json"):
-            data: dict[str, Any] = json.loads(blob.download_as_bytes())
+            data: dict[str, Any] = json.loads(blob.download_as_bytes(retry=retry))
             plans.append(StagePlan(**data))
     return sorted(plans, key=lambda p: p.order)
