@@ -177,8 +177,11 @@ def _resumed(state: StageState, obs: Observation) -> bool:
         return False
     if obs.boot_id is not None and obs.boot_id != state.boot_id:
         return obs.progress_step > obs.resumed_from
-    # Same boot and never seen down: the maintenance passed without stopping the workload.
+    # Same boot and never seen down: the maintenance passed without stopping the workload. Not after a
+    # restart we asked for: that always makes a new boot, and until it reports the old boot's words remain.
     event = state.event or {}
+    if event.get("kind") == "workload_restart":
+        return False
     return event.get("down_at") is None and obs.progress_step > (event.get("checkpoint_step") or 0)
 
 

@@ -78,7 +78,7 @@ def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_
     first = when_training(cloud, alive_after(0), kill)
     started = time.monotonic()
     second = when_training(cloud, alive_after(1), kill, timeout=600)
-    result, run_key = run_dag(stage_stack, tmp_path, train_steps=2000, stall_timeout_seconds=10, timeout=400)
+    result, run_key = run_dag(stage_stack, tmp_path, train_steps=2000, stall_timeout_seconds=30, timeout=400)
     first.join(timeout=5)
     second.join(timeout=5)
     assert len(killed) == 2, killed

@@ -63,6 +63,14 @@ def test_a_stalled_workload_is_restarted_once_then_the_stage_fails() -> None:
     assert s.phase is Phase.FAILED and "no progress for" in (s.failure or "") and "after restarting" in s.failure
 
 
+def test_after_a_restart_the_old_boots_stale_progress_does_not_close_the_event() -> None:
+    s, actions, _ = walk(StageState(target_step=100), [
+        obs(0, step=18, committed=10), obs(61, step=18, committed=10),  # restart
+        obs(63, step=18, committed=10), obs(70, step=18, committed=10),  # the old boot's progress.json, still
+    ])
+    assert actions == [Action.RESTART_WORKLOAD] and s.phase is Phase.RECOVERING
+
+
 def test_a_restart_that_helps_records_the_event_and_training_goes_on() -> None:
     s, actions, events = walk(StageState(target_step=100), [
         obs(0, step=5, committed=0), obs(61, step=5),
