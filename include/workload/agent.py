@@ -56,10 +56,10 @@ class Agent:
 
     def heartbeat(self, **fields: Any) -> None:
         """Best effort: the serial console has the same words when GCS is what fails."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
         from interlude_workload.gcs import storage_client
         from interlude_workload.sdk import boot_id
-
-        from google.cloud.storage.retry import DEFAULT_RETRY
 
         body = {"boot_id": boot_id(), "updated_at_epoch": time.time(), **fields}
         try:
