@@ -5,21 +5,38 @@ workload on a machine, so there are never two copies writing checkpoints. A stag
 step is committed finishes at once (the trainer exits 0), so after a reboot the agent walks past
 finished stages to the one that was interrupted. SIGTERM (the machine going down) is passed to the
 trainer, which commits its current step, and the agent then stops instead of starting the next stage.
+
+It never dies silently: an error (GCS unreachable while listing plans, a trainer that cannot start)
+is printed to the serial console, written to the run's ``agent.json`` heartbeat when GCS answers,
+and retried with capped exponential backoff and jitter. Only SIGTERM ends it.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from types import FrameType
+from typing import Any
 
-from interlude_workload.plan import read_plans
+from interlude_workload import layout
+from interlude_workload.plan import StagePlan, read_plans
 
 USAGE_ERROR = 2  # the trainer's exit code for bad arguments or missing data: deterministic
 MAX_FAILURES = 3
+MAX_BACKOFF = 60.0
+GCS_CALL_SECONDS = 15.0  # the storage library's own retries per call, before the agent says so and backs off
+
+
+def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF, rng: random.Random | None = None) -> float:
+    """Full-jitter exponential backoff (attempt 1-based): many machines must not retry in lockstep."""
+    ceiling = min(cap, max(base, 0.1) * 2 ** min(attempt - 1, 16))
+    return (rng or random).uniform(ceiling / 2, ceiling)
 
 
 class Agent:
@@ -27,11 +44,30 @@ class Agent:
         self.bucket, self.run_key, self.idle_poll = bucket, run_key, idle_poll
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
+        self._stop = threading.Event()
+        self.done: set[str] = set()
+        self.failures: dict[str, int] = {}
 
     def _on_term(self, signum: int, _frame: FrameType | None) -> None:
         self.stopping = True
+        self._stop.set()
         if self.child and self.child.poll() is None:
             self.child.send_signal(signum)
+
+    def heartbeat(self, **fields: Any) -> None:
+        """Best effort: the serial console has the same words when GCS is what fails."""
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        from interlude_workload.gcs import storage_client
+        from interlude_workload.sdk import boot_id
+
+        body = {"boot_id": boot_id(), "updated_at_epoch": time.time(), **fields}
+        try:
+            storage_client().bucket(self.bucket).blob(layout.agent_object(self.run_key)).upload_from_string(
+                json.dumps(body, sort_keys=True), content_type="application/json",
+                retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS), timeout=GCS_CALL_SECONDS)
+        except Exception as exc:  # noqa: BLE001 - reporting must not stop the agent
+            print(f"agent: heartbeat not written ({type(exc).__name__}: {exc})", flush=True)
 
     def _report_failure(self, stage: str, rc: int, attempts: int) -> None:
         from interlude_workload.checkpoints import CheckpointStore
@@ -42,35 +78,53 @@ class Agent:
         store.write_progress({**progress, "state": "failed", "error": progress.get("error") or error})
         print(f"agent: stage {stage} failed: {error}", flush=True)
 
+    def _run_stage(self, plan: StagePlan) -> None:
+        args = plan.trainer_args(self.bucket, self.run_key)
+        argv = [sys.executable, "-m", "interlude_workload.train", *args]
+        print(f"agent: starting stage {plan.stage}", flush=True)
+        self.heartbeat(state="running", stage=plan.stage)
+        self.child = subprocess.Popen(argv)
+        rc = self.child.wait()
+        if self.stopping:
+            return
+        if rc == 0:
+            self.done.add(plan.stage)
+            return
+        self.failures[plan.stage] = self.failures.get(plan.stage, 0) + 1
+        if rc == USAGE_ERROR or self.failures[plan.stage] >= MAX_FAILURES:
+            # Retrying cannot help: say so where the control plane looks, then stay idle.
+            self._report_failure(plan.stage, rc, self.failures[plan.stage])
+            self.done.add(plan.stage)
+            return
+        wait = backoff(self.failures[plan.stage], self.idle_poll)
+        print(f"agent: stage {plan.stage} exited {rc}; retrying in {wait:.1f}s", flush=True)
+        self._stop.wait(wait)
+
+    def _once(self) -> None:
+        from google.cloud.storage.retry import DEFAULT_RETRY
+
+        plans = read_plans(self.bucket, self.run_key, retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS))
+        pending = [p for p in plans if p.stage not in self.done]
+        if not pending:
+            self._stop.wait(self.idle_poll)  # the next stage is planned when Airflow reaches it
+            return
+        self._run_stage(pending[0])
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        done: set[str] = set()
-        failures: dict[str, int] = {}
+        errors = 0
         while not self.stopping:
-            pending = [p for p in read_plans(self.bucket, self.run_key) if p.stage not in done]
-            if not pending:
-                time.sleep(self.idle_poll)  # the next stage is planned when Airflow reaches it
-                continue
-            plan = pending[0]
-            args = plan.trainer_args(self.bucket, self.run_key)
-            argv = [sys.executable, "-m", "interlude_workload.train", *args]
-            print(f"agent: starting stage {plan.stage}", flush=True)
-            self.child = subprocess.Popen(argv)
-            rc = self.child.wait()
-            if self.stopping:
-                break
-            if rc != 0:
-                failures[plan.stage] = failures.get(plan.stage, 0) + 1
-                if rc == USAGE_ERROR or failures[plan.stage] >= MAX_FAILURES:
-                    # Retrying cannot help: say so where the control plane looks, then stay idle.
-                    self._report_failure(plan.stage, rc, failures[plan.stage])
-                    done.add(plan.stage)
-                    continue
-                print(f"agent: stage {plan.stage} exited {rc}; retrying in {self.idle_poll}s", flush=True)
-                time.sleep(self.idle_poll)
-                continue
-            done.add(plan.stage)
+            try:
+                self._once()
+                errors = 0
+            except Exception as exc:  # noqa: BLE001 - never die silently: say it, back off, try again
+                errors += 1
+                wait = backoff(errors, self.idle_poll)
+                message = f"{type(exc).__name__}: {exc}"[:500]
+                print(f"agent: error #{errors} ({message}); retrying in {wait:.1f}s", flush=True)
+                self.heartbeat(state="retrying", error=message, errors=errors)
+                self._stop.wait(wait)
         print("agent: stopping", flush=True)
         return 0
 

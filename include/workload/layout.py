@@ -6,8 +6,9 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
 
     gs://BUCKET/interlude/RUN_KEY/                         run_prefix
         plan/NN-STAGE.json                                 plan_object: what each boot runs
-        events/STAGE-MILLIS-KIND.json                      event_object: one per maintenance event
+        events/STAGE-MILLIS-KIND-ID.json                   event_object: one per maintenance event
         report.json                                        report_object
+        agent.json                                         agent_object: the machine agent's heartbeat
         _preflight                                         preflight_object (written and removed at start)
         STAGE/                                             stage_prefix (checkpoints.CheckpointStore)
             step-00001200/{payload, manifest.json, COMMITTED}
@@ -40,12 +41,19 @@ def events_prefix(run_key: str) -> str:
     return f"{run_prefix(run_key)}events/"
 
 
-def event_object(run_key: str, stage: str, detected_ms: int, kind: str) -> str:
-    return f"{events_prefix(run_key)}{stage}-{detected_ms:015d}-{kind}.json"
+def event_object(run_key: str, stage: str, detected_ms: int, kind: str, event_id: str = "") -> str:
+    """One object per event: two events of a stage never share a name (the id), a retried record does."""
+    suffix = f"-{event_id}" if event_id else ""
+    return f"{events_prefix(run_key)}{stage}-{detected_ms:015d}-{kind}{suffix}.json"
 
 
 def report_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}report.json"
+
+
+def agent_object(run_key: str) -> str:
+    """The machine agent's last word (state, stage, error): where the control plane looks when a stage stalls."""
+    return f"{run_prefix(run_key)}agent.json"
 
 
 def preflight_object(run_key: str) -> str:

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from google.cloud import storage
+from google.cloud.storage.retry import DEFAULT_RETRY
 
 from interlude_workload import layout
 from interlude_workload.gcs import storage_client
@@ -37,6 +38,7 @@ class StagePlan:
     data_date: str | None = None
     keep_checkpoints: int = 3
     fresh_token: str | None = None  # start over once per token (a reprocessing backfill reuses run ids)
+    hold_at_step: int | None = None  # a drill: commit this step and hold there until the maintenance came
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):
@@ -51,7 +53,8 @@ class StagePlan:
         return trainer_args(bucket=bucket, run_key=run_key, stage=self.stage, steps=self.steps,
                             checkpoint_every=self.checkpoint_every, seed=self.seed,
                             init_from_stage=self.init_from_stage, data_date=self.data_date,
-                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token)
+                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token,
+                            hold_at_step=self.hold_at_step)
 
 
 def plan_prefix(run_key: str) -> str:
@@ -67,11 +70,14 @@ def write_plan(bucket: str, run_key: str, plan: StagePlan, client: storage.Clien
     return f"gs://{bucket}/{name}"
 
 
-def read_plans(bucket: str, run_key: str, client: storage.Client | None = None) -> list[StagePlan]:
+def read_plans(bucket: str, run_key: str, client: storage.Client | None = None, retry: Any = DEFAULT_RETRY
+               ) -> list[StagePlan]:
+    """The run's stage plans in order. ``retry``: the storage library's retry (the agent bounds it, to say
+    what fails on the serial console sooner than the library's two minutes)."""
     client = client or storage_client()
     plans: list[StagePlan] = []
-    for blob in client.list_blobs(bucket, prefix=plan_prefix(run_key)):
+    for blob in client.list_blobs(bucket, prefix=plan_prefix(run_key), retry=retry):
         if blob.name.endswith(".json"):
-            data: dict[str, Any] = json.loads(blob.download_as_bytes())
+            data: dict[str, Any] = json.loads(blob.download_as_bytes(retry=retry))
             plans.append(StagePlan(**data))
     return sorted(plans, key=lambda p: p.order)

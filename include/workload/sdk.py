@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import signal
 import sys
 import threading
@@ -40,6 +41,39 @@ ARRAYS_FILE = "arrays.npz"
 STATE_FILE = "state.json"
 EXIT_SIGTERM = 143
 LOG_CHUNK_BYTES = 64 * 1024
+BOOT_ID_ENV = "INTERLUDE_BOOT_ID"
+BOOT_STARTED_ENV = "INTERLUDE_BOOT_STARTED_AT"
+KERNEL_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def boot_id() -> str:
+    """Something that changes on every boot of the machine and only then.
+
+    The startup script (run once per boot) exports it; on a real VM it is the kernel's boot id
+    (https://man7.org/linux/man-pages/man4/random.4.html); without either, this process's id, which at
+    least changes with every start of the workload.
+    """
+    value = os.environ.get(BOOT_ID_ENV, "").strip()
+    if value:
+        return value
+    try:
+        with open(KERNEL_BOOT_ID) as f:
+            return f.read().strip() or log_writer_id()
+    except OSError:
+        return log_writer_id()
+
+
+def boot_started_at() -> float:
+    """When this boot started (epoch seconds): from the startup script, else the kernel's uptime."""
+    try:
+        return float(os.environ[BOOT_STARTED_ENV])
+    except (KeyError, ValueError):
+        pass
+    try:
+        with open("/proc/uptime") as f:
+            return time.time() - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return time.time()
 
 
 @dataclass
@@ -93,6 +127,7 @@ class Checkpointer:
         control_poll_seconds: float = 1.0,
         progress_seconds: float = 1.0,
         fresh: str | None = None,
+        hold_at_step: int | None = None,
         handle_sigterm: bool = True,
         client: storage.Client | None = None,
     ) -> None:
@@ -114,6 +149,7 @@ class Checkpointer:
         self.control_poll_seconds = control_poll_seconds
         self.progress_seconds = progress_seconds
         self.fresh = fresh
+        self.hold_at_step = hold_at_step
         self.handle_sigterm = handle_sigterm
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
@@ -128,6 +164,8 @@ class Checkpointer:
         self._notice_reported = True
         self._hold_committed_step: int | None = None
         self._hold_timed_out_seq = -1
+        self._drill_hold: int | None = None  # the committed step held at for a drill, until released
+        self._drill_notice_seen = False
         self._sigterm_at: float | None = None
         self._sigterm_logged = False
         self._pending: set[str] = set()
@@ -168,8 +206,19 @@ class Checkpointer:
             self._last_committed = restored.step
         previous = self.store.read_progress() or {}
         started_at = previous.get("stage_started_at") if restored is not None else None
+        boot = boot_id()
+        before = previous.get("boot_id") if previous.get("boot_id") != boot else None
+        if before:
+            self.log(f"new boot {boot} (previous boot {before} last reported at "
+                     f"{previous.get('updated_at')}, step {previous.get('step')}, {previous.get('state')})")
         self._set_progress(
-            boot_id=self._writer_id,
+            boot_id=boot,
+            process_id=self._writer_id,
+            boot_started_at=round(boot_started_at(), 3),
+            previous_boot_id=before or previous.get("previous_boot_id"),
+            previous_boot_ended_at=previous.get("updated_at_epoch") if before else previous.get(
+                "previous_boot_ended_at"),
+            hold_at_step=self.hold_at_step,
             resumed_from=restored.step if restored is not None else 0,
             stage_started_at=float(started_at) if started_at else time.time(),
             total_steps=self.total_steps,
@@ -248,6 +297,8 @@ class Checkpointer:
                 return "control"
             if self._hold_due():
                 return "maintenance-hold"
+            if step == self.hold_at_step:
+                return "drill-hold"
         if step % self.checkpoint_every == 0:
             return "periodic"
         return None
@@ -285,6 +336,8 @@ class Checkpointer:
                     self.log(f"notice-to-commit {time.monotonic() - self._notice_at:.3f}s (step {step})")
             if self._hold_due():
                 self._hold_committed_step = step
+            if step == self.hold_at_step:
+                self._drill_hold = step
         self._set_progress(last_checkpoint_step=step, last_checkpoint_uri=result.checkpoint.uri)
         if self.keep:
             try:
@@ -296,36 +349,73 @@ class Checkpointer:
         return result.checkpoint
 
     def wait_while_held(self) -> None:
-        """Block while a maintenance window is imminent and this step is committed.
+        """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
 
-        Returns when the notice clears (training continues), after ``max_hold_seconds``, or on SIGTERM
-        (the loop then sees :attr:`stop_requested`; its step is already committed, so nothing is lost).
+        Returns when the notice clears (training continues), when a drill's maintenance passed without
+        a restart, after ``max_hold_seconds``, or on SIGTERM (the loop then sees :attr:`stop_requested`;
+        its step is already committed, so nothing is lost). Control requests that arrive meanwhile are
+        answered with the held step: it is the state the workload will resume from.
         """
         with self._lock:
-            holding = self._hold_due() and self._hold_committed_step == self._last_committed
-        if not holding:
+            committed = self._last_committed
+            notice_hold = self._hold_due() and self._hold_committed_step == committed
+            drill_hold = self._drill_hold is not None and self._drill_hold == committed
+        if not (notice_hold or drill_hold):
             return
-        self.log(
-            f"holding at committed step {self._last_committed}: maintenance near ({self._notice.describe()})"
-        )
-        self._set_progress(state="holding")
+        what = (f"maintenance near ({self._notice.describe()})" if notice_hold
+                else f"drill step {committed}: waiting for the simulated maintenance")
+        self.log(f"holding at committed step {committed}: {what}")
+        self._set_progress(state="holding", held_at=committed)
         deadline = time.monotonic() + self.max_hold_seconds
+        why = "closing"
         while not self._closing.is_set() and not self.stop_requested:
+            self._answer_while_held()
             with self._lock:
-                if not self._hold_due():
-                    why = "notice cleared" if not self._notice.active else "window not near yet"
-                    break
-                if time.monotonic() >= deadline:
-                    self._hold_timed_out_seq = self._notice_seq  # train on until a new notice arrives
-                    why = f"held {self.max_hold_seconds:.0f}s and the machine is still up"
-                    break
+                reason = self._release_reason(deadline)
+            if reason is not None:
+                why = reason
+                break
             self._wake.wait(0.2)
             self._wake.clear()
-        else:
-            why = "closing"
         if not self.stop_requested:
             self.log(f"hold released: {why}")
-            self._set_progress(state="running")
+            self._set_progress(state="running", held_at=None)
+
+    def _release_reason(self, deadline: float) -> str | None:
+        """Caller holds the lock. Why the hold ends now, or None to keep holding."""
+        if time.monotonic() >= deadline:
+            self._hold_timed_out_seq = self._notice_seq  # train on until a new notice arrives
+            self._drill_hold = None
+            return f"held {self.max_hold_seconds:.0f}s and the machine is still up"
+        if self._drill_hold is not None:
+            if self._notice.active:
+                self._drill_notice_seen = True
+                return None
+            if self._drill_notice_seen:
+                self._drill_hold = None
+                return "the drill's maintenance passed without a restart"
+            return None
+        if not self._hold_due():
+            return "notice cleared" if not self._notice.active else "window not near yet"
+        return None
+
+    def _answer_while_held(self) -> None:
+        """Answer control requests and notices with the committed step held at (no new step comes)."""
+        with self._lock:
+            pending, step = set(self._pending), self._last_committed
+            self._notice_handled = self._notice_seq
+        if not pending or step is None:
+            return
+        try:
+            for request_id in sorted(pending):
+                self.store.acknowledge(request_id, step)
+                self.log(f"control request {request_id} answered with held step {step}")
+        except Exception as exc:  # noqa: BLE001 - answered on the next pass
+            self.log(f"answering control requests failed (will retry): {exc}")
+            return
+        with self._lock:
+            self._pending -= pending
+            self._acked |= pending
 
     def pace(self, step_started: float, step_seconds: float) -> None:
         """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM."""

@@ -39,6 +39,18 @@ else LOG_DIR={log_dir}; fi
 mkdir -p "$LOG_DIR" 2>/dev/null && [ -w "$LOG_DIR" ] || LOG_DIR="$PWD"
 LOG="$LOG_DIR"/{log_name}
 say() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) startup: $*" | tee -a "$LOG"; }}
+# One id per boot (the script runs once per boot): the kernel's on a real VM; a fresh one on the local
+# cloud, whose machines share the host's kernel. The control plane tells boots apart by it.
+if [ -z "${{INTERLUDE_BOOT_ID:-}}" ]; then
+  if [ -z "${{INTERLUDE_MACHINE_ID:-}}" ] && [ -r /proc/sys/kernel/random/boot_id ]; then
+    INTERLUDE_BOOT_ID=$(cat /proc/sys/kernel/random/boot_id)
+  else INTERLUDE_BOOT_ID="$(date -u +%Y%m%dT%H%M%S)-$$-$RANDOM$RANDOM"; fi
+fi
+INTERLUDE_BOOT_STARTED_AT=$(date +%s.%N 2>/dev/null || date +%s)
+export INTERLUDE_BOOT_ID INTERLUDE_BOOT_STARTED_AT
+say "begin: boot $INTERLUDE_BOOT_ID"
+# The control plane reads this line on the serial console: the workload is not running any more.
+trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
 if ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then
@@ -80,6 +92,7 @@ def trainer_args(
     keep: int = 3,
     fresh: str | None = None,
     hold_margin_seconds: float | None = None,
+    hold_at_step: int | None = None,
 ) -> list[str]:
     """The trainer's command-line arguments (unquoted list)."""
     args = [
@@ -95,6 +108,7 @@ def trainer_args(
         "--hold-margin-seconds": repr(float(hold_margin_seconds))
         if hold_margin_seconds is not None
         else None,
+        "--hold-at-step": str(int(hold_at_step)) if hold_at_step is not None else None,
     }
     for flag, value in optional.items():
         if value is not None:

@@ -63,6 +63,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="checkpoint and hold this long before a maintenance window starts",
     )
     parser.add_argument("--max-hold-seconds", type=float, default=1800.0)
+    parser.add_argument(
+        "--hold-at-step",
+        type=int,
+        default=None,
+        help="commit this step and hold there until a maintenance (a drill) has come and gone",
+    )
     parser.add_argument("--metadata-url", default="", help="default: $INTERLUDE_METADATA_URL or Google's")
     parser.add_argument("--no-maintenance-watch", action="store_true")
     parser.add_argument("--control-poll-seconds", type=float, default=1.0)
@@ -88,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
         max_hold_seconds=args.max_hold_seconds,
         control_poll_seconds=args.control_poll_seconds,
         fresh=args.fresh,
+        hold_at_step=args.hold_at_step,
     )
     with ckpt:
         restored = ckpt.start()

@@ -1,7 +1,8 @@
 """Maintenance events and the run report, kept next to the checkpoints.
 
-One object per event, named from its content (stage, kind, detection time), so a duplicate trigger
-copy or a retried task writes the same object again instead of a second record. The report is
+One object per event, named from its stage, detection time, kind and the id the state machine gave
+it when it opened, so a retried task writes the same object again instead of a second record, and two
+events of one stage never overwrite each other. The report is
 recomputed from those objects and the checkpoints, never accumulated in memory.
 """
 
@@ -26,7 +27,8 @@ def events_prefix(run_key: str) -> str:
 
 def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -> str:
     detected = int(float(event.get("detected_at") or 0) * 1000)
-    name = layout.event_object(run_key, stage, detected, str(event.get("kind", "event")))
+    name = layout.event_object(run_key, stage, detected, str(event.get("kind", "event")),
+                               str(event.get("event_id") or ""))
     blob = storage_client().bucket(bucket).blob(name)
     blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True),
                             content_type="application/json")

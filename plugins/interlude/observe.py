@@ -6,6 +6,7 @@ same way, and so the folding of Google's many states into READY / DOWN / GONE is
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -95,8 +96,58 @@ def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | No
     return StageFacts(committed, progress, ack)
 
 
+def _epoch(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+_BEGIN = re.compile(r"startup: begin: boot (\S+)")
+_END = re.compile(r"startup: end \(exit (\d+)\) boot (\S+)")
+_GOOGLE_END = re.compile(r"startup-script exit status (\d+)")
+
+
+@dataclass(frozen=True)
+class StartupFailure:
+    """The startup script ended on the machine's latest boot: nothing runs the workload any more."""
+
+    boot: str  # the boot it ended on (from its "begin" line)
+    exit_code: int
+    tail: str  # its last lines, for the task log and the failure message
+
+    def summary(self) -> str:
+        return f"exit {self.exit_code}: " + " | ".join(self.tail.splitlines()[-3:])
+
+
+def startup_failure(serial: str, tail_lines: int = 12) -> StartupFailure | None:
+    """Read the serial console: did the startup script of the latest boot end (and not by SIGTERM)?
+
+    The script prints ``startup: begin: boot ID`` first and ``startup: end (exit N) boot ID`` last (see
+    interlude_workload.startup); Google's script runner adds ``startup-script exit status N``
+    (https://cloud.google.com/compute/docs/instances/startup-scripts/linux#viewing-output). The agent
+    only ends on SIGTERM, when the machine goes down; the previous boot's last words may arrive after
+    the new boot's first ones, hence the boot id on both lines.
+    """
+    begins = list(_BEGIN.finditer(serial))
+    if not begins:
+        return None
+    last = begins[-1]
+    boot = last.group(1)
+    # A new boot starts while the old one's last lines are still being written: match ends to their boot.
+    ends = [m for m in _END.finditer(serial) if m.group(2) == boot]
+    code: int | None = int(ends[-1].group(1)) if ends else None
+    if code is None:
+        google = _GOOGLE_END.search(serial, last.end())
+        if google is None or "SIGTERM" in serial[last.end():google.start()]:
+            return None
+        code = int(google.group(1))
+    lines = [ln for ln in serial[last.start():].splitlines() if ln.strip()]
+    return StartupFailure(boot=boot, exit_code=code, tail="\n".join(lines[-tail_lines:]))
+
+
 def observation(kind: str, resource: dict[str, Any] | None, facts: StageFacts,
-                now: float | None = None) -> Observation:
+                now: float | None = None, failure: StartupFailure | None = None) -> Observation:
     machine, notice = machine_view(kind, resource)
     progress = facts.progress
     resumed = progress.get("resumed_from")
@@ -110,7 +161,34 @@ def observation(kind: str, resource: dict[str, Any] | None, facts: StageFacts,
         boot_id=progress.get("boot_id"),
         request_ack_step=facts.request_ack_step,
         workload_error=str(progress.get("error")) if progress.get("state") == "failed" else None,
+        workload_state=progress.get("state"),
+        boot_started_at=_epoch(progress.get("boot_started_at")),
+        previous_boot_ended_at=_epoch(progress.get("previous_boot_ended_at")),
+        startup_failure=failure.summary() if failure else None,
+        startup_boot=failure.boot if failure else None,
     )
+
+
+def is_outage(exc: BaseException) -> bool:
+    """A control-plane failure worth riding out (429/5xx after the hook's retries, timeouts, refused
+    connections; from the cloud's API or from GCS). Anything else (403, 400) is an answer: not an outage."""
+    from google.api_core import exceptions as google_errors
+
+    from interlude.hooks.errors import TransientError
+
+    if isinstance(exc, TransientError | TimeoutError | ConnectionError):
+        return True
+    if isinstance(exc, google_errors.TooManyRequests | google_errors.ServerError | google_errors.RetryError):
+        return True
+    import requests
+
+    return isinstance(exc, requests.ConnectionError | requests.Timeout)
+
+
+def unknown(now: float, error: str) -> Observation:
+    """The control plane did not answer: nothing is known this poll."""
+    return Observation(now=now, machine=Machine.UNKNOWN, notice=None, committed_step=0, progress_step=0,
+                       api_error=error)
 
 
 def progress_line(stage: str, progress: dict[str, Any]) -> str:

@@ -10,18 +10,28 @@ Clearing and re-running the task starts from the checkpoints in GCS, never from 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from typing import Any
 
+from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 from interlude import events, provisioning
-from interlude.maintenance import Action, Limits, Machine, Phase, StageState, next_step
-from interlude.observe import observation, progress_line, read_stage_facts
+from interlude.maintenance import Action, Drill, Limits, Observation, StageState, next_step
+from interlude.observe import (
+    StartupFailure,
+    is_outage,
+    machine_view,
+    observation,
+    read_stage_facts,
+    startup_failure,
+    unknown,
+)
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink
 from interlude.spec import RunSpec
-from interlude.triggers.stage import StageTrigger
+from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
 from interlude_workload import layout
 
 
@@ -29,8 +39,11 @@ class TrainingStageOperator(BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
 
     :param machine: the MachineRecord dict the provisioning task returned (XCom).
-    :param drill_maintenance: after the first committed checkpoint, ask Google for a simulated
-        maintenance event on the machine (`simulateMaintenanceEvent`): a rehearsal of the real thing.
+    The run spec's ``drill_maintenance`` rehearses maintenance: the workload commits the drill step
+    (the first periodic checkpoint, before the last step) and holds there; the trigger then asks Google
+    for a simulated maintenance event (`simulateMaintenanceEvent`), and the event is recorded like a
+    real one. A drill that could not run fails the stage saying why. ``stall_timeout_seconds`` and
+    ``api_outage_budget_seconds`` bound every wait (see interlude.watchdog).
     """
 
     template_fields = ("machine", "spec")
@@ -40,7 +53,7 @@ class TrainingStageOperator(BaseOperator):
     def __init__(self, *, stage: str, order: int, machine: Any = None, spec: Any = None,
                  init_from_stage: str | None = None, spec_task_id: str = "resolve_run",
                  machine_task_id: str = "provision", gcp_conn_id: str | None = "google_cloud_default",
-                 deferrable: bool = True, **kwargs: Any) -> None:
+                 deferrable: bool | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.spec = spec
@@ -50,7 +63,10 @@ class TrainingStageOperator(BaseOperator):
         self.order = order
         self.init_from_stage = init_from_stage
         self.gcp_conn_id = gcp_conn_id
-        self.deferrable = deferrable
+        # Default from Airflow config [interlude] stage_deferrable (env AIRFLOW__INTERLUDE__STAGE_DEFERRABLE),
+        # True unless set: a deployment without a triggerer watches stages from the worker instead.
+        self.deferrable = conf.getboolean("interlude", "stage_deferrable", fallback=True) if deferrable is None \
+            else deferrable
 
     # Everything else comes from the run's spec (rendered from XCom before execute and on resume).
     @property
@@ -85,6 +101,10 @@ class TrainingStageOperator(BaseOperator):
     def drill_maintenance(self) -> bool:
         return self.run_spec.drill_maintenance
 
+    def limits(self) -> Limits:
+        spec = self.run_spec
+        return stage_limits(spec.restart_timeout_seconds, spec.stall_timeout_seconds, spec.api_outage_budget_seconds)
+
     # ------------------------------------------------------------------ helpers
     def _bind(self, context: Any) -> None:
         """Read the run spec and the machine record from their tasks' XCom when not given.
@@ -107,31 +127,89 @@ class TrainingStageOperator(BaseOperator):
 
         return CheckpointStore(self.bucket, self.run_key, self.stage)
 
-    def _drill_pending(self) -> bool:
+    def _drill_step(self) -> int | None:
+        """The step the workload holds at for the drill (None: no drill, or this stage already drilled).
+
+        The first periodic checkpoint, but always before the last step: the stage must reach it and
+        still have steps to resume after the maintenance.
+        """
         if not self.drill_maintenance:
-            return False
-        return not self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).exists()
+            return None
+        if self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).exists():
+            return None
+        if self.steps < 2:
+            raise AirflowException(f"stage {self.stage}: drill_maintenance needs at least 2 steps (a step to hold "
+                                   f"at before the last); this stage has {self.steps}")
+        return min(self.checkpoint_every, self.steps - 1)
+
+    def _plan(self, hold_at_step: int | None) -> Any:
+        from interlude_workload.plan import StagePlan
+
+        spec = self.run_spec
+        return StagePlan(order=self.order, stage=self.stage, steps=self.steps,
+                         checkpoint_every=self.checkpoint_every, seed=spec.seed, step_seconds=spec.step_seconds,
+                         init_from_stage=self.init_from_stage,
+                         data_date=spec.data_date if self.init_from_stage else None, fresh_token=spec.fresh_token,
+                         hold_at_step=hold_at_step)
 
     def _trigger(self, state: StageState) -> StageTrigger:
-        drill_at = self.checkpoint_every if self._drill_pending() else None
+        spec = self.run_spec
         return StageTrigger(machine=self.machine, bucket=self.bucket, run_key=self.run_key, stage=self.stage,
                             state=state.to_dict(), restart_timeout=self.restart_timeout,
-                            poll_interval=self.poll_interval, drill_at_step=drill_at,
-                            gcp_conn_id=self.gcp_conn_id)
+                            poll_interval=self.poll_interval, stall_timeout=spec.stall_timeout_seconds,
+                            api_outage_budget=spec.api_outage_budget_seconds, gcp_conn_id=self.gcp_conn_id)
 
-    def _drill(self) -> None:
+    def _hooks(self) -> tuple[Any, Any]:
         from interlude.hooks.compute import ComputeHook
         from interlude.hooks.tpu import TpuHook
 
-        store = self._store
-        store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
-            '{"drill": "simulateMaintenanceEvent"}', content_type="application/json")
+        return TpuHook(gcp_conn_id=self.gcp_conn_id), ComputeHook(gcp_conn_id=self.gcp_conn_id)
+
+    def _drill(self, state: StageState) -> None:
+        """simulateMaintenanceEvent while the workload holds at the drill step; the plan loses its hold,
+        so a later boot that resumes before that step does not hold again."""
+        from interlude_workload.plan import write_plan
+
+        self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
+            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}),
+            content_type="application/json")
+        write_plan(self.bucket, self.run_key, self._plan(None))
         zone, name = self.machine["zone"], self.machine["name"]
-        self.log.info("Maintenance drill: simulateMaintenanceEvent on %s in %s", name, zone)
+        self.log.info("Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
+                      state.drill_step, name, zone)
+        tpu, compute = self._hooks()
         if self.machine["kind"] == "gce_vm":
-            ComputeHook(gcp_conn_id=self.gcp_conn_id).simulate_maintenance_event(zone, name)
+            compute.simulate_maintenance_event(zone, name)
         else:
-            TpuHook(gcp_conn_id=self.gcp_conn_id).simulate_maintenance_event(zone, name)
+            tpu.simulate_maintenance_event(zone, name)
+
+    def _restart_workload(self, state: StageState) -> None:
+        """Stop and start the machine: its startup script (the agent) runs again on the new boot."""
+        zone, name = self.machine["zone"], self.machine["name"]
+        self.log.warning("Restarting the workload on %s (stop + start): %s", name, (state.event or {}).get("reason"))
+        tpu, compute = self._hooks()
+        if self.machine["kind"] == "gce_vm":
+            compute.stop_instance(zone, name)
+            compute.start_instance(zone, name)
+        else:
+            tpu.stop_node(zone, name)
+            tpu.start_node(zone, name)
+
+    def _log_tail(self, serial_tail: str | None) -> str:
+        """The machine's last words for a failure message: its serial console, else the workload's own log."""
+        if serial_tail:
+            return "serial console tail:\n" + serial_tail
+        parts: list[str] = []
+        try:
+            lines = self._store.read_log(tail_chunks=1).splitlines()[-15:]
+            if lines:
+                parts.append("workload log tail:\n" + "\n".join(lines))
+            agent = self._store.bucket.blob(layout.agent_object(self.run_key))
+            if agent.exists():
+                parts.append("agent heartbeat: " + agent.download_as_text()[:500])
+        except Exception as exc:  # noqa: BLE001 - the failure itself is what the user must see
+            parts.append(f"(log tail unavailable: {exc})")
+        return "\n".join(parts) or "(the machine left no log; see its serial console)"
 
     def _summary(self) -> dict[str, Any]:
         latest = self._store.latest().checkpoint
@@ -140,12 +218,19 @@ class TrainingStageOperator(BaseOperator):
         return {"stage": self.stage, "steps": self.steps, "final_step": latest.step, "final_uri": latest.uri,
                 "metrics": latest.metrics}
 
+    def _record(self, event: dict[str, Any]) -> None:
+        uri = events.record_event(self.bucket, self.run_key, self.stage, event)
+        self.log.info("Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
+                      "steps recomputed %s -> %s", event.get("kind"), ", drill" if event.get("drill") else "",
+                      event.get("checkpoint_step"), float(event.get("downtime_s") or 0),
+                      event.get("resumed_from_step"), event.get("steps_recomputed"), uri)
+
     def _act(self, context: Any, payload: dict[str, Any]) -> tuple[StageState, dict[str, Any] | None]:
         """Carry out what the state machine asked for. Returns the state and, when done, the result."""
         state = StageState.from_dict(payload["state"])
         actions = [Action(a) for a in payload.get("actions", [])]
-        if payload.get("progress"):
-            self.log.info("%s", progress_line(self.stage, payload["progress"]))
+        if payload.get("progress_line"):
+            self.log.info("%s", payload["progress_line"])
         self.log.info("stage %s: %s%s", self.stage, state.phase.value,
                       f" -> {', '.join(a.value for a in actions)}" if actions else "")
         for action in actions:
@@ -155,34 +240,33 @@ class TrainingStageOperator(BaseOperator):
                 self._store.request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
                 self.log.info("Maintenance notice (%s, window %s): checkpoint requested (%s)", notice,
                               (state.event or {}).get("window_start"), state.request_id)
+            elif action is Action.DRILL:
+                self._drill(state)
+            elif action is Action.RESTART_WORKLOAD:
+                self._restart_workload(state)
             elif action is Action.REPROVISION:
                 self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
                 provisioning.reprovision(self.machine, self.gcp_conn_id)
             elif action is Action.RECORD_EVENT and payload.get("event"):
-                uri = events.record_event(self.bucket, self.run_key, self.stage, payload["event"])
-                e = payload["event"]
-                self.log.info("Maintenance event recorded (%s): checkpoint step %s, downtime %.1fs, steps "
-                              "recomputed %s -> %s", e.get("kind"), e.get("checkpoint_step"),
-                              float(e.get("downtime_s") or 0), e.get("steps_recomputed"), uri)
+                self._record(payload["event"])
             elif action is Action.FAIL:
-                raise AirflowException(f"stage {self.stage} failed: {state.failure}")
+                raise AirflowException(f"stage {self.stage} failed: {state.failure}\n"
+                                       f"{self._log_tail(payload.get('log_tail'))}")
             elif action is Action.COMPLETE:
                 return state, self._summary()
         return state, None
 
     # ------------------------------------------------------------------ Airflow entry points
     def execute(self, context: Any) -> dict[str, Any]:
-        from interlude_workload.plan import StagePlan, write_plan
+        from interlude_workload.plan import write_plan
 
         self._bind(context)
-        spec = self.run_spec
-        plan = StagePlan(order=self.order, stage=self.stage, steps=self.steps,
-                         checkpoint_every=self.checkpoint_every, seed=spec.seed, step_seconds=spec.step_seconds,
-                         init_from_stage=self.init_from_stage,
-                         data_date=spec.data_date if self.init_from_stage else None, fresh_token=spec.fresh_token)
-        uri = write_plan(self.bucket, self.run_key, plan)
-        self.log.info("Stage %s handed to %s (%s): %s", self.stage, self.machine["name"], self.machine["zone"], uri)
-        state = StageState(target_step=self.steps)
+        drill_step = self._drill_step()
+        uri = write_plan(self.bucket, self.run_key, self._plan(drill_step))
+        self.log.info("Stage %s handed to %s (%s): %s%s", self.stage, self.machine["name"], self.machine["zone"], uri,
+                      f" (maintenance drill at step {drill_step})" if drill_step else "")
+        state = StageState(target_step=self.steps, drill=Drill.PENDING if drill_step else None,
+                           drill_step=drill_step)
         if not self.deferrable:
             return self._run_sync(context, state)
         self.defer(trigger=self._trigger(state), method_name="execute_complete")
@@ -193,48 +277,63 @@ class TrainingStageOperator(BaseOperator):
         status = event.get("status")
         if status == "error":
             raise AirflowException(f"stage {self.stage}: watching failed: {event.get('message')}")
-        if status == "drill":
-            self._drill()
-            state = StageState.from_dict(event["state"])
-        elif status == "transition":
-            state, result = self._act(context, event)
-            if result is not None:
-                self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
-                return result
-        else:
-            raise AirflowException(f"stage {self.stage}: unexpected trigger event {event!r}")
+        if status != "transition":
+            raise AirflowException(f"stage {self.stage}: unexpected trigger event status {status!r}")
+        state, result = self._act(context, event)
+        if result is not None:
+            self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
+            return result
         self.defer(trigger=self._trigger(state), method_name="execute_complete")
         raise AssertionError("unreachable")
 
     def _run_sync(self, context: Any, state: StageState) -> dict[str, Any]:
         """The same observations and decisions as the trigger, on a worker, for deferrable=False."""
-        from interlude.hooks.compute import ComputeHook
-        from interlude.hooks.tpu import TpuHook
+        from interlude.hooks._retry import RetryPolicy
 
-        limits = Limits(restart_timeout=self.restart_timeout)
+        policy = RetryPolicy(**WATCH_RETRY)
+        trigger = self._trigger(state)
+        limits = self.limits()
         zone, name = self.machine["zone"], self.machine["name"]
-        if self.machine["kind"] == "gce_vm":
-            compute = ComputeHook(gcp_conn_id=self.gcp_conn_id)
-            get = lambda: compute.get_instance(zone, name)  # noqa: E731
-        else:
-            tpu = TpuHook(gcp_conn_id=self.gcp_conn_id)
-            get = lambda: tpu.get_node(zone, name)  # noqa: E731
-        drill = self._drill_pending()
+        tpu, compute = self._hooks()
+        tpu.retry_policy = compute.retry_policy = policy
+        serial = SyncSerial(compute, zone, name) if self.machine["kind"] == "gce_vm" else None
+        get = (lambda: compute.get_instance(zone, name)) if serial else (lambda: tpu.get_node(zone, name))
         while True:
-            resource = get()
-            facts = read_stage_facts(self.bucket, self.run_key, self.stage, state.request_id)
-            if drill and state.phase is Phase.RUNNING and facts.committed_step >= self.checkpoint_every:
-                self._drill()
-                drill = False
-            obs = observation(self.machine["kind"], resource, facts)
+            obs, progress = self._observe_sync(get, serial, state, trigger)
             t = next_step(state, obs, limits)
             if t.differs_from(state):
-                state, result = self._act(context, {"state": t.state.to_dict(), "actions": [a.value for a in t.actions],
-                                                    "event": t.event, "progress": facts.progress})
+                payload = transition_event(self.stage, t, progress, serial.text if serial else "", obs)
+                state, result = self._act(context, payload)
                 if result is not None:
                     return result
             else:
                 state = t.state
-            if obs.machine is Machine.READY and state.phase is Phase.RUNNING:
-                self.log.debug("%s", progress_line(self.stage, facts.progress))
             time.sleep(self.poll_interval)
+
+    def _observe_sync(self, get: Any, serial: SyncSerial | None, state: StageState,
+                      trigger: StageTrigger) -> tuple[Observation, dict[str, Any]]:
+        try:
+            resource = get()
+            facts = read_stage_facts(self.bucket, self.run_key, self.stage, state.request_id)
+            machine, _ = machine_view(self.machine["kind"], resource)
+            failure = serial.failure() if serial and trigger.suspect(state, machine, time.time()) else None
+            return observation(self.machine["kind"], resource, facts, failure=failure), facts.progress
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            self.log.warning("[%s] the control plane did not answer (%s); riding it out", self.stage, exc)
+            return unknown(time.time(), f"{type(exc).__name__}: {exc}"[:300]), {}
+
+
+class SyncSerial:
+    """A GCE VM's serial console, read incrementally (the sync twin of the trigger's reader)."""
+
+    def __init__(self, compute: Any, zone: str, name: str) -> None:
+        self.compute, self.url = compute, f"{compute.instances_url(zone)}/{name}/serialPort"
+        self.text, self.next = "", 0
+
+    def failure(self) -> StartupFailure | None:
+        out = self.compute.rest.request("GET", self.url, params={"start": str(self.next)})
+        self.text = (self.text + str(out.get("contents") or ""))[-SERIAL_KEEP:]
+        self.next = int(out.get("next") or self.next)
+        return startup_failure(self.text)

@@ -17,8 +17,18 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from interlude.maintenance import Limits, Machine, Phase, StageState, next_step
-from interlude.observe import StageFacts, machine_view, observation, progress_line, read_stage_facts
+from interlude.maintenance import Limits, Machine, Observation, Phase, StageState, Transition, next_step
+from interlude.observe import (
+    StageFacts,
+    StartupFailure,
+    is_outage,
+    machine_view,
+    observation,
+    progress_line,
+    read_stage_facts,
+    startup_failure,
+    unknown,
+)
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
 GCS_EVERY = 3  # while calm, GCS facts are read every third poll (machine state every poll)
@@ -52,6 +62,12 @@ class ZoneListCache:
 ZONE_LISTS = ZoneListCache()
 
 
+WATCH_RETRY = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
+"""Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
+SERIAL_SUSPECT_SECONDS = 10.0
+SERIAL_KEEP = 64 * 1024
+
+
 class StageTrigger(BaseTrigger):
     def __init__(
         self,
@@ -63,7 +79,8 @@ class StageTrigger(BaseTrigger):
         state: dict[str, Any],
         restart_timeout: float,
         poll_interval: float = 5.0,
-        drill_at_step: int | None = None,
+        stall_timeout: float = 600.0,
+        api_outage_budget: float = 900.0,
         gcp_conn_id: str | None = "google_cloud_default",
         log_every: float = 30.0,
     ) -> None:
@@ -75,9 +92,13 @@ class StageTrigger(BaseTrigger):
         self.state = state
         self.restart_timeout = restart_timeout
         self.poll_interval = poll_interval
-        self.drill_at_step = drill_at_step
+        self.stall_timeout = stall_timeout
+        self.api_outage_budget = api_outage_budget
         self.gcp_conn_id = gcp_conn_id
         self.log_every = log_every
+        self._serial = ""
+        self._serial_next = 0
+        self._outage_logged = 0.0
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -90,19 +111,25 @@ class StageTrigger(BaseTrigger):
                 "state": self.state,
                 "restart_timeout": self.restart_timeout,
                 "poll_interval": self.poll_interval,
-                "drill_at_step": self.drill_at_step,
+                "stall_timeout": self.stall_timeout,
+                "api_outage_budget": self.api_outage_budget,
                 "gcp_conn_id": self.gcp_conn_id,
                 "log_every": self.log_every,
             },
         )
 
+    def limits(self) -> Limits:
+        return stage_limits(self.restart_timeout, self.stall_timeout, self.api_outage_budget)
+
     async def _hook(self) -> Any:
         # The hook modules import Google's client libraries (a second or two): never on the event loop.
+        retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
+        policy = retry.RetryPolicy(**WATCH_RETRY)
         if self.machine["kind"] == "gce_vm":
             module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute")
-            return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id)
+            return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
         module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu")
-        return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
+        return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
 
     async def _machine(self, hook: Any) -> dict[str, Any] | None:
         zone, name = self.machine["zone"], self.machine["name"]
@@ -113,6 +140,26 @@ class StageTrigger(BaseTrigger):
         key = (self.machine["kind"], self.gcp_conn_id or "", zone)
         items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
         return items.get(name)
+
+    async def _startup_failure(self, hook: Any) -> StartupFailure | None:
+        """New serial console output of a GCE VM (only the bytes since the last read), then the verdict.
+
+        TPU nodes have no serial console in the TPU API: there the stall rule is what notices.
+        """
+        if self.machine["kind"] != "gce_vm":
+            return None
+        rest = await hook.async_rest()
+        sync = await hook.sync_hook()
+        url = f"{sync.instances_url(self.machine['zone'])}/{self.machine['name']}/serialPort"
+        out = await rest.request("GET", url, params={"start": str(self._serial_next)})
+        self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
+        self._serial_next = int(out.get("next") or self._serial_next)
+        return startup_failure(self._serial)
+
+    def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
+        """Quiet for a while on a READY machine: worth a look at the serial console."""
+        quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
+        return machine is Machine.READY and quiet_for >= max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval)
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
@@ -131,8 +178,34 @@ class StageTrigger(BaseTrigger):
         await asyncio.to_thread(request)
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
+    async def _observe(self, hook: Any, state: StageState, facts: StageFacts | None,
+                       facts_at: float) -> tuple[Observation, StageFacts | None, float]:
+        """One look at the machine, GCS and (when quiet) the serial console. An outage is an observation too."""
+        try:
+            resource = await self._machine(hook)
+            machine, notice = machine_view(self.machine["kind"], resource)
+            # GCS is the expensive look: every poll while anything is happening, else every few.
+            calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
+            if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
+                facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
+                                                state.request_id)
+                facts_at = time.monotonic()
+            failure = await self._startup_failure(hook) if self.suspect(state, machine, time.time()) else None
+            return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
+        except Exception as exc:
+            if not is_outage(exc):
+                raise
+            obs = unknown(time.time(), f"{type(exc).__name__}: {exc}"[:300])
+            since = state.outage_since or obs.now
+            if time.monotonic() - self._outage_logged >= min(self.log_every, 10.0):
+                self._outage_logged = time.monotonic()
+                self.log.warning("[%s] the control plane did not answer (%s); riding it out: %.0fs of the %.0fs "
+                                 "budget used, the workload keeps running", self.stage, obs.api_error,
+                                 obs.now - since, self.api_outage_budget)
+            return obs, facts, facts_at
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        limits = Limits(restart_timeout=self.restart_timeout)
+        limits = self.limits()
         hook: Any = None
         last_log = 0.0
         facts: StageFacts | None = None
@@ -141,40 +214,47 @@ class StageTrigger(BaseTrigger):
             state = StageState.from_dict(self.state)
             hook = await self._hook()
             while True:
-                resource = await self._machine(hook)
-                machine, notice = machine_view(self.machine["kind"], resource)
-                # GCS is the expensive look: every poll while anything is happening, else every few.
-                calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
-                if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
-                    facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
-                                                    state.request_id)
-                    facts_at = time.monotonic()
-                obs = observation(self.machine["kind"], resource, facts)
-                if time.monotonic() - last_log >= self.log_every:
-                    self.log.info("%s  (%s, machine %s)", progress_line(self.stage, facts.progress),
+                obs, facts, facts_at = await self._observe(hook, state, facts, facts_at)
+                progress = facts.progress if facts is not None else {}
+                if time.monotonic() - last_log >= self.log_every and obs.machine is not Machine.UNKNOWN:
+                    self.log.info("%s  (%s, machine %s)", progress_line(self.stage, progress),
                                   state.phase.value, obs.machine.value)
                     last_log = time.monotonic()
-                if (self.drill_at_step is not None and state.phase is Phase.RUNNING
-                        and facts.committed_step >= self.drill_at_step):
-                    yield TriggerEvent({"status": "drill", "state": state.to_dict(), "actions": [],
-                                        "event": None})
-                    return
+                if state.outage_since is not None and obs.machine is not Machine.UNKNOWN:
+                    self.log.info("[%s] the control plane answers again after %.0fs", self.stage,
+                                  obs.now - state.outage_since)
                 t = next_step(state, obs, limits)
                 if t.differs_from(state):
-                    yield TriggerEvent({
-                        "status": "transition",
-                        "state": t.state.to_dict(),
-                        "actions": [a.value for a in t.actions],
-                        "event": t.event,
-                        "progress": facts.progress,
-                    })
+                    yield TriggerEvent(transition_event(self.stage, t, progress, self._serial, obs))
                     return
-                state = t.state  # carries the running step count between polls
+                state = t.state  # carries the running step count and the clocks between polls
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # noqa: BLE001 - reported to execute_complete, which fails loudly
             self.log.exception("stage trigger failed")
-            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", "state": self.state})
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"[:1000],
+                                "state": self.state})
         finally:
             close = getattr(hook, "aclose", None)
             if close is not None:
                 await close()
+
+
+def stage_limits(restart_timeout: float, stall_timeout: float, api_outage_budget: float) -> Limits:
+    """The state machine's limits from the run's params (the drill gets as long as a stall)."""
+    return Limits(restart_timeout=restart_timeout, stall_timeout=stall_timeout,
+                  api_outage_budget=api_outage_budget, drill_timeout=max(stall_timeout, restart_timeout))
+
+
+def transition_event(stage: str, t: Transition, progress: dict[str, Any], serial: str,
+                     obs: Observation) -> dict[str, Any]:
+    """What the operator gets: small and JSON-safe (a progress line, a short log tail only on failure)."""
+    payload: dict[str, Any] = {
+        "status": "transition",
+        "state": t.state.to_dict(),
+        "actions": [a.value for a in t.actions],
+        "event": t.event,
+        "progress_line": progress_line(stage, progress) if progress else None,
+    }
+    if t.state.phase is Phase.FAILED and serial:
+        payload["log_tail"] = "\n".join(serial.splitlines()[-20:])[-2000:]
+    return payload

@@ -71,3 +71,19 @@ def test_script_fails_clearly_without_python_or_package(bucket: str, tmp_path: P
                      python="/usr/bin/python3")
     out = subprocess.run(["bash", str(no_pkg)], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 3 and "cannot import interlude_workload" in out.stdout
+
+
+def test_the_script_names_its_boot_and_says_when_it_ends(tmp_path) -> None:
+    """The control plane tells boots apart and sees a dead workload on the serial console."""
+    import subprocess
+
+    from interlude_workload.startup import render_agent
+
+    script = render_agent(bucket="b", run_key="k", python="/nonexistent/python3")
+    env = {"PATH": "/usr/bin:/bin", "INTERLUDE_LOG_DIR": str(tmp_path), "INTERLUDE_MACHINE_ID": "m"}
+    runs = [subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
+            for _ in range(2)]
+    boots = [r.stdout.split("startup: begin: boot ", 1)[1].split()[0] for r in runs]
+    assert boots[0] != boots[1], "a new id on every boot"
+    for run, boot in zip(runs, boots, strict=True):
+        assert run.returncode == 127 and f"startup: end (exit 127) boot {boot}" in run.stdout

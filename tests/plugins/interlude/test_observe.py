@@ -57,3 +57,34 @@ def test_observation_reads_progress_and_workload_failure() -> None:
 def test_progress_line() -> None:
     line = progress_line("train", {"step": 5, "total_steps": 10, "loss": 0.5, "steps_per_second": 2, "eta_seconds": 3})
     assert line == "[train] step 5/10  loss 0.50000  2.00 steps/s  ETA 3s"
+
+
+# ------------------------------------------------------------------ the serial console's startup verdict
+from interlude.observe import startup_failure  # noqa: E402
+
+BOOT1 = "2026-12-02T10:00:00Z startup: begin: boot b-1\n"
+
+
+def test_a_startup_script_that_ended_on_the_latest_boot_is_a_failure() -> None:
+    serial = (BOOT1 + "2026-12-02T10:00:01Z startup: python3 cannot import interlude_workload\n"
+              "2026-12-02T10:00:01Z startup: end (exit 3) boot b-1\n")
+    failure = startup_failure(serial)
+    assert failure is not None and failure.boot == "b-1" and failure.exit_code == 3
+    assert "cannot import interlude_workload" in failure.summary()
+
+
+def test_googles_own_exit_status_line_counts_too() -> None:
+    serial = BOOT1 + "Dec 02 10:00:02 vm google_metadata_script_runner[9]: startup-script exit status 127\n"
+    assert startup_failure(serial).exit_code == 127  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("serial", [
+    "",  # nothing yet
+    BOOT1 + "agent: starting stage train\n",  # still running
+    BOOT1 + "x startup: SIGTERM: forwarding to trainer 12\nx startup: end (exit 0) boot b-1\n"
+            "x startup: begin: boot b-2\n",  # a new boot runs
+    # the old boot's last words arrive after the new boot's first (seen on the local cloud's GPU VMs)
+    BOOT1 + "x startup: SIGTERM: forwarding\nx startup: begin: boot b-2\nx startup: end (exit 0) boot b-1\n",
+])
+def test_running_booting_or_shutting_down_is_not_a_failure(serial: str) -> None:
+    assert startup_failure(serial) is None

@@ -1,0 +1,124 @@
+"""Shared pieces of the stage fault tests: a fast local cloud, a migrated Airflow DB, a DAG runner, and
+readers of independent facts (the workload's own log in GCS, the local cloud's event log and machines).
+
+Import the fixtures into a test module (`from .stage_fixtures import ...`); no conftest is needed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from interlude import dev, naming
+
+DAG_ID = "interlude_training"
+BUCKET = "interlude-faults"
+BASE: dict[str, Any] = {"train_steps": 60, "finetune_steps": 30, "checkpoint_every": 10, "step_seconds": 0.1,
+                        "seed": 7, "data_date": "2024-01-15", "bucket": BUCKET, "poll_seconds": 0.5}
+Stack = tuple[dev.LocalCloud, dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def stage_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One migrated Airflow home per module; each test copies its database."""
+    home = tmp_path_factory.mktemp("airflow-template")
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    dev.ensure_airflow_db(env)
+    return home / "airflow.db"
+
+
+@pytest.fixture
+def stage_scenario(tmp_path: Path) -> Path:
+    """The default scenario 3x faster: a TPU's 2 h notice is 4 s, its maintenance 2 s (long enough for a poll
+    to see it down); a GPU VM's 1 h notice is 2 s and its maintenance 0.17 s (no poll sees it down)."""
+    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
+    data["time_scale"] = 1800
+    data["maintenance"]["tpu"]["duration"] = 3600
+    path = tmp_path / "fast.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture
+def stage_stack(tmp_path: Path, stage_airflow_db: Path, stage_scenario: Path) -> Iterator[Stack]:
+    cloud = dev.start_localcloud(stage_scenario, tmp_path / "localcloud")
+    try:
+        home = tmp_path / "airflow"
+        home.mkdir()
+        (home / "airflow.db").write_bytes(stage_airflow_db.read_bytes())
+        dev.ensure_bucket(cloud, BUCKET)
+        yield cloud, dev.airflow_env(home, cloud)
+    finally:
+        cloud.stop()
+
+
+def run_dag(stack: Stack, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 600,
+            **conf: Any) -> tuple[dev.DagTestResult, str]:
+    """`airflow dags test` of the lifecycle DAG; a run that does not finish in `timeout` fails the test."""
+    cloud, base_env = stack
+    result = dev.dags_test({**base_env, **(env or {})}, DAG_ID, {**BASE, **conf}, tmp_path / "dags-test.log",
+                           timeout=timeout)
+    assert result.run_id, f"no run finished; log tail:\n{result.log[-3000:]}"
+    return result, naming.run_key(DAG_ID, result.run_id)
+
+
+def store(cloud: dev.LocalCloud, run_key: str, stage: str) -> Any:
+    from interlude_workload.checkpoints import CheckpointStore
+
+    return CheckpointStore(BUCKET, run_key, stage, client=dev.gcs_client(cloud))
+
+
+def workload_log(cloud: dev.LocalCloud, run_key: str, stage: str) -> str:
+    """The workload's own log of a stage, as it wrote it to GCS (every boot, oldest first)."""
+    return str(store(cloud, run_key, stage).read_log())
+
+
+def held_and_resumed(log: str) -> tuple[list[int], list[int]]:
+    """Steps the workload says it held at, and steps it says it resumed from, in its own words."""
+    held = [int(s) for s in re.findall(r"holding at committed step (\d+)", log)]
+    resumed = [int(s) for s in re.findall(r"resume point: step (\d+)", log)]
+    return held, resumed
+
+
+def boots(cloud: dev.LocalCloud, name: str) -> int:
+    """How often the local cloud booted the machine (its own event log)."""
+    return sum(1 for e in cloud.admin.events() if e["event"] == "machine_boot" and e["machine"].endswith(name))
+
+
+def reference(cloud: dev.LocalCloud, **conf: Any) -> str:
+    return dev.reference_digest(cloud, BUCKET, {**BASE, **conf})
+
+
+def final_digest(cloud: dev.LocalCloud, run_key: str) -> str:
+    return str(store(cloud, run_key, "finetune").latest().checkpoint.metrics["digest"])
+
+
+def when_training(cloud: dev.LocalCloud, ready: Callable[[dict[str, Any], dict[str, Any]], bool],
+                  act: Callable[[dict[str, Any]], None], timeout: float = 400, stage: str = "train",
+                  times: int = 1) -> threading.Thread:
+    """In the background: when a machine's stage progress satisfies `ready`, act (up to `times` times)."""
+    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
+
+    def loop() -> None:
+        deadline = time.monotonic() + timeout
+        done = 0
+        while time.monotonic() < deadline and done < times:
+            for m in cloud.admin.machines():
+                progress = store(cloud, m["name"].rsplit("-", 1)[0], stage).read_progress() or {}
+                if ready(m, progress):
+                    act(m)
+                    done += 1
+                    break
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
