@@ -14,7 +14,6 @@ import json
 import time
 from typing import Any
 
-from airflow.configuration import conf
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
@@ -29,6 +28,7 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
+from interlude.operators.conventions import default_deferrable
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink
 from interlude.spec import RunSpec
 from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
@@ -63,10 +63,9 @@ class TrainingStageOperator(BaseOperator):
         self.order = order
         self.init_from_stage = init_from_stage
         self.gcp_conn_id = gcp_conn_id
-        # Default from Airflow config [interlude] stage_deferrable (env AIRFLOW__INTERLUDE__STAGE_DEFERRABLE),
-        # True unless set: a deployment without a triggerer watches stages from the worker instead.
-        self.deferrable = conf.getboolean("interlude", "stage_deferrable", fallback=True) if deferrable is None \
-            else deferrable
+        # [operators] default_deferrable when the deployment sets it, True otherwise (operators/conventions.py):
+        # a deployment without a triggerer watches stages from the worker instead.
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
 
     # Everything else comes from the run's spec (rendered from XCom before execute and on resume).
     @property

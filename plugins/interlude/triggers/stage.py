@@ -62,7 +62,7 @@ class ZoneListCache:
 ZONE_LISTS = ZoneListCache()
 
 
-WATCH_RETRY = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
+WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
 SERIAL_SUSPECT_SECONDS = 10.0
 SERIAL_KEEP = 64 * 1024
