@@ -116,7 +116,9 @@ class StageState:
         return cls(**{**data, "phase": Phase(data["phase"]), "drill": Drill(drill) if drill else None})
 
 
-BOOKKEEPING: dict[str, Any] = {"last_step_seen": 0, "progress_mark": None, "progress_seen_at": None, "outage_since": None}
+BOOKKEEPING: dict[str, Any] = {
+    "last_step_seen": 0, "progress_mark": None, "progress_seen_at": None, "outage_since": None,
+}
 """Fields that change on ordinary polls: the trigger carries them, they never call the operator."""
 
 
