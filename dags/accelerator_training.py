@@ -171,7 +171,11 @@ with DAG(
     def run_report() -> dict[str, Any]:
         from interlude import lifecycle
 
-        return lifecycle.run_report(run_spec(), pulled("provision"), [pulled("train"), pulled("finetune")])
+        from interlude.relocate import current_machine
+
+        spec = run_spec()  # the machine the run ended on (a failover may have moved it)
+        return lifecycle.run_report(spec, current_machine(spec, pulled("provision")), [pulled("train"),
+                                                                                      pulled("finetune")])
 
     from interlude.operators.stage import TrainingStageOperator
     from interlude.sensors.checkpoint import CommittedCheckpointSensor

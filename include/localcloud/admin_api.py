@@ -27,6 +27,7 @@ class AdminApi:
         r.add("GET", "/_localcloud/violations", self.violations)
         r.add("POST", "/_localcloud/faults", self.add_fault)
         r.add("POST", "/_localcloud/next-maintenance", self.next_maintenance)
+        r.add("POST", "/_localcloud/capacity", self.set_capacity)
         r.add("POST", M + ":preempt", self.preempt)
         r.add("POST", M + ":crash", self.crash)
         r.add("POST", M + ":maintenance", self.maintenance)
@@ -67,6 +68,22 @@ class AdminApi:
         with self.cloud.lock:
             self.cloud.faults.append(Fault(path_regex=b["path_regex"], status=int(b.get("status", 503)),
                                            count=int(b.get("count", 1)), method=b.get("method")))
+        return Response({"ok": True})
+
+    def set_capacity(self, req: Request) -> Response:
+        """Change a zone's capacity for one type (0 = a stockout from now on; machines already up keep running)."""
+        from interlude_localcloud.scenario import Tier
+
+        b = req.body or {}
+        zone, kind, cap_type = b.get("zone"), b.get("kind"), b.get("type")
+        if kind not in ("tpu", "gpu") or not cap_type or zone not in self.cloud.scenario.zones:
+            raise invalid("zone (a scenario zone), kind (tpu|gpu) and type are required")
+        with self.cloud.lock:
+            z = self.cloud.scenario.zones[zone]
+            tiers = z.tpu_capacity if kind == "tpu" else z.gpu_capacity
+            tiers[cap_type] = Tier(on_demand=int(b.get("on_demand", 0)), spot=int(b.get("spot", 0)))
+            self.cloud.log("capacity_set", zone=zone, kind=kind, type=cap_type, on_demand=tiers[cap_type].on_demand,
+                           spot=tiers[cap_type].spot)
         return Response({"ok": True})
 
     def next_maintenance(self, req: Request) -> Response:

@@ -51,6 +51,11 @@ class Admin:
         """Type/notice (simulated seconds) of the next simulateMaintenanceEvent (kind tpu|gce|None=any)."""
         self._call("POST", "/next-maintenance", {"type": type, "notice_seconds": notice_seconds, "kind": kind})
 
+    def set_capacity(self, zone: str, kind: str, accelerator_type: str, on_demand: int = 0, spot: int = 0) -> None:
+        """Change what a zone can still create of a type (0/0: every further create is a stockout)."""
+        self._call("POST", "/capacity", {"zone": zone, "kind": kind, "type": accelerator_type,
+                                         "on_demand": on_demand, "spot": spot})
+
     def preempt(self, kind: str, zone: str, name: str) -> None:
         self._call("POST", f"/machines/{kind}/{zone}/{name}:preempt", {})
 

@@ -56,6 +56,11 @@ def agent_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}agent.json"
 
 
+def machine_object(run_key: str) -> str:
+    """The run's current machine record, written when a stage moves it (failover); absent = provision's."""
+    return f"{run_prefix(run_key)}machine.json"
+
+
 def preflight_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}_preflight"
 

@@ -117,5 +117,7 @@ def plan_failover(
 def move_event(move: Move, detected_at: float, lost_seconds: float) -> dict[str, Any]:
     """The run report's record of one move: from, to, why, and the time it cost."""
     return {"kind": "move", "from": str(move.source), "to": str(move.target), "why": move.why.value,
+            "from_zone": move.source.zone, "from_type": move.source.accelerator_type,
+            "event_id": f"move-{int(detected_at * 1000)}",
             "cross_family": move.cross_family, "detected_at": detected_at, "time_lost_s": round(lost_seconds, 3),
             "reason": move.reason()}

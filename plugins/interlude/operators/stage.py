@@ -114,10 +114,33 @@ class TrainingStageOperator(BaseOperator):
         if self.spec is None:
             self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
         if self.machine is None:
-            self.machine = context["ti"].xcom_pull(task_ids=self.machine_task_id)
+            from interlude.relocate import current_machine
+
+            provisioned = context["ti"].xcom_pull(task_ids=self.machine_task_id)
+            self.machine = current_machine(self.run_spec, provisioned) if self.spec else provisioned
         if not self.spec or not self.machine:
             raise AirflowException(f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
                                    f"({self.machine_task_id}) in XCom; clear the whole run")
+
+    def _reprovision(self) -> None:
+        """Bring the machine back where it was; when that place is gone, move the run (failover)."""
+        from interlude.failover import Why
+        from interlude.hooks.errors import QuotaExceededError, StockoutError
+        from interlude.relocate import RelocationRefused, relocate
+
+        self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
+        try:
+            provisioning.reprovision(self.machine, self.gcp_conn_id)
+            return
+        except (StockoutError, QuotaExceededError) as exc:
+            why = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
+            self.log.warning("Cannot come back in %s (%s): looking for another place", self.machine["zone"], exc)
+        try:
+            self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
+        except RelocationRefused as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.warning("Stage %s continues on %s in %s from its latest committed checkpoint", self.stage,
+                         self.machine["accelerator_type"], self.machine["zone"])
 
     @functools.cached_property
     def _store(self) -> Any:
@@ -244,8 +267,7 @@ class TrainingStageOperator(BaseOperator):
             elif action is Action.RESTART_WORKLOAD:
                 self._restart_workload(state)
             elif action is Action.REPROVISION:
-                self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
-                provisioning.reprovision(self.machine, self.gcp_conn_id)
+                self._reprovision()
             elif action is Action.RECORD_EVENT and payload.get("event"):
                 self._record(payload["event"])
             elif action is Action.FAIL:

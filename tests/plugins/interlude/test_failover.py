@@ -90,4 +90,5 @@ def test_the_move_event_says_from_to_why_and_cost() -> None:
     assert isinstance(plan, Move)
     event = move_event(plan, detected_at=100.0, lost_seconds=12.3456)
     assert event == {"kind": "move", "from": f"{TPU} in {ZONES[0]}", "to": f"{TPU} in {ZONES[1]}", "why": "quota",
+                     "from_zone": ZONES[0], "from_type": TPU, "event_id": "move-100000",
                      "cross_family": False, "detected_at": 100.0, "time_lost_s": 12.346, "reason": plan.reason()}
