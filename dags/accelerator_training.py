@@ -170,7 +170,6 @@ with DAG(
     @task
     def run_report() -> dict[str, Any]:
         from interlude import lifecycle
-
         from interlude.relocate import current_machine
 
         spec = run_spec()  # the machine the run ended on (a failover may have moved it)
