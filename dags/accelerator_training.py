@@ -8,6 +8,7 @@ import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
+from airflow.task.trigger_rule import TriggerRule
 
 from interlude.spec import RunSpec
 
@@ -28,7 +29,9 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
    `simulateMaintenanceEvent`.
-5. **report**, then **teardown** (always, even after failures; checkpoints stay).
+5. **report**, then **teardown** (always, even after failures or a killed `provision`; checkpoints stay).
+   It deletes by label, name prefix and the intent record `provision` writes before each create, in
+   every zone of the run; a zone it cannot list or anything still there afterwards fails the run.
 
 Clearing a failed step re-runs its setup and teardown: the machine is provisioned again and the stage
 resumes from its latest committed checkpoint. Checkpoints live under
@@ -196,4 +199,8 @@ with DAG(
     torn_down = teardown()
 
     machine >> train >> finetune_gate >> finetune >> reported >> torn_down
-    torn_down.as_teardown(setups=machine)
+    # A failing teardown fails the run: "could not confirm nothing is left" must never end in success.
+    torn_down.as_teardown(setups=machine, on_failure_fail_dagrun=True)
+    # ...and it runs even when provision failed or was killed after its create call (the setup-success
+    # rule would leave that machine behind): it deletes by label and intent record in every zone of the run.
+    torn_down.operator.trigger_rule = TriggerRule.ALL_DONE

@@ -5,6 +5,10 @@ workload on a machine, so there are never two copies writing checkpoints. A stag
 step is committed finishes at once (the trainer exits 0), so after a reboot the agent walks past
 finished stages to the one that was interrupted. SIGTERM (the machine going down) is passed to the
 trainer, which commits its current step, and the agent then stops instead of starting the next stage.
+
+A machine of a `fresh` run knows its run's fresh token (from the startup script): plans left in GCS by
+an earlier run with the same run id carry another token and are not this machine's work, so they are
+neither run nor counted as done; the run's own plan (same object, rewritten) is picked up when it lands.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ MAX_FAILURES = 3
 
 
 class Agent:
-    def __init__(self, bucket: str, run_key: str, idle_poll: float) -> None:
+    def __init__(self, bucket: str, run_key: str, idle_poll: float, fresh_token: str | None = None) -> None:
         self.bucket, self.run_key, self.idle_poll = bucket, run_key, idle_poll
+        self.fresh_token = fresh_token
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
 
@@ -42,13 +47,18 @@ class Agent:
         store.write_progress({**progress, "state": "failed", "error": progress.get("error") or error})
         print(f"agent: stage {stage} failed: {error}", flush=True)
 
+    def _ours(self, plan_token: str | None) -> bool:
+        """A fresh run's machine runs only plans of its own token (None: a resume run takes any plan)."""
+        return self.fresh_token is None or plan_token == self.fresh_token
+
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        done: set[str] = set()
+        done: set[tuple[str, str | None]] = set()
         failures: dict[str, int] = {}
         while not self.stopping:
-            pending = [p for p in read_plans(self.bucket, self.run_key) if p.stage not in done]
+            pending = [p for p in read_plans(self.bucket, self.run_key)
+                       if (p.stage, p.fresh_token) not in done and self._ours(p.fresh_token)]
             if not pending:
                 time.sleep(self.idle_poll)  # the next stage is planned when Airflow reaches it
                 continue
@@ -65,12 +75,12 @@ class Agent:
                 if rc == USAGE_ERROR or failures[plan.stage] >= MAX_FAILURES:
                     # Retrying cannot help: say so where the control plane looks, then stay idle.
                     self._report_failure(plan.stage, rc, failures[plan.stage])
-                    done.add(plan.stage)
+                    done.add((plan.stage, plan.fresh_token))
                     continue
                 print(f"agent: stage {plan.stage} exited {rc}; retrying in {self.idle_poll}s", flush=True)
                 time.sleep(self.idle_poll)
                 continue
-            done.add(plan.stage)
+            done.add((plan.stage, plan.fresh_token))
         print("agent: stopping", flush=True)
         return 0
 
@@ -80,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--run-key", required=True)
     parser.add_argument("--idle-poll", type=float, default=1.0)
+    parser.add_argument("--fresh-token", default=None, help="run only plans carrying this token")
     args = parser.parse_args(argv)
-    return Agent(args.bucket, args.run_key, args.idle_poll).run()
+    return Agent(args.bucket, args.run_key, args.idle_poll, args.fresh_token).run()
 
 
 if __name__ == "__main__":

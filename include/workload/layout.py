@@ -8,6 +8,7 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
         plan/NN-STAGE.json                                 plan_object: what each boot runs
         events/STAGE-MILLIS-KIND.json                      event_object: one per maintenance event
         report.json                                        report_object
+        machines/NAME.json                                 machine_intent_object: written before each create
         _preflight                                         preflight_object (written and removed at start)
         STAGE/                                             stage_prefix (checkpoints.CheckpointStore)
             step-00001200/{payload, manifest.json, COMMITTED}
@@ -46,6 +47,16 @@ def event_object(run_key: str, stage: str, detected_ms: int, kind: str) -> str:
 
 def report_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}report.json"
+
+
+def machines_prefix(run_key: str) -> str:
+    return f"{run_prefix(run_key)}machines/"
+
+
+def machine_intent_object(run_key: str, name: str) -> str:
+    """What provision is about to create (kind, zone, name), written before the create call: teardown and
+    the sweeper read it, so a create whose task was killed is never an unknown machine."""
+    return f"{machines_prefix(run_key)}{name}.json"
 
 
 def preflight_object(run_key: str) -> str:

@@ -112,9 +112,39 @@ def _machine(spec: RunSpec, decision: Mapping[str, Any], runtime: str) -> Any:
     from interlude import provisioning
 
     return provisioning.machine_record(
-        dict(decision), runtime, bucket=spec.bucket, run_key=spec.run_key, dag_id=spec.dag_id,
+        dict(decision), runtime, bucket=spec.bucket, run_key=spec.run_key, dag_id=spec.dag_id, run_id=spec.run_id,
         network=spec.network, subnetwork=spec.subnetwork, service_account=spec.service_account,
-        idle_poll=spec.poll_seconds)
+        idle_poll=spec.poll_seconds, fresh_token=spec.fresh_token)
+
+
+def start_fresh(spec: RunSpec) -> dict[str, int]:
+    """`fresh`: wipe each stage of the run once per token, before any machine exists.
+
+    Done here, not only on the machine: a stage watcher started on the old final checkpoint would call
+    the stage done before the machine's wipe. The marker is read strictly (an unknown raises), so only
+    a marker GCS positively reports as absent or different leads to a wipe.
+    """
+    from interlude_workload.checkpoints import CheckpointStore
+
+    wiped: dict[str, int] = {}
+    if not spec.fresh_token:
+        return wiped
+    for stage in STAGES:
+        store = CheckpointStore(spec.bucket, spec.run_key, stage)
+        if store.fresh_token() == spec.fresh_token:
+            continue
+        wiped[stage] = store.wipe()
+        store.set_fresh_token(spec.fresh_token)
+        log.info("Start fresh (token %s): removed %d object(s) of stage %s", spec.fresh_token, wiped[stage], stage)
+    return wiped
+
+
+def record_intent(spec: RunSpec, machine: Mapping[str, Any]) -> None:
+    """Before the create call: where the machine will be, so teardown deletes it even if this task dies."""
+    from interlude import ledger
+
+    uri = ledger.record(spec.bucket, spec.run_key, ledger.intent_for(dict(machine), spec.dag_id, spec.run_id))
+    log.info("Intent recorded before the create: %s", uri)
 
 
 def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
@@ -130,10 +160,12 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
     current = CapacityReport.from_dict(report)
     tried: list[str] = []
     quota_deadline = time.monotonic() + spec.quota_wait_seconds
+    start_fresh(spec)
     while True:
         machine = _machine(spec, decision, runtime)
         log.info("Provisioning %s %s in %s (%s, %s)", machine.kind, machine.name, machine.zone,
                  machine.accelerator_type, machine.mode)
+        record_intent(spec, machine.to_dict())
         try:
             provisioning.create(machine.to_dict(), GCP_CONN_ID)
             log.info("Machine ready: %s (%s in %s)", machine.name, machine.accelerator_type, machine.zone)
@@ -165,12 +197,24 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
 
 
 def teardown(spec: RunSpec) -> list[str]:
-    from interlude import provisioning
+    """Delete everything of the run in every zone it could have touched; fail unless that is confirmed."""
+    from interlude import ledger, provisioning
+    from interlude.teardown import TeardownIncomplete
 
-    deleted = provisioning.teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID)
-    log.info("Deleted %d resource(s) of run %s: %s (checkpoints kept under gs://%s/%s)", len(deleted),
-             spec.run_key, deleted, spec.bucket, naming.checkpoint_prefix(spec.run_key))
-    return deleted
+    try:
+        intents = ledger.read(spec.bucket, spec.run_key)
+        ledger_error = None
+    except Exception as exc:  # noqa: BLE001 - the zones are still swept; the task fails below
+        intents, ledger_error = [], f"{type(exc).__name__}: {exc}"
+    report = provisioning.teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID, intents)
+    log.info("Deleted %d resource(s) of run %s in zones %s: %s (checkpoints kept under gs://%s/%s)",
+             len(report.deleted), spec.run_key, report.zones, report.deleted, spec.bucket,
+             naming.checkpoint_prefix(spec.run_key))
+    if ledger_error:
+        report.unlisted["(intent records)"] = ledger_error
+    if not report.complete:
+        raise TeardownIncomplete(spec.run_key, report)
+    return report.deleted
 
 
 def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> dict[str, Any]:
