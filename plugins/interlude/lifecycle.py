@@ -217,6 +217,22 @@ def teardown(spec: RunSpec) -> list[str]:
     return report.deleted
 
 
+def sweep(zones: list[str], state_of: Any) -> list[str]:
+    """The sweeper DAG's task: delete machines of finished runs; fail on any zone or delete it could not do."""
+    from interlude.spec import ZONE_RE
+    from interlude.teardown import TeardownIncomplete, sweep_finished
+
+    bad = [z for z in zones if not ZONE_RE.match(z)]
+    if bad:
+        raise ValueError(f"zones: {bad} are not zone names")
+    tpu, compute = _hooks()
+    report = sweep_finished(zones, state_of, tpu, compute)
+    log.info("Sweeper deleted %d machine(s) of finished runs: %s", len(report.deleted), report.deleted)
+    if not report.complete:
+        raise TeardownIncomplete("(sweeper)", report)
+    return report.deleted
+
+
 def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> dict[str, Any]:
     from interlude import events
     from interlude_workload.checkpoints import CheckpointStore

@@ -155,3 +155,37 @@ def sweep_run(run_key: str, zones: Iterable[str], intents: Iterable[Intent], tpu
         except Exception as exc:  # noqa: BLE001
             report.unlisted[zone] = f"(after the deletes) {type(exc).__name__}: {exc}"
     return report
+
+
+def list_labelled(zone: str, tpu: Any, compute: Any) -> list[Any]:
+    """Every resource in the zone labelled as Interlude's (for the sweeper); raises if a list fails."""
+    from interlude.sweeper import labelled
+
+    items = [("queued_resource", q) for q in tpu.list_queued_resources(zone)]
+    items += [("tpu_node", n) for n in tpu.list_nodes(zone)]
+    items += [("gce_vm", v) for v in compute.list_instances(zone, filter="labels.managed-by = interlude")]
+    return [m for kind, item in items if (m := labelled(kind, zone, item)) is not None]
+
+
+def sweep_finished(zones: Iterable[str], state_of: Any, tpu: Any, compute: Any) -> TeardownReport:
+    """Delete the machines of finished runs (see interlude.sweeper); `state_of((dag_id, run_id))` asks Airflow."""
+    from interlude.sweeper import select
+
+    report = TeardownReport(zones=list(zones))
+    for zone in report.zones:
+        try:
+            found = list_labelled(zone, tpu, compute)
+        except Exception as exc:  # noqa: BLE001 - the other zones still get swept
+            report.unlisted[zone] = f"{type(exc).__name__}: {exc}"
+            continue
+        states = {m.run: state_of(m.run) for m in found if m.run}
+        for v in select(found, states):
+            log.info("Sweeper: %s %s", v.machine.path(), v.reason)
+            if not v.delete:
+                continue
+            try:
+                delete(Resource(v.machine.kind, zone, v.machine.name), tpu, compute)
+                report.deleted.append(v.machine.path())
+            except Exception as exc:  # noqa: BLE001
+                report.failed[v.machine.path()] = f"{type(exc).__name__}: {exc}"
+    return report

@@ -1,0 +1,126 @@
+"""Helpers of the fault suite: the cloud's own view of what is left, checkpoint verification, `dags test`."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from interlude import dev
+
+DAG_ID = "interlude_training"
+BUCKET = "interlude-faults"
+ZONES = ("us-central1-a", "us-central2-b")
+BASE = {
+    "train_steps": 20,
+    "finetune_steps": 10,
+    "checkpoint_every": 10,
+    "step_seconds": 0.05,
+    "seed": 3,
+    "data_date": "2024-01-15",
+    "bucket": BUCKET,
+    "poll_seconds": 0.5,
+}
+_COMMITTED = re.compile(r"^interlude/(?P<run>[^/]+)/(?P<stage>[^/]+)/step-(?P<step>[0-9]+)/COMMITTED$")
+
+
+def tpu_hook(cloud: dev.LocalCloud) -> Any:
+    from interlude.hooks.tpu import TpuHook
+
+    return TpuHook(gcp_conn_id=None, tpu_endpoint=cloud.api_endpoint, project_id=cloud.project)
+
+
+def compute_hook(cloud: dev.LocalCloud) -> Any:
+    from interlude.hooks.compute import ComputeHook
+
+    return ComputeHook(gcp_conn_id=None, compute_endpoint=cloud.api_endpoint, project_id=cloud.project)
+
+
+def left_in_cloud(cloud: dev.LocalCloud) -> list[str]:
+    """Every node, VM and queued resource the cloud holds (the independent fact, not the code's account)."""
+    left = [f"{m['kind']} {m['zone']}/{m['name']} ({m['state']})" for m in cloud.admin.machines()]
+    tpu = tpu_hook(cloud)
+    for zone in ZONES:
+        left += [f"queued resource {q['name']}" for q in tpu.list_queued_resources(zone)]
+    return left
+
+
+@dataclass(frozen=True)
+class Committed:
+    bucket: str
+    run_key: str
+    stage: str
+    step: int
+
+
+def committed_checkpoints(cloud: dev.LocalCloud) -> list[Committed]:
+    client = dev.gcs_client(cloud)
+    out = []
+    for bucket in client.list_buckets():
+        for blob in client.list_blobs(bucket.name, prefix="interlude/"):
+            if m := _COMMITTED.match(blob.name):
+                out.append(Committed(bucket.name, m["run"], m["stage"], int(m["step"])))
+    return out
+
+
+def verify_failures(cloud: dev.LocalCloud, checkpoints: list[Committed]) -> list[str]:
+    from interlude_workload.checkpoints import CheckpointStore
+
+    client = dev.gcs_client(cloud)
+    problems = []
+    for c in checkpoints:
+        store = CheckpointStore(c.bucket, c.run_key, c.stage, client=client)
+        status = next((s for s in store.scan() if s.step == c.step), None)
+        if status is None or not status.committed:
+            problems.append(f"{c}: gone")
+            continue
+        _, reason = store._verify(status, "full")  # noqa: SLF001 - the same check resume uses
+        if reason:
+            problems.append(f"{c}: {reason}")
+    return problems
+
+
+@dataclass
+class Run:
+    """One finished `airflow dags test`, as Airflow's DB saw it."""
+
+    rc: int
+    run_id: str
+    state: str
+    states: dict[str, str | None]
+    log: str
+
+
+def dags_test(
+    env: dict[str, str],
+    dag_id: str,
+    conf: dict[str, Any],
+    log_path: Path,
+    logical_date: str | None = None,
+    timeout: float = 420,
+) -> Run:
+    """`airflow dags test` (optionally at a fixed logical date: the same run id twice), read back from the DB."""
+    import json
+    import sqlite3
+    import subprocess
+    import sys
+
+    cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
+    if logical_date:
+        cmd.append(logical_date)
+    with open(log_path, "w") as out:
+        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+    text = log_path.read_text(errors="replace")
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1", (dag_id,)
+        ).fetchone()
+        assert row is not None, f"no dag_run of {dag_id}; log tail:\n{text[-3000:]}"
+        states = dict(
+            conn.execute(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (dag_id, row[0])
+            ).fetchall()
+        )
+    return Run(rc, str(row[0]), str(row[1]), states, text)
