@@ -29,7 +29,7 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
    `simulateMaintenanceEvent`.
-5. **report**, then **teardown** (always, even after failures or a killed `provision`; checkpoints stay).
+5. **report** and **teardown** (always, even after failures or a killed `provision`; checkpoints stay).
    It deletes by label, name prefix and the intent record `provision` writes before each create, in
    every zone of the run; a zone it cannot list or anything still there afterwards fails the run.
 
@@ -198,7 +198,10 @@ with DAG(
     reported = run_report()
     torn_down = teardown()
 
-    machine >> train >> finetune_gate >> finetune >> reported >> torn_down
+    # The report and the teardown both follow the last stage: the report is the leaf that carries the
+    # run's own outcome (a teardown flagged to fail the run would otherwise be the only leaf, and a failed
+    # provision followed by a clean teardown would end in "success").
+    machine >> train >> finetune_gate >> finetune >> [reported, torn_down]
     # A failing teardown fails the run: "could not confirm nothing is left" must never end in success.
     torn_down.as_teardown(setups=machine, on_failure_fail_dagrun=True)
     # ...and it runs even when provision failed or was killed after its create call (the setup-success
