@@ -39,7 +39,8 @@ with DAG(
 
         def state_of(run: tuple[str, str]) -> str | None:
             try:  # the execution API (Airflow 3: tasks have no ORM); a missing run is an unknown
-                return str(ti.get_dagrun_state(dag_id=run[0], run_id=run[1]))
+                state = ti.get_dagrun_state(dag_id=run[0], run_id=run[1])
+                return str(getattr(state, "value", state))
             except Exception:  # noqa: BLE001
                 return None
 

@@ -124,3 +124,23 @@ def dags_test(
             ).fetchall()
         )
     return Run(rc, str(row[0]), str(row[1]), states, text)
+
+
+def failing_gcs_proxy(upstream: str, fails: Any, status: int = 403) -> Any:
+    """A real HTTP proxy in front of the GCS emulator answering `status` to requests `fails(method, path)`.
+
+    The GCS emulator has no fault injection; this puts one on the wire, so the process under test (a
+    real trainer subprocess) sees a failed read exactly as it would from GCS.
+    """
+    from aiohttp import web
+
+    from benchmarks.counting_proxy import CountingProxy, classify_gcs
+
+    class FailingProxy(CountingProxy):
+        async def _handle(self, request: web.Request) -> web.StreamResponse:
+            if fails(request.method, request.path_qs):
+                body = {"error": {"code": status, "message": "injected by the test", "errors": []}}
+                return web.json_response(body, status=status)
+            return await super()._handle(request)
+
+    return FailingProxy(upstream, classify_gcs).start()
