@@ -106,9 +106,15 @@ def dags_test(
     import subprocess
     import sys
 
-    cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
-    if logical_date:
-        cmd.append(logical_date)
+    cmd = [
+        str(Path(sys.executable).parent / "airflow"),
+        "dags",
+        "test",
+        dag_id,
+        *([logical_date] if logical_date else []),
+        "--conf",
+        json.dumps(conf),
+    ]
     with open(log_path, "w") as out:
         rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
     text = log_path.read_text(errors="replace")
