@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from interlude import naming
@@ -193,6 +194,73 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
                 provisioning.delete(machine.to_dict(), GCP_CONN_ID)
             except Exception:  # noqa: BLE001 - the original failure is what the user must see
                 log.exception("Clean-up of %s failed too", machine.name)
+            raise
+
+
+@dataclass
+class Attempt:
+    """What one provisioning attempt came to: a ready machine, an accepted queued resource, or a quota wait.
+
+    ``state`` carries the walk forward across deferrals (decision, runtime, capacity report, stockouts met).
+    """
+
+    state: dict[str, Any]
+    machine: dict[str, Any] | None = None
+    queued: bool = False
+    quota: str | None = None
+
+
+def _after_stockout(spec: RunSpec, state: dict[str, Any], exc: Exception) -> None:
+    from interlude.capacity import CapacityReport, mark_stockout
+
+    decision = state["decision"]
+    state["tried"] = [*state["tried"], f"{decision['accelerator_type']} in {decision['zone']}: {exc}"]
+    log.warning("Stockout: %s; walking the tree again without it", exc)
+    current = mark_stockout(CapacityReport.from_dict(state["report"]), decision["zone"], decision["accelerator_type"])
+    state["report"] = current.to_dict()
+    new = decide(spec, state["report"])
+    if new["leaf"] in ("wait", "stuck"):
+        raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(state["tried"]) + "\n\n"
+                           + str(new.get("stuck_report") or new)) from exc
+    state["runtime"] = validate_runtime(spec, new)["runtime"]
+    state["decision"] = {**new, "mode": "spot"} if spec.spot else new
+
+
+def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
+    """Create (or adopt) the machine, or get its queued resource accepted; never sleeps.
+
+    A stockout marks that zone x type out and walks the tree again; a quota error before the quota
+    deadline comes back as an Attempt to wait on (the caller defers); anything else deletes whatever
+    was half-created and raises. The intent record is written before every create call.
+    """
+    from interlude import provisioning
+    from interlude.hooks.errors import QuotaExceededError, StockoutError
+
+    while True:
+        machine = _machine(spec, state["decision"], state["runtime"]).to_dict()
+        log.info("Provisioning %s %s in %s (%s, %s)", machine["kind"], machine["name"], machine["zone"],
+                 machine["accelerator_type"], machine["mode"])
+        record_intent(spec, machine)
+        try:
+            if machine["mode"] == "queued":
+                provisioning.queue(machine, GCP_CONN_ID)
+                return Attempt(state, machine, queued=True)
+            provisioning.create(machine, GCP_CONN_ID)
+            log.info("Machine ready: %s (%s in %s)", machine["name"], machine["accelerator_type"], machine["zone"])
+            return Attempt(state, machine)
+        except StockoutError as exc:
+            _after_stockout(spec, state, exc)
+        except QuotaExceededError as exc:
+            if time.time() > float(state["quota_deadline"]):
+                raise
+            return Attempt(state, quota=str(exc))
+        except Exception:
+            # Whatever was half-created must not outlive this task (teardown deletes it too).
+            log.exception("Provisioning %s failed; deleting whatever was created", machine["name"])
+            try:
+                provisioning.delete(machine, GCP_CONN_ID)
+            except Exception:  # noqa: BLE001 - the original failure is what the user must see
+                log.exception("Clean-up of %s failed too", machine["name"])
             raise
 
 

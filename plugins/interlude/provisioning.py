@@ -190,6 +190,15 @@ def create(machine: dict[str, Any], gcp_conn_id: str | None, queue_timeout: floa
         time.sleep(2.0)
 
 
+def queue(machine: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+    """Ask for the TPU through a queued resource and return once Google accepted it (no waiting for
+    capacity: the deferrable provision waits in the triggerer)."""
+    tpu, _ = _hooks(gcp_conn_id)
+    zone = machine["zone"]
+    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": machine["name"], "node": machine["body"]}]}}
+    return tpu.create_queued_resource(zone, queued_resource_id(machine), body)
+
+
 def delete(machine: dict[str, Any], gcp_conn_id: str | None) -> None:
     tpu, compute = _hooks(gcp_conn_id)
     if machine["kind"] == "gce_vm":

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from interlude import dev
-from tests.faults.support import BUCKET, committed_checkpoints, left_in_cloud, verify_failures
+from tests.faults.support import BUCKET, clear_cloud, committed_checkpoints, left_in_cloud, verify_failures
 
 
 @pytest.fixture(scope="session")
@@ -59,6 +59,8 @@ def nothing_left_nothing_lost(cloud: dev.LocalCloud) -> Iterator[None]:
         time.sleep(1.0)
         left = left_in_cloud(cloud)
     lost = verify_failures(cloud, before)
+    if left:
+        clear_cloud(cloud)
     assert not left, f"left in the cloud after the test: {left}"
     assert not lost, f"committed checkpoints that no longer verify: {lost}"
 

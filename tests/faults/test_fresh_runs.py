@@ -35,14 +35,14 @@ def _commit_times(cloud: dev.LocalCloud, run_key: str) -> dict[str, float]:
 def test_fresh_rerun_with_the_same_run_id_recomputes_every_checkpoint(cloud, airflow_env, tmp_path: Path) -> None:
     conf = {**BASE, "zones": list(ZONES), "resume_policy": "fresh"}
     date = "2024-02-01T00:00:00+00:00"  # the same logical date twice: the same run id
-    first = dags_test(airflow_env, DAG_ID, conf, tmp_path / "first.log", logical_date=date)
+    first = dags_test(airflow_env, DAG_ID, conf, tmp_path / "first.log", run_at=date)
     assert first.state == "success", first.log[-4000:]
     key = naming.run_key(DAG_ID, first.run_id)
     before = _commit_times(cloud, key)
     assert len(before) == 3, before  # train 10, 20; finetune 10
     between = time.time()
 
-    second = dags_test(airflow_env, DAG_ID, conf, tmp_path / "second.log", logical_date=date)
+    second = dags_test(airflow_env, DAG_ID, conf, tmp_path / "second.log", run_at=date)
 
     assert second.run_id == first.run_id
     assert second.state == "success", second.log[-4000:]

@@ -20,7 +20,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 FAILED_STATES = frozenset({"FAILED", "SUSPENDED", "SUSPENDING"})
 
 
-def verdict(qr: dict[str, Any] | None, node: dict[str, Any] | None, now: float, deadline: float) -> dict[str, Any] | None:
+def verdict(
+    qr: dict[str, Any] | None, node: dict[str, Any] | None, now: float, deadline: float
+) -> dict[str, Any] | None:
     """The event to yield for one observation, or None to keep waiting (pure: tested without a cloud)."""
     if qr is None:
         return {"status": "error", "message": "the queued resource is gone"}
@@ -35,16 +37,32 @@ def verdict(qr: dict[str, Any] | None, node: dict[str, Any] | None, now: float, 
 
 
 class QueuedResourceTrigger(BaseTrigger):
-    def __init__(self, *, zone: str, queued_resource: str, node_id: str, gcp_conn_id: str | None,
-                 deadline: float, poll_interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        *,
+        zone: str,
+        queued_resource: str,
+        node_id: str,
+        gcp_conn_id: str | None,
+        deadline: float,
+        poll_interval: float = 5.0,
+    ) -> None:
         super().__init__()
         self.zone, self.queued_resource, self.node_id = zone, queued_resource, node_id
         self.gcp_conn_id, self.deadline, self.poll_interval = gcp_conn_id, deadline, poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"zone": self.zone, "queued_resource": self.queued_resource, "node_id": self.node_id,
-                 "gcp_conn_id": self.gcp_conn_id, "deadline": self.deadline, "poll_interval": self.poll_interval})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "zone": self.zone,
+                "queued_resource": self.queued_resource,
+                "node_id": self.node_id,
+                "gcp_conn_id": self.gcp_conn_id,
+                "deadline": self.deadline,
+                "poll_interval": self.poll_interval,
+            },
+        )
 
     async def _observe(self, hook: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
         from interlude.hooks.errors import NotFoundError
