@@ -24,7 +24,8 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
 2. **validate_runtime** — accelerator x runtime version x framework against `include/runtimes.yaml`
    and the zone's live runtime list, before anything costs money. `plan_only` stops here.
 3. **provision** (setup) — TPU node or GPU VM (`onHostMaintenance=TERMINATE`), named from the run key,
-   adopted if it exists. A stockout walks the tree again without that zone and type.
+   adopted if it exists. A stockout walks the tree again without that zone and type. Waiting for a
+   queued resource or for quota defers to the triggerer (the task shows DEFERRED and holds no slot).
 4. **train**, **finetune_gate**, **finetune** — the machine's agent runs each stage and checkpoints to
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
@@ -158,12 +159,6 @@ with DAG(
             return False
         return True
 
-    @task(pool=ACCELERATOR_POOL)
-    def provision() -> dict[str, Any]:
-        from interlude import lifecycle
-
-        return lifecycle.provision(run_spec(), pulled("validate_runtime"), pulled("choose.evaluate_capacity"))
-
     @task(trigger_rule="all_done")
     def teardown() -> list[str]:
         from interlude import lifecycle
@@ -176,6 +171,7 @@ with DAG(
 
         return lifecycle.run_report(run_spec(), pulled("provision"), [pulled("train"), pulled("finetune")])
 
+    from interlude.operators.provision import ProvisionOperator
     from interlude.operators.stage import TrainingStageOperator
     from interlude.sensors.checkpoint import CommittedCheckpointSensor
 
@@ -184,7 +180,9 @@ with DAG(
     # A skipped approval (not required) must not hide the convert leaf's success from validate_runtime.
     convert >> validated
     gate = continue_unless_plan_only(validated)
-    machine = provision()
+    # Deferrable: a queued resource or a quota wait waits in the triggerer. Default pool (deferred tasks
+    # hold no slot there): provision holds no machine while it waits; the stages hold the accelerator pool.
+    machine = ProvisionOperator(task_id="provision")
     gate >> machine
 
     train = TrainingStageOperator(task_id="train", stage="train", order=1, pool=ACCELERATOR_POOL)

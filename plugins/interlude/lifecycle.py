@@ -149,52 +149,26 @@ def record_intent(spec: RunSpec, machine: Mapping[str, Any]) -> None:
 
 
 def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
-    """Create or adopt the machine. A stockout marks that zone x type out and walks the tree again;
-    a quota error waits for quota (other runs finishing) instead of failing the run."""
+    """Provision in place (CLI, tests): the same attempts as the DAG's deferrable ProvisionOperator, but
+    the queued-resource and quota waits sleep here instead of deferring."""
     from interlude import provisioning
-    from interlude.capacity import CapacityReport, mark_stockout
-    from interlude.hooks.errors import QuotaExceededError, StockoutError
 
-    decision, runtime = dict(validated["decision"]), validated["runtime"]
+    start_fresh(spec)
+    decision = dict(validated["decision"])
     if spec.spot:
         decision["mode"] = "spot"
-    current = CapacityReport.from_dict(report)
-    tried: list[str] = []
-    quota_deadline = time.monotonic() + spec.quota_wait_seconds
-    start_fresh(spec)
+    state = {"decision": decision, "runtime": validated["runtime"], "report": dict(report), "tried": [],
+             "quota_deadline": time.time() + spec.quota_wait_seconds}
     while True:
-        machine = _machine(spec, decision, runtime)
-        log.info("Provisioning %s %s in %s (%s, %s)", machine.kind, machine.name, machine.zone,
-                 machine.accelerator_type, machine.mode)
-        record_intent(spec, machine.to_dict())
-        try:
-            provisioning.create(machine.to_dict(), GCP_CONN_ID)
-            log.info("Machine ready: %s (%s in %s)", machine.name, machine.accelerator_type, machine.zone)
-            return machine.to_dict()
-        except StockoutError as exc:
-            tried.append(f"{decision['accelerator_type']} in {decision['zone']}: {exc}")
-            log.warning("Stockout: %s; walking the tree again without it", exc)
-            current = mark_stockout(current, decision["zone"], decision["accelerator_type"])
-            new = decide(spec, current.to_dict())
-            if new["leaf"] in ("wait", "stuck"):
-                raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(tried) + "\n\n"
-                                   + str(new.get("stuck_report") or new)) from exc
-            runtime = validate_runtime(spec, new)["runtime"]
-            decision = {**new, "mode": "spot"} if spec.spot else new
-        except QuotaExceededError as exc:
-            if time.monotonic() > quota_deadline:
-                raise
-            log.warning("Quota exhausted (%s): waiting for quota to free up", exc)
+        attempt = create_or_queue(spec, state)
+        if attempt.quota is not None:
+            log.warning("Quota exhausted (%s): waiting for quota to free up", attempt.quota)
             time.sleep(min(30.0, spec.poll_seconds * 10))
-        except Exception:
-            # Whatever was half-created must not outlive this task: the teardown of a failed setup
-            # does not run.
-            log.exception("Provisioning %s failed; deleting whatever was created", machine.name)
-            try:
-                provisioning.delete(machine.to_dict(), GCP_CONN_ID)
-            except Exception:  # noqa: BLE001 - the original failure is what the user must see
-                log.exception("Clean-up of %s failed too", machine.name)
-            raise
+            continue
+        assert attempt.machine is not None
+        if attempt.queued:
+            provisioning.create(attempt.machine, GCP_CONN_ID)  # adopts the queued resource, waits for its node
+        return attempt.machine
 
 
 @dataclass

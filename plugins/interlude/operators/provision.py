@@ -4,9 +4,9 @@ Two waits used to sleep on a worker while the task held its slot: a queued resou
 capacity (up to an hour) and a quota error waiting for other runs to finish (up to ten minutes).
 Both now defer (like the Google provider's deferrable create operators): the queued resource to
 :class:`~interlude.triggers.provision.QueuedResourceTrigger`, the quota wait to a
-``DateTimeTrigger`` after which the create is tried again. The task runs in the default pool, which
-does not count deferred tasks, so a waiting provision frees its slot; the accelerator pool is for the
-stage tasks that hold a machine.
+:class:`~interlude.triggers.provision.QuotaWaitTrigger` after which the create is tried again.
+The task runs in the default pool, which does not count deferred tasks, so a waiting provision
+frees its slot; the accelerator pool is for the stage tasks that hold a machine.
 
 Before every create call the intent record is written (interlude.ledger), so a worker killed after
 the call leaves nothing teardown cannot find.
@@ -14,7 +14,6 @@ the call leaves nothing teardown cannot find.
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from typing import Any
 
@@ -73,39 +72,32 @@ class ProvisionOperator(BaseOperator):
             from interlude.provisioning import queued_resource_id
             from interlude.triggers.provision import QueuedResourceTrigger
 
-            self.log.info(
-                "Queued resource %s accepted: waiting for capacity in the triggerer", queued_resource_id(machine)
+            qr_id = queued_resource_id(machine)
+            self.log.info("Queued resource %s accepted: waiting for capacity in the triggerer", qr_id)
+            trigger = QueuedResourceTrigger(
+                zone=machine["zone"],
+                queued_resource=qr_id,
+                node_id=machine["name"],
+                gcp_conn_id=self.gcp_conn_id,
+                deadline=time.time() + QUEUE_WAIT_SECONDS,
+                poll_interval=min(self.poll_interval, spec.poll_seconds * 4),
+                machine=machine,
             )
-            self.defer(
-                trigger=QueuedResourceTrigger(
-                    zone=machine["zone"],
-                    queued_resource=queued_resource_id(machine),
-                    node_id=machine["name"],
-                    gcp_conn_id=self.gcp_conn_id,
-                    deadline=time.time() + QUEUE_WAIT_SECONDS,
-                    poll_interval=min(self.poll_interval, spec.poll_seconds * 4),
-                ),
-                method_name="queued_complete",
-                kwargs={"machine": machine},
-            )
-        from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+            self.defer(trigger=trigger, method_name="queued_complete")
+        from interlude.triggers.provision import QuotaWaitTrigger
 
         wait = min(30.0, spec.poll_seconds * 10)
         self.log.warning("Quota exhausted (%s): waiting %.0fs in the triggerer, then trying again", outcome.quota, wait)
-        self.defer(
-            trigger=DateTimeTrigger(moment=dt.datetime.now(dt.UTC) + dt.timedelta(seconds=wait)),
-            method_name="quota_waited",
-            kwargs={"state": outcome.state},
-        )
+        self.defer(trigger=QuotaWaitTrigger(seconds=wait, state=outcome.state), method_name="quota_waited")
         raise AssertionError("unreachable")  # defer() raises
 
-    def quota_waited(self, context: Any, event: Any = None, state: dict[str, Any] | None = None) -> dict[str, Any]:
-        assert state is not None
-        return self._attempt(context, self._spec(context), state)
+    def quota_waited(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        return self._attempt(context, self._spec(context), event["state"])
 
-    def queued_complete(self, context: Any, event: dict[str, Any], machine: dict[str, Any]) -> dict[str, Any]:
+    def queued_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
         from interlude import provisioning
 
+        machine = event["machine"]
         if event.get("status") == "ready":
             self.log.info("Machine ready through its queued resource: %s in %s", machine["name"], machine["zone"])
             return machine

@@ -37,6 +37,9 @@ def verdict(
 
 
 class QueuedResourceTrigger(BaseTrigger):
+    """Everything the operator needs to go on travels in the event (``machine``): resuming from a
+    deferral must not depend on anything but the event."""
+
     def __init__(
         self,
         *,
@@ -46,8 +49,10 @@ class QueuedResourceTrigger(BaseTrigger):
         gcp_conn_id: str | None,
         deadline: float,
         poll_interval: float = 5.0,
+        machine: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
+        self.machine = machine or {}
         self.zone, self.queued_resource, self.node_id = zone, queued_resource, node_id
         self.gcp_conn_id, self.deadline, self.poll_interval = gcp_conn_id, deadline, poll_interval
 
@@ -61,6 +66,7 @@ class QueuedResourceTrigger(BaseTrigger):
                 "gcp_conn_id": self.gcp_conn_id,
                 "deadline": self.deadline,
                 "poll_interval": self.poll_interval,
+                "machine": self.machine,
             },
         )
 
@@ -91,4 +97,19 @@ class QueuedResourceTrigger(BaseTrigger):
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:  # noqa: BLE001 - the operator fails loudly with it
             event = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
-        yield TriggerEvent(event)
+        yield TriggerEvent({**event, "machine": self.machine})
+
+
+class QuotaWaitTrigger(BaseTrigger):
+    """Wait out a quota error in the triggerer, then hand the provisioning state back to the operator."""
+
+    def __init__(self, *, seconds: float, state: dict[str, Any]) -> None:
+        super().__init__()
+        self.seconds, self.state = seconds, state
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (f"{type(self).__module__}.{type(self).__qualname__}", {"seconds": self.seconds, "state": self.state})
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await asyncio.sleep(self.seconds)
+        yield TriggerEvent({"status": "waited", "state": self.state})
