@@ -105,6 +105,9 @@ def test_empty_committed_marker_does_not_skip_the_manifest_hash(cloud) -> None:
     manifest["metrics"] = {"loss": 0.0}  # a manifest that is not the one committed
     store.bucket.blob(prefix + "manifest.json").upload_from_string(json.dumps(manifest))
     store.bucket.blob(prefix + "COMMITTED").upload_from_string(b"")
-    result = store.latest(verify="full")
-    assert result.checkpoint is None, "an empty COMMITTED marker let an unverified manifest through"
-    assert [r.step for r in result.rejected] == [10]
+    try:
+        result = store.latest(verify="full")
+        assert result.checkpoint is None, "an empty COMMITTED marker let an unverified manifest through"
+        assert [r.step for r in result.rejected] == [10]
+    finally:
+        store.wipe()  # a tampered "committed" step must not stay for later tests' checks
