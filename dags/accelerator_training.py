@@ -161,8 +161,12 @@ with DAG(
 
     @task(trigger_rule="all_done")
     def teardown() -> list[str]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from interlude import lifecycle
 
+        if pulled("resolve_run") is None:  # refused params: no run key, nothing was ever created
+            raise AirflowSkipException("resolve_run did not succeed: nothing of this run can exist")
         return lifecycle.teardown(run_spec())
 
     @task
