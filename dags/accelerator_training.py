@@ -8,6 +8,7 @@ import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
+from airflow.task.trigger_rule import TriggerRule
 
 from interlude.spec import RunSpec
 
@@ -23,12 +24,15 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
 2. **validate_runtime** — accelerator x runtime version x framework against `include/runtimes.yaml`
    and the zone's live runtime list, before anything costs money. `plan_only` stops here.
 3. **provision** (setup) — TPU node or GPU VM (`onHostMaintenance=TERMINATE`), named from the run key,
-   adopted if it exists. A stockout walks the tree again without that zone and type.
+   adopted if it exists. A stockout walks the tree again without that zone and type. Waiting for a
+   queued resource or for quota defers to the triggerer (the task shows DEFERRED and holds no slot).
 4. **train**, **finetune_gate**, **finetune** — the machine's agent runs each stage and checkpoints to
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
    `simulateMaintenanceEvent`.
-5. **report**, then **teardown** (always, even after failures; checkpoints stay).
+5. **report** and **teardown** (always, even after failures or a killed `provision`; checkpoints stay).
+   It deletes by label, name prefix and the intent record `provision` writes before each create, in
+   every zone of the run; a zone it cannot list or anything still there afterwards fails the run.
 
 Clearing a failed step re-runs its setup and teardown: the machine is provisioned again and the stage
 resumes from its latest committed checkpoint. Checkpoints live under
@@ -155,16 +159,14 @@ with DAG(
             return False
         return True
 
-    @task(pool=ACCELERATOR_POOL)
-    def provision() -> dict[str, Any]:
-        from interlude import lifecycle
-
-        return lifecycle.provision(run_spec(), pulled("validate_runtime"), pulled("choose.evaluate_capacity"))
-
     @task(trigger_rule="all_done")
     def teardown() -> list[str]:
+        from airflow.sdk.exceptions import AirflowSkipException
+
         from interlude import lifecycle
 
+        if pulled("resolve_run") is None:  # refused params: no run key, nothing was ever created
+            raise AirflowSkipException("resolve_run did not succeed: nothing of this run can exist")
         return lifecycle.teardown(run_spec())
 
     @task
@@ -176,6 +178,7 @@ with DAG(
         return lifecycle.run_report(spec, current_machine(spec, pulled("provision")), [pulled("train"),
                                                                                       pulled("finetune")])
 
+    from interlude.operators.provision import ProvisionOperator
     from interlude.operators.stage import TrainingStageOperator
     from interlude.sensors.checkpoint import CommittedCheckpointSensor
 
@@ -184,7 +187,9 @@ with DAG(
     # A skipped approval (not required) must not hide the convert leaf's success from validate_runtime.
     convert >> validated
     gate = continue_unless_plan_only(validated)
-    machine = provision()
+    # Deferrable: a queued resource or a quota wait waits in the triggerer. Default pool (deferred tasks
+    # hold no slot there): provision holds no machine while it waits; the stages hold the accelerator pool.
+    machine = ProvisionOperator(task_id="provision")
     gate >> machine
 
     train = TrainingStageOperator(task_id="train", stage="train", order=1, pool=ACCELERATOR_POOL)
@@ -198,5 +203,12 @@ with DAG(
     reported = run_report()
     torn_down = teardown()
 
-    machine >> train >> finetune_gate >> finetune >> reported >> torn_down
-    torn_down.as_teardown(setups=machine)
+    # The report and the teardown both follow the last stage: the report is the leaf that carries the
+    # run's own outcome (a teardown flagged to fail the run would otherwise be the only leaf, and a failed
+    # provision followed by a clean teardown would end in "success").
+    machine >> train >> finetune_gate >> finetune >> [reported, torn_down]
+    # A failing teardown fails the run: "could not confirm nothing is left" must never end in success.
+    torn_down.as_teardown(setups=machine, on_failure_fail_dagrun=True)
+    # ...and it runs even when provision failed or was killed after its create call (the setup-success
+    # rule would leave that machine behind): it deletes by label and intent record in every zone of the run.
+    torn_down.operator.trigger_rule = TriggerRule.ALL_DONE

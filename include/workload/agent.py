@@ -9,6 +9,10 @@ trainer, which commits its current step, and the agent then stops instead of sta
 It never dies silently: an error (GCS unreachable while listing plans, a trainer that cannot start)
 is printed to the serial console, written to the run's ``agent.json`` heartbeat when GCS answers,
 and retried with capped exponential backoff and jitter. Only SIGTERM ends it.
+
+A machine of a `fresh` run knows its run's fresh token (from the startup script): plans left in GCS by
+an earlier run with the same run id carry another token and are not this machine's work, so they are
+neither run nor counted as done; the run's own plan (same object, rewritten) is picked up when it lands.
 """
 
 from __future__ import annotations
@@ -40,12 +44,13 @@ def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF, rng: random.Ran
 
 
 class Agent:
-    def __init__(self, bucket: str, run_key: str, idle_poll: float) -> None:
+    def __init__(self, bucket: str, run_key: str, idle_poll: float, fresh_token: str | None = None) -> None:
         self.bucket, self.run_key, self.idle_poll = bucket, run_key, idle_poll
+        self.fresh_token = fresh_token
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
         self._stop = threading.Event()
-        self.done: set[str] = set()
+        self.done: set[tuple[str, str | None]] = set()
         self.failures: dict[str, int] = {}
 
     def _on_term(self, signum: int, _frame: FrameType | None) -> None:
@@ -88,13 +93,13 @@ class Agent:
         if self.stopping:
             return
         if rc == 0:
-            self.done.add(plan.stage)
+            self.done.add((plan.stage, plan.fresh_token))
             return
         self.failures[plan.stage] = self.failures.get(plan.stage, 0) + 1
         if rc == USAGE_ERROR or self.failures[plan.stage] >= MAX_FAILURES:
             # Retrying cannot help: say so where the control plane looks, then stay idle.
             self._report_failure(plan.stage, rc, self.failures[plan.stage])
-            self.done.add(plan.stage)
+            self.done.add((plan.stage, plan.fresh_token))
             return
         wait = backoff(self.failures[plan.stage], self.idle_poll)
         print(f"agent: stage {plan.stage} exited {rc}; retrying in {wait:.1f}s", flush=True)
@@ -104,11 +109,15 @@ class Agent:
         from google.cloud.storage.retry import DEFAULT_RETRY
 
         plans = read_plans(self.bucket, self.run_key, retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS))
-        pending = [p for p in plans if p.stage not in self.done]
+        pending = [p for p in plans if (p.stage, p.fresh_token) not in self.done and self._ours(p.fresh_token)]
         if not pending:
             self._stop.wait(self.idle_poll)  # the next stage is planned when Airflow reaches it
             return
         self._run_stage(pending[0])
+
+    def _ours(self, plan_token: str | None) -> bool:
+        """A fresh run's machine runs only plans of its own token (None: a resume run takes any plan)."""
+        return self.fresh_token is None or plan_token == self.fresh_token
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
@@ -134,8 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--run-key", required=True)
     parser.add_argument("--idle-poll", type=float, default=1.0)
+    parser.add_argument("--fresh-token", default=None, help="run only plans carrying this token")
     args = parser.parse_args(argv)
-    return Agent(args.bucket, args.run_key, args.idle_poll).run()
+    return Agent(args.bucket, args.run_key, args.idle_poll, args.fresh_token).run()
 
 
 if __name__ == "__main__":

@@ -52,6 +52,10 @@ _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 VerifyMode = Literal["metadata", "full"]
 
 
+class FreshMarkerUnreadable(Exception):
+    """The fresh marker exists but says nothing usable: not evidence that a wipe is due."""
+
+
 class CorruptCheckpoint(Exception):
     """A committed checkpoint whose bytes do not match its manifest."""
 
@@ -189,7 +193,8 @@ class CheckpointStore:
             marker = objs[COMMITTED].download_as_bytes(retry=DEFAULT_RETRY).decode("ascii", "replace").strip()
         except Exception as exc:  # noqa: BLE001 - a vanished object during a scan is a reason, not a crash
             return None, f"could not read manifest/COMMITTED: {exc}"
-        if marker and marker != sha256_hex(manifest_bytes):
+        # An empty marker is no evidence: it never skips the hash check (a torn or hand-made COMMITTED).
+        if marker != sha256_hex(manifest_bytes):
             return None, "manifest.json does not match the sha256 recorded in COMMITTED"
         try:
             manifest = json.loads(manifest_bytes)
@@ -429,8 +434,23 @@ class CheckpointStore:
         return self._get_json("progress.json")
 
     def fresh_token(self) -> str | None:
-        marker = self._get_json("fresh.json")
-        return str(marker["token"]) if marker and "token" in marker else None
+        """The token of the last start-fresh wipe; None only when GCS positively says there is no marker.
+
+        A wipe follows a token that differs from this answer, so an unknown must never read as "absent":
+        a transient error or an unreadable marker raises (the trainer then fails and is retried) instead
+        of deleting every committed checkpoint of the stage.
+        """
+        try:
+            raw = self.bucket.blob(self.base + "fresh.json").download_as_bytes(retry=DEFAULT_RETRY)
+        except NotFound:
+            return None
+        try:
+            marker = json.loads(raw)
+        except ValueError as exc:
+            raise FreshMarkerUnreadable(f"{self.uri()}fresh.json is not JSON: {exc}") from exc
+        if not isinstance(marker, dict) or not isinstance(marker.get("token"), str):
+            raise FreshMarkerUnreadable(f"{self.uri()}fresh.json holds no token: {marker!r}")
+        return marker["token"]
 
     def set_fresh_token(self, token: str) -> None:
         self._put_json("fresh.json", {"token": token, "at": now_iso()})

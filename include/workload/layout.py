@@ -9,6 +9,7 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
         events/STAGE-MILLIS-KIND-ID.json                   event_object: one per maintenance event
         report.json                                        report_object
         agent.json                                         agent_object: the machine agent's heartbeat
+        machines/NAME.json                                 machine_intent_object: written before each create
         _preflight                                         preflight_object (written and removed at start)
         STAGE/                                             stage_prefix (checkpoints.CheckpointStore)
             step-00001200/{payload, manifest.json, COMMITTED}
@@ -59,6 +60,16 @@ def agent_object(run_key: str) -> str:
 def machine_object(run_key: str) -> str:
     """The run's current machine record, written when a stage moves it (failover); absent = provision's."""
     return f"{run_prefix(run_key)}machine.json"
+
+
+def machines_prefix(run_key: str) -> str:
+    return f"{run_prefix(run_key)}machines/"
+
+
+def machine_intent_object(run_key: str, name: str) -> str:
+    """What provision is about to create (kind, zone, name), written before the create call: teardown and
+    the sweeper read it, so a create whose task was killed is never an unknown machine."""
+    return f"{machines_prefix(run_key)}{name}.json"
 
 
 def preflight_object(run_key: str) -> str:

@@ -155,10 +155,14 @@ def render_agent(
     log_dir: str = "/var/log/interlude",
     env: Mapping[str, str] | None = None,
     pip_install: Sequence[str] = (),
+    fresh_token: str | None = None,
 ) -> str:
     """The startup script the operators give a machine: the agent, which runs every planned stage
-    in order and resumes each (see agent.py and plan.py)."""
+    in order and resumes each (see agent.py and plan.py). A fresh run's token makes the agent ignore
+    plans an earlier run with the same run id left behind."""
     args = ["--bucket", bucket, "--run-key", run_key, "--idle-poll", repr(float(idle_poll))]
+    if fresh_token:
+        args += ["--fresh-token", fresh_token]
     return _script(module="interlude_workload.agent", args=args, stage="all-stages", run_key=run_key,
                    python=python, log_dir=log_dir, env=env, pip_install=pip_install)
 

@@ -12,6 +12,7 @@ import logging
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from interlude import naming
@@ -112,65 +113,166 @@ def _machine(spec: RunSpec, decision: Mapping[str, Any], runtime: str) -> Any:
     from interlude import provisioning
 
     return provisioning.machine_record(
-        dict(decision), runtime, bucket=spec.bucket, run_key=spec.run_key, dag_id=spec.dag_id,
+        dict(decision), runtime, bucket=spec.bucket, run_key=spec.run_key, dag_id=spec.dag_id, run_id=spec.run_id,
         network=spec.network, subnetwork=spec.subnetwork, service_account=spec.service_account,
-        idle_poll=spec.poll_seconds)
+        idle_poll=spec.poll_seconds, fresh_token=spec.fresh_token)
+
+
+def start_fresh(spec: RunSpec) -> dict[str, int]:
+    """`fresh`: wipe each stage of the run once per token, before any machine exists.
+
+    Done here, not only on the machine: a stage watcher started on the old final checkpoint would call
+    the stage done before the machine's wipe. The marker is read strictly (an unknown raises), so only
+    a marker GCS positively reports as absent or different leads to a wipe.
+    """
+    from interlude_workload.checkpoints import CheckpointStore
+
+    wiped: dict[str, int] = {}
+    if not spec.fresh_token:
+        return wiped
+    for stage in STAGES:
+        store = CheckpointStore(spec.bucket, spec.run_key, stage)
+        if store.fresh_token() == spec.fresh_token:
+            continue
+        wiped[stage] = store.wipe()
+        store.set_fresh_token(spec.fresh_token)
+        log.info("Start fresh (token %s): removed %d object(s) of stage %s", spec.fresh_token, wiped[stage], stage)
+    return wiped
+
+
+def record_intent(spec: RunSpec, machine: Mapping[str, Any]) -> None:
+    """Before the create call: where the machine will be, so teardown deletes it even if this task dies."""
+    from interlude import ledger
+
+    uri = ledger.record(spec.bucket, spec.run_key, ledger.intent_for(dict(machine), spec.dag_id, spec.run_id))
+    log.info("Intent recorded before the create: %s", uri)
 
 
 def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, Any]) -> dict[str, Any]:
-    """Create or adopt the machine. A stockout marks that zone x type out and walks the tree again;
-    a quota error waits for quota (other runs finishing) instead of failing the run."""
+    """Provision in place (CLI, tests): the same attempts as the DAG's deferrable ProvisionOperator, but
+    the queued-resource and quota waits sleep here instead of deferring."""
     from interlude import provisioning
-    from interlude.capacity import CapacityReport, mark_stockout
-    from interlude.hooks.errors import QuotaExceededError, StockoutError
 
-    decision, runtime = dict(validated["decision"]), validated["runtime"]
+    start_fresh(spec)
+    decision = dict(validated["decision"])
     if spec.spot:
         decision["mode"] = "spot"
-    current = CapacityReport.from_dict(report)
-    tried: list[str] = []
-    quota_deadline = time.monotonic() + spec.quota_wait_seconds
+    state = {"decision": decision, "runtime": validated["runtime"], "report": dict(report), "tried": [],
+             "quota_deadline": time.time() + spec.quota_wait_seconds}
     while True:
-        machine = _machine(spec, decision, runtime)
-        log.info("Provisioning %s %s in %s (%s, %s)", machine.kind, machine.name, machine.zone,
-                 machine.accelerator_type, machine.mode)
-        try:
-            provisioning.create(machine.to_dict(), GCP_CONN_ID)
-            log.info("Machine ready: %s (%s in %s)", machine.name, machine.accelerator_type, machine.zone)
-            return machine.to_dict()
-        except StockoutError as exc:
-            tried.append(f"{decision['accelerator_type']} in {decision['zone']}: {exc}")
-            log.warning("Stockout: %s; walking the tree again without it", exc)
-            current = mark_stockout(current, decision["zone"], decision["accelerator_type"])
-            new = decide(spec, current.to_dict())
-            if new["leaf"] in ("wait", "stuck"):
-                raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(tried) + "\n\n"
-                                   + str(new.get("stuck_report") or new)) from exc
-            runtime = validate_runtime(spec, new)["runtime"]
-            decision = {**new, "mode": "spot"} if spec.spot else new
-        except QuotaExceededError as exc:
-            if time.monotonic() > quota_deadline:
-                raise
-            log.warning("Quota exhausted (%s): waiting for quota to free up", exc)
+        attempt = create_or_queue(spec, state)
+        if attempt.quota is not None:
+            log.warning("Quota exhausted (%s): waiting for quota to free up", attempt.quota)
             time.sleep(min(30.0, spec.poll_seconds * 10))
+            continue
+        assert attempt.machine is not None
+        if attempt.queued:
+            provisioning.create(attempt.machine, GCP_CONN_ID)  # adopts the queued resource, waits for its node
+        return attempt.machine
+
+
+@dataclass
+class Attempt:
+    """What one provisioning attempt came to: a ready machine, an accepted queued resource, or a quota wait.
+
+    ``state`` carries the walk forward across deferrals (decision, runtime, capacity report, stockouts met).
+    """
+
+    state: dict[str, Any]
+    machine: dict[str, Any] | None = None
+    queued: bool = False
+    quota: str | None = None
+
+
+def _after_stockout(spec: RunSpec, state: dict[str, Any], exc: Exception) -> None:
+    from interlude.capacity import CapacityReport, mark_stockout
+
+    decision = state["decision"]
+    state["tried"] = [*state["tried"], f"{decision['accelerator_type']} in {decision['zone']}: {exc}"]
+    log.warning("Stockout: %s; walking the tree again without it", exc)
+    current = mark_stockout(CapacityReport.from_dict(state["report"]), decision["zone"], decision["accelerator_type"])
+    state["report"] = current.to_dict()
+    new = decide(spec, state["report"])
+    if new["leaf"] in ("wait", "stuck"):
+        raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(state["tried"]) + "\n\n"
+                           + str(new.get("stuck_report") or new)) from exc
+    state["runtime"] = validate_runtime(spec, new)["runtime"]
+    state["decision"] = {**new, "mode": "spot"} if spec.spot else new
+
+
+def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
+    """Create (or adopt) the machine, or get its queued resource accepted; never sleeps.
+
+    A stockout marks that zone x type out and walks the tree again; a quota error before the quota
+    deadline comes back as an Attempt to wait on (the caller defers); anything else deletes whatever
+    was half-created and raises. The intent record is written before every create call.
+    """
+    from interlude import provisioning
+    from interlude.hooks.errors import QuotaExceededError, StockoutError
+
+    while True:
+        machine = _machine(spec, state["decision"], state["runtime"]).to_dict()
+        log.info("Provisioning %s %s in %s (%s, %s)", machine["kind"], machine["name"], machine["zone"],
+                 machine["accelerator_type"], machine["mode"])
+        record_intent(spec, machine)
+        try:
+            if machine["mode"] == "queued":
+                provisioning.queue(machine, GCP_CONN_ID)
+                return Attempt(state, machine, queued=True)
+            provisioning.create(machine, GCP_CONN_ID)
+            log.info("Machine ready: %s (%s in %s)", machine["name"], machine["accelerator_type"], machine["zone"])
+            return Attempt(state, machine)
+        except StockoutError as exc:
+            _after_stockout(spec, state, exc)
+        except QuotaExceededError as exc:
+            if time.time() > float(state["quota_deadline"]):
+                raise
+            return Attempt(state, quota=str(exc))
         except Exception:
-            # Whatever was half-created must not outlive this task: the teardown of a failed setup
-            # does not run.
-            log.exception("Provisioning %s failed; deleting whatever was created", machine.name)
+            # Whatever was half-created must not outlive this task (teardown deletes it too).
+            log.exception("Provisioning %s failed; deleting whatever was created", machine["name"])
             try:
-                provisioning.delete(machine.to_dict(), GCP_CONN_ID)
+                provisioning.delete(machine, GCP_CONN_ID)
             except Exception:  # noqa: BLE001 - the original failure is what the user must see
-                log.exception("Clean-up of %s failed too", machine.name)
+                log.exception("Clean-up of %s failed too", machine["name"])
             raise
 
 
 def teardown(spec: RunSpec) -> list[str]:
-    from interlude import provisioning
+    """Delete everything of the run in every zone it could have touched; fail unless that is confirmed."""
+    from interlude import ledger, provisioning
+    from interlude.teardown import TeardownIncomplete
 
-    deleted = provisioning.teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID)
-    log.info("Deleted %d resource(s) of run %s: %s (checkpoints kept under gs://%s/%s)", len(deleted),
-             spec.run_key, deleted, spec.bucket, naming.checkpoint_prefix(spec.run_key))
-    return deleted
+    try:
+        intents = ledger.read(spec.bucket, spec.run_key)
+        ledger_error = None
+    except Exception as exc:  # noqa: BLE001 - the zones are still swept; the task fails below
+        intents, ledger_error = [], f"{type(exc).__name__}: {exc}"
+    report = provisioning.teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID, intents)
+    log.info("Deleted %d resource(s) of run %s in zones %s: %s (checkpoints kept under gs://%s/%s)",
+             len(report.deleted), spec.run_key, report.zones, report.deleted, spec.bucket,
+             naming.checkpoint_prefix(spec.run_key))
+    if ledger_error:
+        report.unlisted["(intent records)"] = ledger_error
+    if not report.complete:
+        raise TeardownIncomplete(spec.run_key, report)
+    return report.deleted
+
+
+def sweep(zones: list[str], state_of: Any) -> list[str]:
+    """The sweeper DAG's task: delete machines of finished runs; fail on any zone or delete it could not do."""
+    from interlude.spec import ZONE_RE
+    from interlude.teardown import TeardownIncomplete, sweep_finished
+
+    bad = [z for z in zones if not ZONE_RE.match(z)]
+    if bad:
+        raise ValueError(f"zones: {bad} are not zone names")
+    tpu, compute = _hooks()
+    report = sweep_finished(zones, state_of, tpu, compute)
+    log.info("Sweeper deleted %d machine(s) of finished runs: %s", len(report.deleted), report.deleted)
+    if not report.complete:
+        raise TeardownIncomplete("(sweeper)", report)
+    return report.deleted
 
 
 def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> dict[str, Any]:

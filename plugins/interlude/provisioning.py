@@ -40,7 +40,7 @@ class MachineRecord:
         return asdict(self)
 
 
-def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0) -> str:
+def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0, fresh_token: str | None = None) -> str:
     """The script every boot runs: the workload agent, which resumes every planned stage.
 
     Every value is shell-quoted. On Google Cloud the image must provide a `python3` that can import
@@ -49,7 +49,7 @@ def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0) -> str:
     """
     from interlude_workload.startup import render_agent
 
-    return render_agent(bucket=bucket, run_key=run_key, idle_poll=idle_poll)
+    return render_agent(bucket=bucket, run_key=run_key, idle_poll=idle_poll, fresh_token=fresh_token)
 
 
 def tpu_node_body(*, accelerator_type: str, runtime: str, mode: str, labels: dict[str, str], script: str,
@@ -115,11 +115,19 @@ def gce_vm_body(*, name: str, zone: str, accelerator_type: str, count: int, mach
     return body
 
 
+RUN_ID_METADATA = "interlude-run-id"
+DAG_ID_METADATA = "interlude-dag-id"
+"""Metadata keys naming the Airflow run that owns a machine (run ids do not fit in a label value): the
+sweeper asks Airflow for that run's state. The label `interlude-run` (the run key) must match them."""
+
+
 def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_key: str, dag_id: str,
-                    network: str | None = None, subnetwork: str | None = None,
-                    service_account: str | None = None, idle_poll: float = 1.0) -> MachineRecord:
+                    run_id: str = "", network: str | None = None, subnetwork: str | None = None,
+                    service_account: str | None = None, idle_poll: float = 1.0,
+                    fresh_token: str | None = None) -> MachineRecord:
     """Build the create machine for the accelerator a decision names."""
-    script = startup_script(bucket, run_key, idle_poll)
+    script = startup_script(bucket, run_key, idle_poll, fresh_token)
+    owner = {DAG_ID_METADATA: dag_id, RUN_ID_METADATA: run_id}
     labels = naming.labels(run_key, dag_id)
     zone, accel = decision["zone"], decision["accelerator_type"]
     mode = decision.get("mode") or "on_demand"
@@ -129,6 +137,7 @@ def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_k
         body = tpu_node_body(accelerator_type=accel, runtime=runtime, mode=mode, labels=labels, script=script,
                              network=network, subnetwork=subnetwork, service_account=service_account,
                              reservation=reservation)
+        body["metadata"].update(owner)
         return MachineRecord("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
     name = naming.resource_name(run_key, "vm")
     count = int(decision.get("count") or 1)
@@ -136,6 +145,7 @@ def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_k
     body = gce_vm_body(name=name, zone=zone, accelerator_type=accel, count=count, machine_type=machine_type,
                        image_family=runtime, mode=mode, labels=labels, script=script, network=network,
                        subnetwork=subnetwork, service_account=service_account, reservation=reservation)
+    body["metadata"]["items"] += [{"key": k, "value": v} for k, v in owner.items()]
     return MachineRecord("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
 
 
@@ -180,6 +190,15 @@ def create(machine: dict[str, Any], gcp_conn_id: str | None, queue_timeout: floa
         time.sleep(2.0)
 
 
+def queue(machine: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+    """Ask for the TPU through a queued resource and return once Google accepted it (no waiting for
+    capacity: the deferrable provision waits in the triggerer)."""
+    tpu, _ = _hooks(gcp_conn_id)
+    zone = machine["zone"]
+    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": machine["name"], "node": machine["body"]}]}}
+    return tpu.create_queued_resource(zone, queued_resource_id(machine), body)
+
+
 def delete(machine: dict[str, Any], gcp_conn_id: str | None) -> None:
     tpu, compute = _hooks(gcp_conn_id)
     if machine["kind"] == "gce_vm":
@@ -196,21 +215,12 @@ def reprovision(machine: dict[str, Any], gcp_conn_id: str | None) -> dict[str, A
     return create(machine, gcp_conn_id)
 
 
-def teardown_run(run_key: str, zones: list[str], gcp_conn_id: str | None) -> list[str]:
-    """Delete every node, queued resource and VM labelled with this run, in every candidate zone."""
+def teardown_run(run_key: str, zones: list[str], gcp_conn_id: str | None, intents: list[Any] | None = None) -> Any:
+    """Delete every node, queued resource and VM of this run in every zone it could have touched.
+
+    Returns a :class:`interlude.teardown.TeardownReport`; see that module for the promise.
+    """
+    from interlude.teardown import sweep_run
+
     tpu, compute = _hooks(gcp_conn_id)
-    deleted: list[str] = []
-    for zone in zones:
-        for qr in tpu.list_queued_resources(zone):
-            if qr["name"].rsplit("/", 1)[-1].startswith(run_key + "-"):  # queued resources carry no labels
-                tpu.delete_queued_resource(zone, qr["name"].rsplit("/", 1)[-1], force=True)
-                deleted.append(qr["name"])
-        for node in tpu.list_nodes(zone):
-            if (node.get("labels") or {}).get("interlude-run") == run_key:
-                tpu.delete_node(zone, node["name"].rsplit("/", 1)[-1])
-                deleted.append(node["name"])
-        for vm in compute.list_instances(zone, filter=f"labels.interlude-run = {run_key}"):
-            if (vm.get("labels") or {}).get("interlude-run") == run_key:
-                compute.delete_instance(zone, vm["name"])
-                deleted.append(f"zones/{zone}/instances/{vm['name']}")
-    return deleted
+    return sweep_run(run_key, zones, intents or [], tpu, compute)
