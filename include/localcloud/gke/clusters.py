@@ -8,6 +8,7 @@ then DONE, as GKE's long-running operations do
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -22,6 +23,7 @@ from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
+from interlude_localcloud.gke.runtime import ClusterRuntime
 from interlude_localcloud.gke.resources import RESOURCES
 
 # TPU machine types -> the accelerator label GKE puts on their nodes
@@ -50,6 +52,7 @@ class ClusterState:
     id: str
     pools: dict[str, PoolState] = field(default_factory=dict)
     controller: DeploymentController | None = None
+    runtime: ClusterRuntime | None = None
 
 
 def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
@@ -90,6 +93,7 @@ class Gke:
     def __init__(self, cloud: Cloud, specs: list[ClusterSpec], state_dir: Path) -> None:
         self.cloud = cloud
         self.clusters: dict[tuple[str, str], ClusterState] = {}
+        self.state_dir = state_dir
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (location, name) -> Operation
         for spec in specs:
             kube = KubeApiServer(spec, state_dir)
@@ -108,9 +112,18 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
+            sc = self.cloud.scenario
+            env = {"GOOGLE_CLOUD_PROJECT": c.project}
+            gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")
+            if gcs:
+                env["STORAGE_EMULATOR_HOST"] = str(gcs)
+            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env)
+            c.runtime.start()
 
     def stop(self) -> None:
         for c in self.clusters.values():
+            if c.runtime is not None:
+                c.runtime.stop()
             if c.controller is not None:
                 c.controller.stop()
             c.kube.stop()

@@ -62,6 +62,8 @@ class ClusterSpec:
     location: str
     kubernetes_version: str = DEFAULT_K8S_VERSION
     node_pools: list[NodePoolSpec] = field(default_factory=list)
+    # image glob -> {command name: local argv}: what a container of that image runs here (see kubelet.py)
+    images: dict[str, dict[str, list[str]]] = field(default_factory=dict)
 
     @property
     def minor_version(self) -> str:
@@ -114,7 +116,7 @@ def parse_gke(raw: dict[str, Any] | None) -> list[ClusterSpec]:
     """`gke: {clusters: [{name, location, kubernetes_version, node_pools: [...]}]}` -> ClusterSpecs."""
     if not raw:
         return []
-    unknown = set(raw) - {"clusters"}
+    unknown = set(raw) - {"clusters", "images"}
     if unknown:
         raise ValueError(f"unknown gke keys: {sorted(unknown)}")
     out: list[ClusterSpec] = []
@@ -124,5 +126,7 @@ def parse_gke(raw: dict[str, Any] | None) -> list[ClusterSpec]:
             name=str(c["name"]), location=location,
             kubernetes_version=str(c.get("kubernetes_version", DEFAULT_K8S_VERSION)),
             node_pools=[_pool(p, location) for p in c.get("node_pools") or []],
+            images={str(k): {str(n): [str(a) for a in argv] for n, argv in (v or {}).items()}
+                    for k, v in (raw.get("images") or {}).items()},
         ))
     return out

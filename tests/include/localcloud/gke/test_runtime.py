@@ -1,0 +1,125 @@
+"""GKE runs: the guide's TPU-first / L4-fallback example with real processes (the vLLM stand-in behind the
+entrypoint scripts Interlude ships) on the local cloud, asserting facts read from the cluster and the pods."""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from interlude.serving.entrypoints import load_scripts
+from interlude.serving.plan import require_plan
+from interlude.serving.spec import ServeSpec
+from interlude_localcloud.gke.controllers import CLASSES, NODES, PODS
+from interlude_localcloud.gke.deployments import DEPLOYMENTS
+from interlude_localcloud.gke.kubelet import CONFIGMAPS
+from interlude_localcloud.gke.runtime import PORT_ANNOTATION, SERVICES
+from interlude_localcloud.testing import running_localcloud
+
+from ...serving.standin_proc import write_checkpoint
+
+DEADLINE = 40.0
+
+
+def wait_for(what: str, check: Callable[[], Any], c: Any, timeout: float = DEADLINE) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{explain(c)}")
+
+
+def explain(c: Any) -> str:
+    """The cluster's account, for a failure message only (assertions read the cluster)."""
+    store = c.kube.store
+    pods, _ = store.list(PODS, None)
+    lines = [f"events: {c.runtime.controllers.state.events[-15:]}"]
+    for p in pods:
+        lines.append(f"pod {p['metadata']['name']} node={p['spec'].get('nodeName')} status={p.get('status')}")
+        lines.extend(f"   | {line}" for line in store.logs.get(("default", p["metadata"]["name"]), [])[-15:])
+    return "\n".join(lines)
+
+
+def _objects(uri: str) -> list[dict[str, Any]]:
+    result = require_plan(ServeSpec(checkpoint_uri=uri), scripts=load_scripts())
+    objs = [o for o in yaml.safe_load_all(result.text) if o]
+    kinds = {"ComputeClass", "ConfigMap", "Deployment", "Service"}
+    out = [copy.deepcopy(o) for o in objs if o["kind"] in kinds]
+    for o in out:
+        if o["kind"] == "Deployment":
+            # The rendered pod requests cpu 1 and no google.com/tpu, so every replica would fit on the one
+            # TPU node; 6 of the 8 cores (5 + 1) keep one replica per node, as a TPU chip does on Google.
+            o["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+            o["spec"]["replicas"] = 1
+    return out
+
+
+@pytest.fixture
+def cluster(bucket: str) -> Iterator[tuple[Any, Any, str]]:
+    uri, _ = write_checkpoint(bucket, "gke-serve", 5, seed=3)
+    with running_localcloud("gke_serving_run", gcs=False) as lc:
+        c = next(iter(lc.cloud_gke().clusters.values()))
+        store = c.kube.store
+        by_kind = {"ComputeClass": CLASSES, "ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES}
+        for o in _objects(uri):
+            store.create(by_kind[o["kind"]], o["metadata"].get("namespace", ""), o)
+        yield lc, c, uri
+        pids = c.runtime.pids()
+    assert pids, "no container process was started"
+    alive = [p for p in pids if _alive(p)]
+    assert not alive, f"processes outlived the local cloud: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped by its parent is dead too
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def ready_pods(store: Any) -> list[dict[str, Any]]:
+    pods, _ = store.list(PODS, "default")
+    return [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
+                                   for c in (p.get("status") or {}).get("conditions") or [])]
+
+
+def node_labels(store: Any, name: str) -> dict[str, str]:
+    return store.get(NODES, "", name)["metadata"]["labels"]
+
+
+def accelerators(store: Any) -> list[str]:
+    out = []
+    for p in ready_pods(store):
+        labels = node_labels(store, p["spec"]["nodeName"])
+        out.append("tpu" if "cloud.google.com/gke-tpu-accelerator" in labels else "gpu")
+    return sorted(out)
+
+
+def service_answer(store: Any) -> dict[str, Any]:
+    port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
+    r = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
+    lc, c, uri = cluster
+    store = c.kube.store
+    wait_for("one ready pod", lambda: len(ready_pods(store)) == 1, c)
+    assert accelerators(store) == ["tpu"]
+    pod = ready_pods(store)[0]
+    labels = node_labels(store, pod["spec"]["nodeName"])
+    assert labels["cloud.google.com/gke-tpu-topology"] == "1x1"
+    assert labels["cloud.google.com/compute-class"] == "interlude-vllm"
+    body = service_answer(store)
+    assert uri.rstrip("/") in str(body), body
