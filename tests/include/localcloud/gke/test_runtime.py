@@ -123,3 +123,61 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     assert labels["cloud.google.com/compute-class"] == "interlude-vllm"
     body = service_answer(store)
     assert uri.rstrip("/") in str(body), body
+    tpu_node = pod["spec"]["nodeName"]
+    zone = labels["topology.kubernetes.io/zone"]
+
+    # Maintenance on the TPU node with TPUs stocked out in the zone: the label at the notice, the pod evicted
+    # at the window, its replacement placed by the ComputeClass on its second priority (L4).
+    lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"])
+    window = lc.admin.gke_node_maintenance(c.spec.name, tpu_node, notice_in=60, window_in=1800,
+                                           duration_seconds=1800, replaces_node=True)
+    label = wait_for("the maintenance label", lambda: _label(store, tpu_node, SCHEDULED), c)
+    assert int(label) == int(window)
+    assert store.exists(PODS, "default", pod["metadata"]["name"]), "evicted before the window"
+    wait_for("the pod evicted", lambda: not store.exists(PODS, "default", pod["metadata"]["name"]), c)
+    evicted_at = lc.admin.gke_events(c.spec.name)["now"]
+    wait_for("the replacement ready on L4", lambda: accelerators(store) == ["gpu"], c)
+    on_gpu_after = lc.admin.gke_events(c.spec.name)["now"] - evicted_at
+    assert on_gpu_after < 3600, f"replacement took {on_gpu_after:.0f} scenario seconds"
+    assert uri.rstrip("/") in str(service_answer(store))
+    # The maintenance ends with the VM replaced; with the stockout on, a TPU scale-up fails and the pod stays.
+    wait_for("the TPU node replaced", lambda: not store.exists(NODES, "", tpu_node), c)
+    wait_for("a failed TPU scale-up", lambda: any(
+        e["kind"] == "ScaleUpFailed" and e["pool"] == labels["cloud.google.com/gke-nodepool"]
+        for e in lc.admin.gke_events(c.spec.name)["events"]), c)
+    assert accelerators(store) == ["gpu"]
+
+    # Capacity back: activeMigration brings the pod back to the TPU pool.
+    lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"], stockout=False)
+    wait_for("the pod back on TPU", lambda: accelerators(store) == ["tpu"] and len(_pods(store)) == 1, c)
+    assert uri.rstrip("/") in str(service_answer(store))
+
+    # Scaled to 3: the TPU pool holds one node, two pods land on L4 nodes.
+    scale(store, 3)
+    wait_for("3 ready pods", lambda: accelerators(store) == ["gpu", "gpu", "tpu"], c)
+    gpu_nodes = {p["spec"]["nodeName"] for p in ready_pods(store)
+                 if "cloud.google.com/gke-accelerator" in node_labels(store, p["spec"]["nodeName"])}
+    assert len(gpu_nodes) == 2
+    assert all(node_labels(store, n)["cloud.google.com/gke-accelerator"] == "nvidia-l4" for n in gpu_nodes)
+    fingerprints = {service_answer(store)["data"][0]["root"] for _ in range(6)}
+    assert fingerprints == {uri.rstrip("/")} or len(fingerprints) == 1, fingerprints
+
+
+SCHEDULED = "cloud.google.com/scheduled-maintenance-time"
+
+
+def _label(store: Any, node: str, key: str) -> str | None:
+    return store.get(NODES, "", node)["metadata"]["labels"].get(key) if store.exists(NODES, "", node) else None
+
+
+def _pods(store: Any) -> list[dict[str, Any]]:
+    return store.list(PODS, "default")[0]
+
+
+def scale(store: Any, replicas: int) -> None:
+    def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+        cur["spec"]["replicas"] = replicas
+        cur["metadata"].pop("resourceVersion", None)
+        return cur
+
+    store.update(DEPLOYMENTS, "default", "interlude-vllm", mutate)
