@@ -9,8 +9,8 @@ from pathlib import Path
 from interlude_localcloud.admin_api import AdminApi
 from interlude_localcloud.cloud import Cloud
 from interlude_localcloud.gcs import GcsEmulator
-from interlude_localcloud.gke.clusters import Gke
 from interlude_localcloud.gke.admin_api import GkeAdminApi
+from interlude_localcloud.gke.clusters import Gke
 from interlude_localcloud.gke.container_api import ContainerApi
 from interlude_localcloud.metadata_api import MetadataApi
 from interlude_localcloud.scenario import Scenario

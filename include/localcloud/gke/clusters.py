@@ -23,8 +23,8 @@ from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
-from interlude_localcloud.gke.runtime import ClusterRuntime
 from interlude_localcloud.gke.resources import RESOURCES
+from interlude_localcloud.gke.runtime import ClusterRuntime
 
 # TPU machine types -> the accelerator label GKE puts on their nodes
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#availability).
@@ -81,7 +81,7 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
     return NodePoolSpec(name=name, machine_type=machine_type, min_nodes=int(autoscaling.get("minNodeCount", 0)),
                         max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))), initial_nodes=initial,
                         spot=bool(config.get("spot") or config.get("preemptible")), zones=zones, tpu=tpu, gpu=gpu,
-                        labels=dict(config.get("labels") or {}),
+                        labels=dict(config.get("labels") or {}), autoscaling=bool(autoscaling.get("enabled")),
                         taints=[Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""),
                                                                                                  "NoSchedule"))
                                 for t in config.get("taints") or []])
@@ -112,6 +112,8 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
+            if not c.spec.run:
+                continue
             sc = self.cloud.scenario
             env = {"GOOGLE_CLOUD_PROJECT": c.project}
             gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")

@@ -65,10 +65,10 @@ class Controllers:
         self.state = ControlState()
 
     # ------------------------------------------------------------------ views
-    def pools(self) -> list[NodePool]:
+    def pools(self, autoscaled_only: bool = False) -> list[NodePool]:
         out = []
         for ps in self.c.pools.values():
-            if ps.status in ("RUNNING", "RECONCILING"):
+            if ps.status in ("RUNNING", "RECONCILING") and (ps.spec.autoscaling or not autoscaled_only):
                 template = node_objects.node_object(self.c.spec.name, ps.spec, 0, self.c.spec.kubernetes_version)
                 out.append(pool_view(ps.spec, quantities(template["status"]["allocatable"])))
         return out
@@ -141,7 +141,10 @@ class Controllers:
         self._nodes_come_up()
         pods = self.pods()
         capacity = ZoneCapacity.of(CapacityEntry(z, mt, None, True) for z, mt in sorted(self.state.stockouts))
-        view = autoscaler.ClusterView(self.pools(), self.nodes(), [v for _, v in pods], self.classes(), capacity)
+        pools = self.pools(autoscaled_only=True)
+        names = {p.name for p in pools}
+        view = autoscaler.ClusterView(pools, [n for n in self.nodes() if n.pool in names], [v for _, v in pods],
+                                      self.classes(), capacity)
         plan = autoscaler.plan(view, self.state.autoscaler, now)
         self.state.autoscaler = plan.state
         by_name = {v.name: p for p, v in pods}
@@ -180,8 +183,9 @@ class Controllers:
                 self.set_ready(name, True)
 
     def set_ready(self, name: str, ready: bool) -> None:
-        cond = ({"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
-                if ready else {"type": "Ready", "status": "False", "reason": "NodeStatusUnknown",
+        cond = ({"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status"} if ready
+                else {"type": "Ready", "status": "False", "reason": "NodeStatusUnknown",
                                "message": "Kubelet stopped posting node status."})
         self._update_node(name, lambda n: n["status"].__setitem__("conditions", [cond]), "status")
 

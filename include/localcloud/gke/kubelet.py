@@ -184,29 +184,31 @@ class PodRunner:
 
     # ------------------------------------------------------------------ setup
     def _volumes(self) -> None:
-        vols = self.dir / "volumes"
+        """Each volume a directory, each mountPath mapped to it; then the files (paths in them rewritten)."""
         for vol in self.spec.get("volumes") or []:
-            d = vols / vol["name"]
-            d.mkdir(parents=True, exist_ok=True)
+            d = self.dir / "volumes" / vol["name"]
             if "hostPath" in vol:
                 d = self.node.root / vol["hostPath"]["path"].lstrip("/")
-                d.mkdir(parents=True, exist_ok=True)
+            d.mkdir(parents=True, exist_ok=True)
             self.mounts_by_volume[vol["name"]] = str(d)
         for c in (self.spec.get("initContainers") or []) + (self.spec.get("containers") or []):
             for m in c.get("volumeMounts") or []:
                 if m["name"] in self.mounts_by_volume:
                     self.mounts[m["mountPath"]] = self.mounts_by_volume[m["name"]]
-        for vol in self.spec.get("volumes") or []:  # file contents after every mount is known (paths rewritten)
-            d = Path(self.mounts_by_volume[vol["name"]])
-            if "configMap" in vol:
-                self._write_config_map(d, vol["configMap"]["name"], vol["configMap"].get("items"),
-                                       int(vol["configMap"].get("defaultMode", 0o644)))
-            for src in (vol.get("projected") or {}).get("sources") or []:
-                mode = int(vol["projected"].get("defaultMode", 0o644))
-                if "serviceAccountToken" in src:
-                    _write(d / src["serviceAccountToken"].get("path", "token"), "localcloud-pod-token", mode)
-                if "configMap" in src:
-                    self._write_config_map(d, src["configMap"]["name"], src["configMap"].get("items"), mode)
+        for vol in self.spec.get("volumes") or []:
+            self._fill(Path(self.mounts_by_volume[vol["name"]]), vol)
+
+    def _fill(self, d: Path, vol: dict[str, Any]) -> None:
+        if "configMap" in vol:
+            cm = vol["configMap"]
+            self._write_config_map(d, cm["name"], cm.get("items"), int(cm.get("defaultMode", 0o644)))
+        projected = vol.get("projected") or {}
+        mode = int(projected.get("defaultMode", 0o644))
+        for src in projected.get("sources") or []:
+            if "serviceAccountToken" in src:  # any bearer token is accepted by the local API server
+                _write(d / src["serviceAccountToken"].get("path", "token"), "localcloud-pod-token", mode)
+            if "configMap" in src:
+                self._write_config_map(d, src["configMap"]["name"], src["configMap"].get("items"), mode)
 
     mounts_by_volume: dict[str, str]
 

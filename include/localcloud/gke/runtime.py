@@ -13,6 +13,7 @@ from typing import Any
 
 from interlude_localcloud.gke.controllers import NODES, PODS, Controllers
 from interlude_localcloud.gke.deployments import is_ready
+from interlude_localcloud.gke.hpa_controller import HpaController
 from interlude_localcloud.gke.kubelet import NodeHost, PodEnv, PodRunner, node_host
 from interlude_localcloud.gke.proxy import ServiceProxy
 from interlude_localcloud.gke.resources import RESOURCES
@@ -38,6 +39,7 @@ class ClusterRuntime:
         self.dir = state_dir / "gke" / cluster.spec.name
         self.time_scale = time_scale
         self.controllers = Controllers(cluster, resize_delay)
+        self.hpa = HpaController(self.store, self._port_of)
         self.extra_env = extra_env
         self.runners: dict[str, PodRunner] = {}  # pod uid -> runner
         self.proxies: dict[tuple[str, str], ServiceProxy] = {}
@@ -99,6 +101,12 @@ class ClusterRuntime:
             self.controllers.schedule(now)
             self._kubelets()
             self._services()
+        self.hpa.reconcile(now)  # scrapes pods over HTTP: outside the lock
+
+    def _port_of(self, uid: str) -> int | None:
+        with self.lock:
+            runner = self.runners.get(uid)
+            return runner.port if runner is not None and runner.phase == "Running" else None
 
     # ------------------------------------------------------------------ kubelet
     def _host(self, node: dict[str, Any]) -> NodeHost:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,13 +19,14 @@ from interlude.serving.plan import require_plan
 from interlude.serving.spec import ServeSpec
 from interlude_localcloud.gke.controllers import CLASSES, NODES, PODS
 from interlude_localcloud.gke.deployments import DEPLOYMENTS
+from interlude_localcloud.gke.hpa_controller import HPAS
 from interlude_localcloud.gke.kubelet import CONFIGMAPS
 from interlude_localcloud.gke.runtime import PORT_ANNOTATION, SERVICES
 from interlude_localcloud.testing import running_localcloud
 
 from ...serving.standin_proc import write_checkpoint
 
-DEADLINE = 40.0
+DEADLINE = 60.0
 
 
 def wait_for(what: str, check: Callable[[], Any], c: Any, timeout: float = DEADLINE) -> Any:
@@ -48,10 +50,10 @@ def explain(c: Any) -> str:
     return "\n".join(lines)
 
 
-def _objects(uri: str) -> list[dict[str, Any]]:
+def _objects(uri: str, kinds: frozenset[str] = frozenset({"ComputeClass", "ConfigMap", "Deployment", "Service"})
+             ) -> list[dict[str, Any]]:
     result = require_plan(ServeSpec(checkpoint_uri=uri), scripts=load_scripts())
     objs = [o for o in yaml.safe_load_all(result.text) if o]
-    kinds = {"ComputeClass", "ConfigMap", "Deployment", "Service"}
     out = [copy.deepcopy(o) for o in objs if o["kind"] in kinds]
     for o in out:
         if o["kind"] == "Deployment":
@@ -62,15 +64,18 @@ def _objects(uri: str) -> list[dict[str, Any]]:
     return out
 
 
+BY_KIND = {"ComputeClass": CLASSES, "ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES,
+           "HorizontalPodAutoscaler": HPAS}
+
+
 @pytest.fixture
 def cluster(bucket: str) -> Iterator[tuple[Any, Any, str]]:
     uri, _ = write_checkpoint(bucket, "gke-serve", 5, seed=3)
     with running_localcloud("gke_serving_run", gcs=False) as lc:
         c = next(iter(lc.cloud_gke().clusters.values()))
         store = c.kube.store
-        by_kind = {"ComputeClass": CLASSES, "ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES}
         for o in _objects(uri):
-            store.create(by_kind[o["kind"]], o["metadata"].get("namespace", ""), o)
+            store.create(BY_KIND[o["kind"]], o["metadata"].get("namespace", ""), o)
         yield lc, c, uri
         pids = c.runtime.pids()
     assert pids, "no container process was started"
@@ -181,3 +186,44 @@ def scale(store: Any, replicas: int) -> None:
         return cur
 
     store.update(DEPLOYMENTS, "default", "interlude-vllm", mutate)
+
+
+def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) -> None:
+    """The rendered HPA (vllm:num_requests_waiting, AverageValue 1) scales up while requests queue in the
+    stand-in (one sequence at a time, slow tokens) and back down after its stabilization window."""
+    lc, c, uri = cluster
+    store = c.kube.store
+    wait_for("one ready pod", lambda: len(ready_pods(store)) == 1, c)
+    hpa = next(o for o in _objects(uri, frozenset({"HorizontalPodAutoscaler"})))
+    store.create(HPAS, "default", hpa)
+    port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
+
+    def complete() -> None:
+        requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120,
+                      json={"model": "interlude", "prompt": "hello", "max_tokens": 40})
+
+    # the served pod queues: pace tokens and allow one sequence at a time (a new rollout of the template)
+    def slow(cur: dict[str, Any]) -> dict[str, Any]:
+        for ctr in cur["spec"]["template"]["spec"]["containers"]:
+            ctr.setdefault("env", []).append({"name": "VLLM_STANDIN_SECONDS_PER_TOKEN", "value": "0.1"})
+            ctr["args"] = [*ctr["args"], "--max-num-seqs=1"]
+        cur["metadata"].pop("resourceVersion", None)
+        return cur
+
+    store.update(DEPLOYMENTS, "default", "interlude-vllm", slow)
+    wait_for("the slow pod ready alone", lambda: len(_pods(store)) == 1 and len(ready_pods(store)) == 1
+             and any(e.get("name") == "VLLM_STANDIN_SECONDS_PER_TOKEN"
+                     for e in ready_pods(store)[0]["spec"]["containers"][0].get("env") or []), c)
+    load = [threading.Thread(target=complete, daemon=True) for _ in range(5)]
+    for t in load:
+        t.start()
+    wait_for("the HPA scaling up", lambda: replicas(store) > 1, c)
+    status = store.get(HPAS, "default", "interlude-vllm")["status"]
+    assert status["desiredReplicas"] > 1, status
+    for t in load:
+        t.join(timeout=60)
+    wait_for("the HPA scaling back to 1", lambda: replicas(store) == 1, c)
+
+
+def replicas(store: Any) -> int:
+    return int(store.get(DEPLOYMENTS, "default", "interlude-vllm")["spec"]["replicas"])
