@@ -54,8 +54,13 @@ class GkeAdminApi:
                     stockouts.add(key)
                 else:
                     stockouts.discard(key)
-                c.runtime.controllers.state.event(c.runtime.now(), "Stockout", zone=key[0], machine_type=key[1],
-                                                  stockout=bool(b.get("stockout", True)))
+                c.runtime.controllers.state.event(
+                    c.runtime.now(),
+                    "Stockout",
+                    zone=key[0],
+                    machine_type=key[1],
+                    stockout=bool(b.get("stockout", True)),
+                )
         return Response({"ok": True})
 
     def events(self, req: Request) -> Response:
@@ -71,10 +76,12 @@ class GkeAdminApi:
             now = rt.now()
             try:
                 notice = MaintenanceNotice(
-                    notice_at=now + float(b.get("notice_in", 0)), window_start=now + float(b.get("window_in", 600)),
+                    notice_at=now + float(b.get("notice_in", 0)),
+                    window_start=now + float(b.get("window_in", 600)),
                     drain_seconds=float(b.get("drain_seconds", 60)),
                     duration_seconds=float(b.get("duration_seconds", 600)),
-                    replaces_node=bool(b.get("replaces_node", False)))
+                    replaces_node=bool(b.get("replaces_node", False)),
+                )
             except ValueError as e:
                 raise invalid(str(e)) from e
             rt.controllers.state.notices[node] = notice

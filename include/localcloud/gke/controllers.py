@@ -50,8 +50,10 @@ class ControlState:
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def event(self, t: float, kind: str, **detail: Any) -> None:
-        if any(e["kind"] == kind and {k: v for k, v in e.items() if k != "t"} == {"kind": kind, **detail}
-               for e in self.events[-20:]):
+        if any(
+            e["kind"] == kind and {k: v for k, v in e.items() if k != "t"} == {"kind": kind, **detail}
+            for e in self.events[-20:]
+        ):
             return  # the same news again (a pod still pending): once is enough
         self.events.append({"t": t, "kind": kind, **detail})
         del self.events[:-EVENTS_KEPT]
@@ -79,8 +81,11 @@ class Controllers:
 
     def pods(self) -> list[tuple[dict[str, Any], PodView]]:
         raw, _ = self.store.list(PODS, None)
-        return [(p, pod_from_manifest(p)) for p in raw
-                if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+        return [
+            (p, pod_from_manifest(p))
+            for p in raw
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+        ]
 
     def classes(self) -> dict[str, ComputeClass]:
         raw, _ = self.store.list(CLASSES, None)
@@ -97,8 +102,10 @@ class Controllers:
         pods = self.pods()
         nodes, pools, classes = self.nodes(), self.pools(), self.classes()
         used = scheduling.usage_by_node(v for _, v in pods)
-        pending = sorted(((p, v) for p, v in pods if v.node_name is None),
-                         key=lambda pv: (pv[0]["metadata"].get("creationTimestamp", ""), pv[1].name))
+        pending = sorted(
+            ((p, v) for p, v in pods if v.node_name is None),
+            key=lambda pv: (pv[0]["metadata"].get("creationTimestamp", ""), pv[1].name),
+        )
         for pod, view in pending:
             placement = scheduling.pick_node(view, nodes, used, autoscaler.class_rank(classes, pools, view))
             if placement.node is None:
@@ -143,8 +150,9 @@ class Controllers:
         capacity = ZoneCapacity.of(CapacityEntry(z, mt, None, True) for z, mt in sorted(self.state.stockouts))
         pools = self.pools(autoscaled_only=True)
         names = {p.name for p in pools}
-        view = autoscaler.ClusterView(pools, [n for n in self.nodes() if n.pool in names], [v for _, v in pods],
-                                      self.classes(), capacity)
+        view = autoscaler.ClusterView(
+            pools, [n for n in self.nodes() if n.pool in names], [v for _, v in pods], self.classes(), capacity
+        )
         plan = autoscaler.plan(view, self.state.autoscaler, now)
         self.state.autoscaler = plan.state
         by_name = {v.name: p for p, v in pods}
@@ -166,11 +174,11 @@ class Controllers:
         if ps is None:
             return
         taken = {n.name for n in self.nodes()}
-        index = next(i for i in range(10_000)
-                     if node_objects.node_name(self.c.spec.name, pool_name, i) not in taken)
+        index = next(i for i in range(10_000) if node_objects.node_name(self.c.spec.name, pool_name, i) not in taken)
         obj = node_objects.node_object(self.c.spec.name, ps.spec, index, self.c.spec.kubernetes_version)
-        obj["status"]["conditions"] = [{"type": "Ready", "status": "False", "reason": "KubeletNotReady",
-                                        "message": "node is starting"}]
+        obj["status"]["conditions"] = [
+            {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "node is starting"}
+        ]
         self.store.create(NODES, "", obj)
         ps.size += 1
         self.state.node_born[obj["metadata"]["name"]] = now
@@ -183,10 +191,16 @@ class Controllers:
                 self.set_ready(name, True)
 
     def set_ready(self, name: str, ready: bool) -> None:
-        cond = ({"type": "Ready", "status": "True", "reason": "KubeletReady",
-                 "message": "kubelet is posting ready status"} if ready
-                else {"type": "Ready", "status": "False", "reason": "NodeStatusUnknown",
-                               "message": "Kubelet stopped posting node status."})
+        cond = (
+            {"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status"}
+            if ready
+            else {
+                "type": "Ready",
+                "status": "False",
+                "reason": "NodeStatusUnknown",
+                "message": "Kubelet stopped posting node status.",
+            }
+        )
         self._update_node(name, lambda n: n["status"].__setitem__("conditions", [cond]), "status")
 
     def cordon(self, name: str) -> None:
@@ -232,8 +246,9 @@ class Controllers:
             elif node.name in self.state.notices:
                 if node.labels.get(maintenance.LABEL_PERFORM) == "true":
                     self.state.perform_seen.setdefault(node.name, now)
-                status = maintenance.maintenance_status(node, self.state.notices[node.name], now,
-                                                        self.state.perform_seen.get(node.name))
+                status = maintenance.maintenance_status(
+                    node, self.state.notices[node.name], now, self.state.perform_seen.get(node.name)
+                )
             else:
                 continue
             self._apply(node, status, now)
@@ -241,6 +256,7 @@ class Controllers:
     def _apply(self, node: Node, st: maintenance.NodeMaintenance, now: float) -> None:
         labels, taints = dict(st.labels), [{"key": t.key, "value": t.value, "effect": t.effect} for t in st.taints]
         if labels != dict(node.labels) or tuple(st.taints) != tuple(node.taints):
+
             def change(n: dict[str, Any]) -> None:
                 n["metadata"]["labels"] = labels
                 n["spec"]["taints"] = taints

@@ -40,25 +40,35 @@ def metric_of(spec: dict[str, Any]) -> PodsMetric | None:
         target = pods.get("target") or {}
         if m.get("type") == "Pods" and target.get("type") == "AverageValue":
             name = str((pods.get("metric") or {}).get("name", ""))
-            return PodsMetric(name.split("|")[1] if name.count("|") == 2 else name,
-                              parse_quantity(target["averageValue"]))
+            return PodsMetric(
+                name.split("|")[1] if name.count("|") == 2 else name, parse_quantity(target["averageValue"])
+            )
     return None
 
 
 def _rules(raw: dict[str, Any] | None, default: hpa.ScalingRules) -> hpa.ScalingRules:
     if not raw:
         return default
-    policies = tuple(hpa.ScalingPolicy(p["type"], int(p["value"]), int(p["periodSeconds"]))
-                     for p in raw.get("policies") or []) or default.policies
-    return hpa.ScalingRules(int(raw.get("stabilizationWindowSeconds", default.stabilization_window_seconds)),
-                            policies, raw.get("selectPolicy", "Max"))
+    policies = (
+        tuple(hpa.ScalingPolicy(p["type"], int(p["value"]), int(p["periodSeconds"])) for p in raw.get("policies") or [])
+        or default.policies
+    )
+    return hpa.ScalingRules(
+        int(raw.get("stabilizationWindowSeconds", default.stabilization_window_seconds)),
+        policies,
+        raw.get("selectPolicy", "Max"),
+    )
 
 
 def hpa_spec(spec: dict[str, Any], metric: PodsMetric) -> hpa.HpaSpec:
     behavior = spec.get("behavior") or {}
-    return hpa.HpaSpec(int(spec.get("minReplicas", 1)), int(spec["maxReplicas"]), metric.target,
-                       _rules(behavior.get("scaleUp"), hpa.DEFAULT_SCALE_UP),
-                       _rules(behavior.get("scaleDown"), hpa.DEFAULT_SCALE_DOWN))
+    return hpa.HpaSpec(
+        int(spec.get("minReplicas", 1)),
+        int(spec["maxReplicas"]),
+        metric.target,
+        _rules(behavior.get("scaleUp"), hpa.DEFAULT_SCALE_UP),
+        _rules(behavior.get("scaleDown"), hpa.DEFAULT_SCALE_DOWN),
+    )
 
 
 def series_sum(text: str, series: str) -> float | None:
@@ -103,14 +113,20 @@ class HpaController:
             return
         d = self.store.get(DEPLOYMENTS, ns, ref["name"])
         selector = ((d.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        pods, _ = self.store.list(PODS, ns, lambda p: all(
-            (p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items()))
+        pods, _ = self.store.list(
+            PODS, ns, lambda p: all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        )
         samples = []
         for p in pods:
             port = self.port_of(p["metadata"]["uid"])
             phase = (p.get("status") or {}).get("phase", "Pending")
-            samples.append(hpa.PodSample(p["metadata"]["name"], scrape(port, metric.series) if port else None,
-                                         phase if phase in ("Pending", "Running", "Failed") else "Unknown"))
+            samples.append(
+                hpa.PodSample(
+                    p["metadata"]["name"],
+                    scrape(port, metric.series) if port else None,
+                    phase if phase in ("Pending", "Running", "Failed") else "Unknown",
+                )
+            )
         current = int((d.get("spec") or {}).get("replicas", 1))
         key = f"{ns}/{h['metadata']['name']}"
         decision = hpa.reconcile(hpa_spec(spec, metric), current, samples, self.states.get(key, hpa.HpaState()), now)
@@ -119,22 +135,35 @@ class HpaController:
             self._set(DEPLOYMENTS, ns, ref["name"], lambda o: o["spec"].__setitem__("replicas", decision.desired))
         self._status(h, current, decision, metric, now)
 
-    def _status(self, h: dict[str, Any], current: int, decision: hpa.HpaDecision, metric: PodsMetric,
-                now: float) -> None:
+    def _status(
+        self, h: dict[str, Any], current: int, decision: hpa.HpaDecision, metric: PodsMetric, now: float
+    ) -> None:
         old = h.get("status") or {}
         status: dict[str, Any] = {"currentReplicas": current, "desiredReplicas": decision.desired}
         if decision.metric_average is not None:
             name = ((h["spec"]["metrics"][0].get("pods") or {}).get("metric") or {}).get("name", metric.series)
-            status["currentMetrics"] = [{"type": "Pods", "pods": {
-                "metric": {"name": name}, "current": {"averageValue": f"{round(decision.metric_average * 1000)}m"}}}]
+            status["currentMetrics"] = [
+                {
+                    "type": "Pods",
+                    "pods": {
+                        "metric": {"name": name},
+                        "current": {"averageValue": f"{round(decision.metric_average * 1000)}m"},
+                    },
+                }
+            ]
         last = old.get("lastScaleTime")
         if decision.desired != current:
             last = datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if last:
             status["lastScaleTime"] = last
         if status != old:
-            self._set(HPAS, h["metadata"]["namespace"], h["metadata"]["name"],
-                      lambda o: o.__setitem__("status", status), "status")
+            self._set(
+                HPAS,
+                h["metadata"]["namespace"],
+                h["metadata"]["name"],
+                lambda o: o.__setitem__("status", status),
+                "status",
+            )
 
     def _set(self, rt: Any, ns: str, name: str, change: Callable[[dict[str, Any]], None], sub: str = "") -> None:
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:

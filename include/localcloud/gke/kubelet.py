@@ -95,8 +95,10 @@ def node_host(base: Path, name: str, labels: dict[str, str]) -> NodeHost:
 def image_commands(images: dict[str, dict[str, list[str]]], image: str) -> dict[str, list[str]]:
     for pattern, commands in images.items():
         if fnmatch.fnmatch(image, pattern):
-            return {k: [a.replace("{python}", sys.executable).replace("{repo}", str(REPO)) for a in argv]
-                    for k, argv in commands.items()}
+            return {
+                k: [a.replace("{python}", sys.executable).replace("{repo}", str(REPO)) for a in argv]
+                for k, argv in commands.items()
+            }
     return {}
 
 
@@ -131,10 +133,13 @@ class PodRunner:
         self.ns, self.name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         spec = pod.get("spec") or {}
         self.spec = spec
-        self.ports = {int(p["containerPort"]): port for c in spec.get("containers") or []
-                      for p in c.get("ports") or []}
-        self.named_ports = {p["name"]: int(p["containerPort"]) for c in spec.get("containers") or []
-                            for p in c.get("ports") or [] if p.get("name")}
+        self.ports = {int(p["containerPort"]): port for c in spec.get("containers") or [] for p in c.get("ports") or []}
+        self.named_ports = {
+            p["name"]: int(p["containerPort"])
+            for c in spec.get("containers") or []
+            for p in c.get("ports") or []
+            if p.get("name")
+        }
         self.procs = {c["name"]: _Proc(c["name"]) for c in spec.get("containers") or []}
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -226,11 +231,23 @@ class PodRunner:
                 _write(d / path, rewrite_paths(data[key], self.mounts), mode)
 
     def _container_env(self, c: dict[str, Any]) -> dict[str, str]:
-        env = {"PATH": "", "HOME": str(self.dir), "HOSTNAME": self.name, "LANG": "C.UTF-8",
-               "KUBERNETES_SERVICE_HOST": "127.0.0.1", "KUBERNETES_SERVICE_PORT": str(self.env.kube_port),
-               "INTERLUDE_DEVICE_ROOT": str(self.node.root), **self.env.extra_env}
-        fields = {"spec.nodeName": self.node.name, "status.hostIP": self.node.host_ip, "status.podIP": "127.0.0.1",
-                  "metadata.name": self.name, "metadata.namespace": self.ns}
+        env = {
+            "PATH": "",
+            "HOME": str(self.dir),
+            "HOSTNAME": self.name,
+            "LANG": "C.UTF-8",
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(self.env.kube_port),
+            "INTERLUDE_DEVICE_ROOT": str(self.node.root),
+            **self.env.extra_env,
+        }
+        fields = {
+            "spec.nodeName": self.node.name,
+            "status.hostIP": self.node.host_ip,
+            "status.podIP": "127.0.0.1",
+            "metadata.name": self.name,
+            "metadata.namespace": self.ns,
+        }
         for item in c.get("env") or []:
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
             value = fields.get(ref, "") if ref else _expand(str(item.get("value", "")), env)
@@ -251,8 +268,15 @@ class PodRunner:
                 if os.access(os.path.join(d, argv[0]), os.X_OK):
                     argv[0] = os.path.join(d, argv[0])
                     break
-        popen = subprocess.Popen(argv, cwd=self.dir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
+        popen = subprocess.Popen(
+            argv,
+            cwd=self.dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         threading.Thread(target=self._pump, args=(popen, c["name"]), daemon=True).start()
         return popen
 
@@ -333,31 +357,51 @@ class PodRunner:
         port = self.named_ports.get(port, port) if isinstance(port, str) else int(port)
         local = self.ports.get(int(port), int(port))
         try:
-            r = requests.get(f"http://127.0.0.1:{local}{get.get('path', '/')}",
-                             timeout=float(probe.get("timeoutSeconds", 1)))
+            r = requests.get(
+                f"http://127.0.0.1:{local}{get.get('path', '/')}", timeout=float(probe.get("timeoutSeconds", 1))
+            )
             return 200 <= r.status_code < 400
         except requests.RequestException:
             return False
 
     def _write_status(self) -> None:
         with self._lock:
-            statuses = [{"name": n, "ready": p.ready, "restartCount": p.restarts,
-                         "image": next((c.get("image", "") for c in self.spec.get("containers") or []
-                                        if c["name"] == n), ""), "imageID": "", "started": p.popen is not None,
-                         "state": {"running": {}} if p.popen is not None and p.popen.poll() is None
-                         else {"waiting": {"reason": "ContainerCreating"}}}
-                        for n, p in self.procs.items() if not n.startswith("init:")]
+            statuses = [
+                {
+                    "name": n,
+                    "ready": p.ready,
+                    "restartCount": p.restarts,
+                    "image": next(
+                        (c.get("image", "") for c in self.spec.get("containers") or [] if c["name"] == n), ""
+                    ),
+                    "imageID": "",
+                    "started": p.popen is not None,
+                    "state": {"running": {}}
+                    if p.popen is not None and p.popen.poll() is None
+                    else {"waiting": {"reason": "ContainerCreating"}},
+                }
+                for n, p in self.procs.items()
+                if not n.startswith("init:")
+            ]
             ready = self.phase == "Running" and all(s["ready"] for s in statuses)
             phase = self.phase
         key = (phase, ready, tuple((s["ready"], s["restartCount"]) for s in statuses))
         if key == self._written:
             return
         flag = "True" if ready else "False"
-        status = {"phase": phase, "hostIP": self.node.host_ip, "podIP": "127.0.0.1", "startTime": now(),
-                  "conditions": [{"type": "PodScheduled", "status": "True"},
-                                 {"type": "Initialized", "status": "True" if phase == "Running" else "False"},
-                                 {"type": "ContainersReady", "status": flag}, {"type": "Ready", "status": flag}],
-                  "containerStatuses": statuses}
+        status = {
+            "phase": phase,
+            "hostIP": self.node.host_ip,
+            "podIP": "127.0.0.1",
+            "startTime": now(),
+            "conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True" if phase == "Running" else "False"},
+                {"type": "ContainersReady", "status": flag},
+                {"type": "Ready", "status": flag},
+            ],
+            "containerStatuses": statuses,
+        }
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
             cur["status"] = status

@@ -32,8 +32,9 @@ def free_port() -> int:
 
 
 class ClusterRuntime:
-    def __init__(self, cluster: Any, state_dir: Path, time_scale: float, resize_delay: float,
-                 extra_env: dict[str, str]) -> None:
+    def __init__(
+        self, cluster: Any, state_dir: Path, time_scale: float, resize_delay: float, extra_env: dict[str, str]
+    ) -> None:
         self.c = cluster
         self.store = cluster.kube.store
         self.dir = state_dir / "gke" / cluster.spec.name
@@ -129,10 +130,14 @@ class ClusterRuntime:
                 self.controllers.evict(pod)  # pod GC: bound to a node that is gone
                 continue
             if uid not in self.runners:
-                env = PodEnv(self.store, self.c.spec.images, self.c.kube.port, self.c.kube.tls.ca_pem,
-                             self.extra_env)
-                runner = PodRunner(env, pod, self._host(nodes[node]),
-                                   self.dir / "pods" / f"{pod['metadata']['name']}-{uid[:8]}", free_port())
+                env = PodEnv(self.store, self.c.spec.images, self.c.kube.port, self.c.kube.tls.ca_pem, self.extra_env)
+                runner = PodRunner(
+                    env,
+                    pod,
+                    self._host(nodes[node]),
+                    self.dir / "pods" / f"{pod['metadata']['name']}-{uid[:8]}",
+                    free_port(),
+                )
                 self.runners[uid] = runner
                 runner.start()
 
@@ -156,8 +161,13 @@ class ClusterRuntime:
             ports = []
             for pod in pods:
                 runner = by_uid.get(pod["metadata"]["uid"])
-                if (selector and pod["metadata"]["namespace"] == key[0] and runner is not None and is_ready(pod)
-                        and _selects(selector, pod["metadata"].get("labels") or {})):
+                if (
+                    selector
+                    and pod["metadata"]["namespace"] == key[0]
+                    and runner is not None
+                    and is_ready(pod)
+                    and _selects(selector, pod["metadata"].get("labels") or {})
+                ):
                     ports.append(runner.port)
             proxy.set_backends(ports)
             if (svc["metadata"].get("annotations") or {}).get(PORT_ANNOTATION) != str(proxy.port):

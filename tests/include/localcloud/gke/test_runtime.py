@@ -50,8 +50,9 @@ def explain(c: Any) -> str:
     return "\n".join(lines)
 
 
-def _objects(uri: str, kinds: frozenset[str] = frozenset({"ComputeClass", "ConfigMap", "Deployment", "Service"})
-             ) -> list[dict[str, Any]]:
+def _objects(
+    uri: str, kinds: frozenset[str] = frozenset({"ComputeClass", "ConfigMap", "Deployment", "Service"})
+) -> list[dict[str, Any]]:
     result = require_plan(ServeSpec(checkpoint_uri=uri), scripts=load_scripts())
     objs = [o for o in yaml.safe_load_all(result.text) if o]
     out = [copy.deepcopy(o) for o in objs if o["kind"] in kinds]
@@ -64,8 +65,13 @@ def _objects(uri: str, kinds: frozenset[str] = frozenset({"ComputeClass", "Confi
     return out
 
 
-BY_KIND = {"ComputeClass": CLASSES, "ConfigMap": CONFIGMAPS, "Deployment": DEPLOYMENTS, "Service": SERVICES,
-           "HorizontalPodAutoscaler": HPAS}
+BY_KIND = {
+    "ComputeClass": CLASSES,
+    "ConfigMap": CONFIGMAPS,
+    "Deployment": DEPLOYMENTS,
+    "Service": SERVICES,
+    "HorizontalPodAutoscaler": HPAS,
+}
 
 
 @pytest.fixture
@@ -94,8 +100,11 @@ def _alive(pid: int) -> bool:
 
 def ready_pods(store: Any) -> list[dict[str, Any]]:
     pods, _ = store.list(PODS, "default")
-    return [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
-                                   for c in (p.get("status") or {}).get("conditions") or [])]
+    return [
+        p
+        for p in pods
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
+    ]
 
 
 def node_labels(store: Any, name: str) -> dict[str, str]:
@@ -134,8 +143,9 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     # Maintenance on the TPU node with TPUs stocked out in the zone: the label at the notice, the pod evicted
     # at the window, its replacement placed by the ComputeClass on its second priority (L4).
     lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"])
-    window = lc.admin.gke_node_maintenance(c.spec.name, tpu_node, notice_in=60, window_in=1800,
-                                           duration_seconds=1800, replaces_node=True)
+    window = lc.admin.gke_node_maintenance(
+        c.spec.name, tpu_node, notice_in=60, window_in=1800, duration_seconds=1800, replaces_node=True
+    )
     label = wait_for("the maintenance label", lambda: _label(store, tpu_node, SCHEDULED), c)
     assert int(label) == int(window)
     assert store.exists(PODS, "default", pod["metadata"]["name"]), "evicted before the window"
@@ -147,9 +157,14 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     assert uri.rstrip("/") in str(service_answer(store))
     # The maintenance ends with the VM replaced; with the stockout on, a TPU scale-up fails and the pod stays.
     wait_for("the TPU node replaced", lambda: not store.exists(NODES, "", tpu_node), c)
-    wait_for("a failed TPU scale-up", lambda: any(
-        e["kind"] == "ScaleUpFailed" and e["pool"] == labels["cloud.google.com/gke-nodepool"]
-        for e in lc.admin.gke_events(c.spec.name)["events"]), c)
+    wait_for(
+        "a failed TPU scale-up",
+        lambda: any(
+            e["kind"] == "ScaleUpFailed" and e["pool"] == labels["cloud.google.com/gke-nodepool"]
+            for e in lc.admin.gke_events(c.spec.name)["events"]
+        ),
+        c,
+    )
     assert accelerators(store) == ["gpu"]
 
     # Capacity back: activeMigration brings the pod back to the TPU pool.
@@ -160,8 +175,11 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     # Scaled to 3: the TPU pool holds one node, two pods land on L4 nodes.
     scale(store, 3)
     wait_for("3 ready pods", lambda: accelerators(store) == ["gpu", "gpu", "tpu"], c)
-    gpu_nodes = {p["spec"]["nodeName"] for p in ready_pods(store)
-                 if "cloud.google.com/gke-accelerator" in node_labels(store, p["spec"]["nodeName"])}
+    gpu_nodes = {
+        p["spec"]["nodeName"]
+        for p in ready_pods(store)
+        if "cloud.google.com/gke-accelerator" in node_labels(store, p["spec"]["nodeName"])
+    }
     assert len(gpu_nodes) == 2
     assert all(node_labels(store, n)["cloud.google.com/gke-accelerator"] == "nvidia-l4" for n in gpu_nodes)
     fingerprints = {service_answer(store)["data"][0]["root"] for _ in range(6)}
@@ -199,8 +217,11 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
     port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
 
     def complete() -> None:
-        requests.post(f"http://127.0.0.1:{port}/v1/completions", timeout=120,
-                      json={"model": "interlude", "prompt": "hello", "max_tokens": 40})
+        requests.post(
+            f"http://127.0.0.1:{port}/v1/completions",
+            timeout=120,
+            json={"model": "interlude", "prompt": "hello", "max_tokens": 40},
+        )
 
     # the served pod queues: pace tokens and allow one sequence at a time (a new rollout of the template)
     def slow(cur: dict[str, Any]) -> dict[str, Any]:
@@ -211,9 +232,18 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
         return cur
 
     store.update(DEPLOYMENTS, "default", "interlude-vllm", slow)
-    wait_for("the slow pod ready alone", lambda: len(_pods(store)) == 1 and len(ready_pods(store)) == 1
-             and any(e.get("name") == "VLLM_STANDIN_SECONDS_PER_TOKEN"
-                     for e in ready_pods(store)[0]["spec"]["containers"][0].get("env") or []), c)
+    wait_for(
+        "the slow pod ready alone",
+        lambda: (
+            len(_pods(store)) == 1
+            and len(ready_pods(store)) == 1
+            and any(
+                e.get("name") == "VLLM_STANDIN_SECONDS_PER_TOKEN"
+                for e in ready_pods(store)[0]["spec"]["containers"][0].get("env") or []
+            )
+        ),
+        c,
+    )
     load = [threading.Thread(target=complete, daemon=True) for _ in range(5)]
     for t in load:
         t.start()
