@@ -18,13 +18,10 @@ Deletion: SIGTERM to the process group, SIGKILL after the grace period
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import re
 import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -33,25 +30,21 @@ from typing import Any
 
 import requests
 
+from interlude_localcloud.gke.containers import (
+    NodeHost,
+    expand,
+    image_commands,
+    rewrite_paths,
+    rewrite_ports,
+    write_file,
+)
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store, now
 
 PODS = next(r for r in RESOURCES if r.plural == "pods")
 CONFIGMAPS = next(r for r in RESOURCES if r.plural == "configmaps")
-REPO = Path(__file__).resolve().parents[3]
 MAX_GRACE_SECONDS = 10.0
-_VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-
-
-@dataclass(frozen=True)
-class NodeHost:
-    """What a node offers its pods: its fake root (device files) and extra PATH entries (nvidia-smi)."""
-
-    name: str
-    root: Path
-    path: tuple[str, ...]
-    host_ip: str = "127.0.0.1"
 
 
 @dataclass(frozen=True)
@@ -71,58 +64,6 @@ class _Proc:
     ready: bool = False
     live_failures: int = 0
     ever_ready: bool = False
-
-
-def node_host(base: Path, name: str, labels: dict[str, str]) -> NodeHost:
-    """Make the node's root: dev/vfio/0 for TPU nodes, bin/nvidia-smi for GPU nodes (as GKE's driver)."""
-    root = base / name
-    (root / "dev").mkdir(parents=True, exist_ok=True)
-    path: tuple[str, ...] = ()
-    if "cloud.google.com/gke-tpu-accelerator" in labels:
-        (root / "dev" / "vfio").mkdir(exist_ok=True)
-        (root / "dev" / "vfio" / "0").touch()
-    gpu = labels.get("cloud.google.com/gke-accelerator")
-    if gpu:
-        bindir = root / "home" / "kubernetes" / "bin" / "nvidia" / "bin"
-        bindir.mkdir(parents=True, exist_ok=True)
-        smi = bindir / "nvidia-smi"
-        smi.write_text(f"#!/bin/sh\necho 'GPU 0: {gpu} (UUID: GPU-localcloud-{name})'\n")
-        smi.chmod(0o755)
-        path = (str(bindir),)
-    return NodeHost(name, root, path)
-
-
-def image_commands(images: dict[str, dict[str, list[str]]], image: str) -> dict[str, list[str]]:
-    for pattern, commands in images.items():
-        if fnmatch.fnmatch(image, pattern):
-            return {
-                k: [a.replace("{python}", sys.executable).replace("{repo}", str(REPO)) for a in argv]
-                for k, argv in commands.items()
-            }
-    return {}
-
-
-def rewrite_paths(text: str, mounts: dict[str, str]) -> str:
-    """Each mountPath at the start of a path (not inside a longer one) -> its host directory."""
-    for mount in sorted(mounts, key=len, reverse=True):
-        text = re.sub(r"(?<![\w./-])" + re.escape(mount.rstrip("/")) + r"(?=/|\b|$)", mounts[mount], text)
-    return text
-
-
-def rewrite_ports(argv: list[str], ports: dict[int, int]) -> list[str]:
-    out: list[str] = []
-    for i, arg in enumerate(argv):
-        m = re.fullmatch(r"--port=(\d+)", arg)
-        if m and int(m.group(1)) in ports:
-            arg = f"--port={ports[int(m.group(1))]}"
-        elif i > 0 and argv[i - 1] == "--port" and arg.isdigit() and int(arg) in ports:
-            arg = str(ports[int(arg)])
-        out.append(arg)
-    return out
-
-
-def _expand(value: str, env: dict[str, str]) -> str:
-    return _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), value)
 
 
 class PodRunner:
@@ -211,7 +152,7 @@ class PodRunner:
         mode = int(projected.get("defaultMode", 0o644))
         for src in projected.get("sources") or []:
             if "serviceAccountToken" in src:  # any bearer token is accepted by the local API server
-                _write(d / src["serviceAccountToken"].get("path", "token"), "localcloud-pod-token", mode)
+                write_file(d / src["serviceAccountToken"].get("path", "token"), "localcloud-pod-token", mode)
             if "configMap" in src:
                 self._write_config_map(d, src["configMap"]["name"], src["configMap"].get("items"), mode)
 
@@ -228,7 +169,7 @@ class PodRunner:
         paths = {i["key"]: i.get("path", i["key"]) for i in items} if items else {k: k for k in data}
         for key, path in paths.items():
             if key in data:
-                _write(d / path, rewrite_paths(data[key], self.mounts), mode)
+                write_file(d / path, rewrite_paths(data[key], self.mounts), mode)
 
     def _container_env(self, c: dict[str, Any]) -> dict[str, str]:
         env = {
@@ -250,18 +191,18 @@ class PodRunner:
         }
         for item in c.get("env") or []:
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
-            value = fields.get(ref, "") if ref else _expand(str(item.get("value", "")), env)
+            value = fields.get(ref, "") if ref else expand(str(item.get("value", "")), env)
             env[item["name"]] = rewrite_paths(value, self.mounts)
         bindir = self.dir / "bin" / c["name"]
         bindir.mkdir(parents=True, exist_ok=True)
         for cmd, argv in image_commands(self.env.images, c.get("image", "")).items():
-            _write(bindir / cmd, "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n', 0o755)
+            write_file(bindir / cmd, "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in argv) + ' "$@"\n', 0o755)
         env["PATH"] = os.pathsep.join([str(bindir), *self.node.path, "/usr/local/bin", "/usr/bin", "/bin"])
         return env
 
     def _spawn(self, c: dict[str, Any]) -> subprocess.Popen[bytes]:
         env = self._container_env(c)
-        argv = [_expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
+        argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         argv = rewrite_ports([rewrite_paths(a, self.mounts) for a in argv], self.ports)
         if argv and "/" not in argv[0]:
             for d in env["PATH"].split(os.pathsep):
@@ -417,14 +358,6 @@ class PodRunner:
 
 def _period(c: dict[str, Any]) -> float:
     return min(float((c.get("readinessProbe") or {}).get("periodSeconds", 1)), 1.0)
-
-
-def _write(path: Path, text: str, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(mode)
-    tmp.replace(path)
 
 
 def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:

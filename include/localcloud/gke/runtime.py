@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from interlude_localcloud.gke.containers import NodeHost, node_host
 from interlude_localcloud.gke.controllers import NODES, PODS, Controllers
 from interlude_localcloud.gke.deployments import is_ready
 from interlude_localcloud.gke.hpa_controller import HpaController
-from interlude_localcloud.gke.kubelet import NodeHost, PodEnv, PodRunner, node_host
+from interlude_localcloud.gke.kubelet import PodEnv, PodRunner
 from interlude_localcloud.gke.proxy import ServiceProxy
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 import requests
 
+from interlude_localcloud.gke.containers import image_commands, node_host, rewrite_paths, rewrite_ports
 from interlude_localcloud.gke.hpa_controller import metric_of, series_sum
-from interlude_localcloud.gke.kubelet import image_commands, node_host, rewrite_paths, rewrite_ports
 from interlude_localcloud.gke.proxy import ServiceProxy
 
 
