@@ -88,6 +88,7 @@ class PodRunner:
         self.mounts: dict[str, str] = {}
         self.phase = "Pending"
         self._written: Any = None
+        self.spawned: list[int] = []  # every process group leader started, init containers and restarts too
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -99,7 +100,7 @@ class PodRunner:
 
     def all_pids(self) -> list[int]:
         with self._lock:
-            return [p.popen.pid for p in self.procs.values() if p.popen is not None]
+            return list(self.spawned)
 
     def ready(self) -> bool:
         with self._lock:
@@ -218,6 +219,7 @@ class PodRunner:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        self.spawned.append(popen.pid)
         threading.Thread(target=self._pump, args=(popen, c["name"]), daemon=True).start()
         return popen
 
@@ -250,6 +252,8 @@ class PodRunner:
         for c in self.spec.get("initContainers") or []:
             while not self._stop.is_set():
                 with self._lock:
+                    if self._stop.is_set():  # stop() may have collected the processes already
+                        return False
                     popen = self._spawn(c)
                     self.procs.setdefault("init:" + c["name"], _Proc(c["name"])).popen = popen
                 while popen.poll() is None and not self._stop.is_set():

@@ -44,6 +44,7 @@ class ClusterRuntime:
         self.hpa = HpaController(self.store, self._port_of)
         self.extra_env = extra_env
         self.runners: dict[str, PodRunner] = {}  # pod uid -> runner
+        self.started: list[PodRunner] = []  # every runner ever started (for pids())
         self.proxies: dict[tuple[str, str], ServiceProxy] = {}
         self.hosts: dict[str, NodeHost] = {}
         self.lock = threading.RLock()
@@ -140,12 +141,13 @@ class ClusterRuntime:
                     free_port(),
                 )
                 self.runners[uid] = runner
+                self.started.append(runner)
                 runner.start()
 
     def pids(self) -> list[int]:
         """Every container process started so far (alive or not): for checks that none outlives the cloud."""
         with self.lock:
-            return [pid for r in self.runners.values() for pid in r.all_pids()]
+            return [pid for r in self.started for pid in r.all_pids()]
 
     # ------------------------------------------------------------------ services
     def _services(self) -> None:

@@ -83,7 +83,7 @@ def cluster(bucket: str) -> Iterator[tuple[Any, Any, str]]:
         for o in _objects(uri):
             store.create(BY_KIND[o["kind"]], o["metadata"].get("namespace", ""), o)
         yield lc, c, uri
-        pids = c.runtime.pids()
+    pids = c.runtime.pids()  # after the local cloud stopped: every container process it ever started
     assert pids, "no container process was started"
     alive = [p for p in pids if _alive(p)]
     assert not alive, f"processes outlived the local cloud: {alive}"
@@ -154,6 +154,14 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     wait_for("the replacement ready on L4", lambda: accelerators(store) == ["gpu"], c)
     on_gpu_after = lc.admin.gke_events(c.spec.name)["now"] - evicted_at
     assert on_gpu_after < 3600, f"replacement took {on_gpu_after:.0f} scenario seconds"
+    new_pod = ready_pods(store)[0]["metadata"]["name"]
+    bound_at = next(
+        e["t"] for e in lc.admin.gke_events(c.spec.name)["events"] if e["kind"] == "Scheduled" and e["pod"] == new_pod
+    )
+    print(
+        f"replacement bound to L4 {bound_at - evicted_at:.0f}, Ready {on_gpu_after:.0f} scenario seconds "
+        "after the eviction"
+    )
     assert uri.rstrip("/") in str(service_answer(store))
     # The maintenance ends with the VM replaced; with the stockout on, a TPU scale-up fails and the pod stays.
     wait_for("the TPU node replaced", lambda: not store.exists(NODES, "", tpu_node), c)
