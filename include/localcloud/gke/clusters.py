@@ -119,8 +119,14 @@ class Gke:
             gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")
             if gcs:
                 env["STORAGE_EMULATOR_HOST"] = str(gcs)
-            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env)
+            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env,
+                                       self._free_units)
             c.runtime.start()
+
+    def _free_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
+        """The zone's TPU/GPU capacity (scenario) left by TPU VMs and Compute instances: one engine for all."""
+        with self.cloud.lock:
+            return self.cloud.capacity(zone, cap_type, spot, kind) - self.cloud.used(zone, cap_type, spot, kind)
 
     def stop(self) -> None:
         for c in self.clusters.values():

@@ -17,6 +17,7 @@ to the store. Called by runtime.py once per pass with the scenario-scaled clock.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,15 @@ from interlude_localcloud.gke import nodes as node_objects
 from interlude_localcloud.gke.policy import autoscaler, maintenance, scheduling
 from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.manifests import pod_from_manifest
-from interlude_localcloud.gke.policy.model import CapacityEntry, Node, NodePool, PodView, ZoneCapacity
+from interlude_localcloud.gke.policy.model import (
+    LABEL_INSTANCE_TYPE,
+    LABEL_SPOT,
+    CapacityEntry,
+    Node,
+    NodePool,
+    PodView,
+    ZoneCapacity,
+)
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store
@@ -59,12 +68,55 @@ class ControlState:
         del self.events[:-EVENTS_KEPT]
 
 
+# GKE TPU accelerator label -> the TPU API's type prefix and accelerator units (cores for v4/v5p) per chip
+# (https://cloud.google.com/tpu/docs/v6e, https://cloud.google.com/tpu/docs/v5p).
+TPU_CAPACITY_TYPES = {
+    "tpu-v6e-slice": ("v6e", 1),
+    "tpu-v5-lite-podslice": ("v5litepod", 1),
+    "tpu-v5p-slice": ("v5p", 2),
+    "tpu-v4-podslice": ("v4", 2),
+}
+CapacityFn = Callable[[str, str, bool, str], int]  # (zone, cap_type, spot, kind) -> units still free
+
+
+def capacity_key(pool: NodePool) -> tuple[str, str, int] | None:
+    """(cloud kind tpu|gce, the scenario's capacity type, units one node holds) of a pool's accelerator."""
+    if pool.tpu is not None and pool.tpu.type in TPU_CAPACITY_TYPES:
+        prefix, per_chip = TPU_CAPACITY_TYPES[pool.tpu.type]
+        return "tpu", f"{prefix}-{pool.tpu.chips * per_chip}", 1
+    if pool.gpu is not None:
+        return "gce", pool.gpu.type, pool.gpu.count  # GPUs are Compute Engine capacity
+    return None
+
+
 class Controllers:
-    def __init__(self, cluster: Any, resize_delay: float) -> None:
+    def __init__(self, cluster: Any, resize_delay: float, free_units: CapacityFn | None = None) -> None:
         self.c = cluster  # clusters.ClusterState
         self.store: Store = cluster.kube.store
         self.resize_delay = resize_delay  # real seconds
+        self.free_units = free_units  # the zones' capacity left by TPU VMs and Compute instances
         self.state = ControlState()
+
+    def capacity(self, pools: list[NodePool], nodes: list[Node]) -> ZoneCapacity:
+        """Stockouts (admin) plus the scenario's zone capacity, less what this cluster's nodes hold."""
+        entries = {(z, mt): CapacityEntry(z, mt, None, True) for z, mt in self.state.stockouts}
+        for pool in pools:
+            key = capacity_key(pool)
+            if key is None or self.free_units is None or (pool.zone, pool.machine_type) in entries:
+                continue
+            kind, cap_type, units = key
+            same = [
+                n
+                for n in nodes
+                if n.zone == pool.zone
+                and n.labels.get(LABEL_INSTANCE_TYPE) == pool.machine_type
+                and (n.labels.get(LABEL_SPOT) == "true") == pool.spot
+            ]
+            free = self.free_units(pool.zone, cap_type, pool.spot, kind) - units * len(same)
+            entries[(pool.zone, pool.machine_type)] = CapacityEntry(
+                pool.zone, pool.machine_type, max(free // max(units, 1), 0)
+            )
+        return ZoneCapacity.of(entries.values())
 
     # ------------------------------------------------------------------ views
     def pools(self, autoscaled_only: bool = False) -> list[NodePool]:
@@ -147,11 +199,15 @@ class Controllers:
     def autoscale(self, now: float) -> None:
         self._nodes_come_up()
         pods = self.pods()
-        capacity = ZoneCapacity.of(CapacityEntry(z, mt, None, True) for z, mt in sorted(self.state.stockouts))
         pools = self.pools(autoscaled_only=True)
         names = {p.name for p in pools}
+        nodes = self.nodes()
         view = autoscaler.ClusterView(
-            pools, [n for n in self.nodes() if n.pool in names], [v for _, v in pods], self.classes(), capacity
+            pools,
+            [n for n in nodes if n.pool in names],
+            [v for _, v in pods],
+            self.classes(),
+            self.capacity(pools, nodes),
         )
         plan = autoscaler.plan(view, self.state.autoscaler, now)
         self.state.autoscaler = plan.state

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from interlude_localcloud.gke.containers import NodeHost, node_host
-from interlude_localcloud.gke.controllers import NODES, PODS, Controllers
+from interlude_localcloud.gke.controllers import NODES, PODS, CapacityFn, Controllers
 from interlude_localcloud.gke.deployments import is_ready
 from interlude_localcloud.gke.hpa_controller import HpaController
 from interlude_localcloud.gke.kubelet import PodEnv, PodRunner
@@ -34,13 +34,19 @@ def free_port() -> int:
 
 class ClusterRuntime:
     def __init__(
-        self, cluster: Any, state_dir: Path, time_scale: float, resize_delay: float, extra_env: dict[str, str]
+        self,
+        cluster: Any,
+        state_dir: Path,
+        time_scale: float,
+        resize_delay: float,
+        extra_env: dict[str, str],
+        free_units: CapacityFn | None = None,
     ) -> None:
         self.c = cluster
         self.store = cluster.kube.store
         self.dir = state_dir / "gke" / cluster.spec.name
         self.time_scale = time_scale
-        self.controllers = Controllers(cluster, resize_delay)
+        self.controllers = Controllers(cluster, resize_delay, free_units)
         self.hpa = HpaController(self.store, self._port_of)
         self.extra_env = extra_env
         self.runners: dict[str, PodRunner] = {}  # pod uid -> runner
