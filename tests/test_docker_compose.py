@@ -35,16 +35,28 @@ def docker_compose() -> str:
     return shutil.which("docker-compose") or pytest.skip("docker-compose still missing after apt-get install")
 
 
+def compose(exe: str, env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`docker-compose` on our file with only `env_file` for variables (never the developer's `.env`)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "INTERLUDE_", "POSTGRES_"))}
+    return subprocess.run([exe, "--env-file", str(env_file), "-f", str(COMPOSE), *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+
+
 @pytest.fixture(scope="module")
-def resolved() -> dict[str, Any]:
-    """The file as Compose sees it: anchors merged, variables substituted, schema-checked."""
+def resolved(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The file as Compose sees it: anchors merged, variables substituted, schema-checked.
+
+    With the secrets `stack.py compose-env` makes (the file refuses to start without them).
+    """
+    from tests.e2e.stack_fixtures import load_stack_module
+
     exe = docker_compose()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "INTERLUDE_"))}
-    check = subprocess.run([exe, "-f", str(COMPOSE), "config", "-q"], capture_output=True, text=True, env=env,
-                           cwd=ROOT, timeout=120)
+    env_file = tmp_path_factory.mktemp("compose") / ".env"
+    assert load_stack_module().compose_env(env_file)
+    check = compose(exe, env_file, "config", "-q")
     assert check.returncode == 0, check.stderr
-    out = subprocess.run([exe, "-f", str(COMPOSE), "config"], capture_output=True, text=True, env=env, cwd=ROOT,
-                         timeout=120, check=True)
+    out = compose(exe, env_file, "config")
+    assert out.returncode == 0, out.stderr
     return dict(yaml.safe_load(out.stdout))
 
 

@@ -32,8 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     lc.start()
     try:
         print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint,
-                          "container_endpoint": lc.container_endpoint}),
-              flush=True)
+                          "container_endpoint": lc.container_endpoint, "project": lc.scenario.project,
+                          "time_scale": lc.scenario.time_scale}), flush=True)
         while not stop.wait(0.5):
             pass
     finally:

@@ -13,6 +13,7 @@ from interlude_localcloud.gke.admin_api import GkeAdminApi
 from interlude_localcloud.gke.clusters import Gke
 from interlude_localcloud.gke.container_api import ContainerApi
 from interlude_localcloud.metadata_api import MetadataApi
+from interlude_localcloud.pages import Pages
 from interlude_localcloud.scenario import Scenario
 from interlude_localcloud.server import LocalCloudServer, Router, serve
 from interlude_localcloud.tpu_api import TpuApi
@@ -64,6 +65,7 @@ class LocalCloud:
         MetadataApi(self.cloud).register(router)
         AdminApi(self.cloud).register(router)
         GkeAdminApi(self.gke).register(router)
+        Pages(self.cloud).register(router)
         if self.gcs is not None:
             self.gcs.start()
             self.cloud.gcs_endpoint = self.gcs.endpoint

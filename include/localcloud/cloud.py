@@ -232,15 +232,31 @@ class Cloud:
             notice = mt["unscheduled_notice"] if mtype == "UNSCHEDULED" else mt["scheduled_notice"]
         return mtype, float(notice)
 
+    def can_start_early(self, m: Machine, mtype: str) -> bool:
+        """canReschedule as Google sets it: SCHEDULED only, and on TPUs only where manual start exists
+        (any v4/v5p; v5e/v6e from 2x4, i.e. 8 chips; https://cloud.google.com/tpu/docs/manually-start-maintenance)."""
+        if mtype != "SCHEDULED":
+            return False
+        if m.kind != "tpu":
+            return True
+        m_type = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", str(m.resource.get("acceleratorType", "")))
+        if m_type is None:
+            return False
+        family, size = m_type[1], int(m_type[2])
+        return family in ("v4", "v5p") or (family in ("v5litepod", "v6e") and size >= 8)
+
     def schedule_maintenance(self, m: Machine, mtype: str, notice: float) -> None:
-        """Notice: upcomingMaintenance PENDING now, window opens after notice/time_scale seconds."""
+        """Notice: upcomingMaintenance PENDING now, window opens after notice/time_scale seconds.
+
+        Google orders the times windowStartTime <= latestWindowStartTime <= windowEndTime: the window
+        starts no later than latestWindowStartTime and the disruption is over by windowEndTime. Here the
+        window opens at its start, so the latest start is the start."""
         ts = self.scenario.time_scale
         duration = self.scenario.maintenance[m.kind]["duration"]
         start = time.time() + notice / ts
         m.maintenance = {
             "type": mtype, "status": "PENDING", "start": start, "end": start + duration / ts,
-            "latest": start + (notice / ts if mtype == "SCHEDULED" else 0.0),
-            "can_reschedule": mtype == "SCHEDULED",
+            "latest": start, "can_reschedule": self.can_start_early(m, mtype),
         }
         m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
@@ -248,27 +264,38 @@ class Cloud:
                  window_start=rfc3339(start))
         self.after_for(m, notice / ts, lambda: self.begin_maintenance(m))
 
-    def begin_maintenance(self, m: Machine) -> None:
-        """Window opens: the machine goes down (status per kind) until the restart duration passes."""
+    def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED") -> None:
+        """Window opens: the machine goes down (status per kind) until the restart duration passes.
+
+        With no notice before (a drill without extended notifications) the maintenance starts ONGOING.
+        Once ONGOING it cannot be moved: canReschedule is false. A Compute VM passes STOPPING on its
+        way to TERMINATED, as on Google."""
         ts = self.scenario.time_scale
-        if m.maintenance is None:
-            self.schedule_maintenance(m, "SCHEDULED", 0.0)
-            return
         duration = self.scenario.maintenance[m.kind]["duration"]
-        m.maintenance.update(status="ONGOING", start=time.time(), end=time.time() + duration / ts)
+        now = time.time()
+        if m.maintenance is None:
+            m.maintenance = {"type": mtype, "start": now, "latest": now}
+        m.maintenance.update(status="ONGOING", start=now, latest=now, end=now + duration / ts, can_reschedule=False)
         m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
         if m.kind == "tpu":
             m.resource.update(state="REPAIRING", health="UNHEALTHY_MAINTENANCE",
                               healthDescription="The TPU node is undergoing host maintenance.")
         else:
-            m.resource["status"] = "TERMINATED"
-            m.resource["lastStopTimestamp"] = rfc3339()
+            m.resource["status"] = "STOPPING"
+
+            def stopped() -> None:
+                m.resource["status"] = "TERMINATED"
+                m.resource["lastStopTimestamp"] = rfc3339()
+
+            self.after_for(m, min(self.scenario.delay("gce_stop"), duration / ts / 2), stopped)
         self.take_down(m, "maintenance")
         self.log("maintenance_start", machine=m.machine_id, type=m.maintenance["type"])
         self.after_for(m, duration / ts, lambda: self.end_maintenance(m))
 
     def end_maintenance(self, m: Machine) -> None:
+        """Host serviced: a TPU node is READY again; a Compute VM with automaticRestart passes STAGING to
+        RUNNING (and boots), one without stays TERMINATED and releases its capacity."""
         m.maintenance = None
         m.maintenance_event = "NONE"
         m.generation += 1
@@ -277,10 +304,17 @@ class Cloud:
             m.resource.pop("healthDescription", None)
             self.boot(m)
         elif (m.resource.get("scheduling") or {}).get("automaticRestart", True):
-            m.resource["status"] = "RUNNING"
-            m.resource["lastStartTimestamp"] = rfc3339()
-            self.boot(m)
+            m.resource["status"] = "STAGING"
+
+            def running() -> None:
+                m.resource["status"] = "RUNNING"
+                m.resource["lastStartTimestamp"] = rfc3339()
+                self.boot(m)
+                self.changed.notify_all()
+
+            self.after_for(m, min(self.scenario.delay("gce_start"), 0.5), running)
         else:
+            m.resource["status"] = "TERMINATED"
             m.holds = False
         self.log("maintenance_end", machine=m.machine_id)
 

@@ -1,6 +1,9 @@
 """Compute Engine v1, the subset GPU VMs need, as compute.googleapis.com/compute/v1 serves it.
 
-Instance lifecycle: PROVISIONING -> RUNNING; stop: STOPPING -> TERMINATED; delete: STOPPING -> gone.
+Instance lifecycle: PROVISIONING -> STAGING -> RUNNING; stop: STOPPING -> TERMINATED; delete: STOPPING -> gone;
+host maintenance: STOPPING -> TERMINATED -> (automaticRestart) STAGING -> RUNNING.
+simulateMaintenanceEvent follows Google: with ``withExtendedNotifications=true`` a notice comes first;
+without, a VM that cannot live-migrate is terminated (and restarted per automaticRestart) at once.
 Zone operations finish after the scenario's delay; `zoneOperations.wait` long-polls until DONE.
 """
 
@@ -243,6 +246,10 @@ class ComputeApi:
             self.cloud.log("gce_instance_insert", instance=name, zone=zone, machine_type=mt_name, gpu=gpu,
                            gpus=count, spot=spot, outcome="ok" if ok else "ZONE_RESOURCE_POOL_EXHAUSTED")
 
+            def staging() -> None:
+                if not m.deleted and ok:
+                    m.resource["status"] = "STAGING"
+
             def done() -> None:
                 if m.deleted:
                     return
@@ -254,7 +261,10 @@ class ComputeApi:
                 self._running(m)
                 self._done(op)
 
-            self.cloud.after(self.cloud.scenario.delay("gce_create"), done)
+            # PROVISIONING for the create delay, then STAGING (booting) for a start delay, then RUNNING
+            create, boot = self.cloud.scenario.delay("gce_create"), self.cloud.scenario.delay("gce_start")
+            self.cloud.after(create, staging)
+            self.cloud.after(create + boot, done)
             return Response(dict(op), "Operation")
 
     def _running(self, m: Machine) -> None:
@@ -336,8 +346,15 @@ class ComputeApi:
                 raise ApiError(400, "The instance must be RUNNING to simulate a maintenance event.",
                                reason="resourceNotReady")
             op = self._op(m.zone, "simulateMaintenanceEvent", m, m.name)
-            mtype, notice = self.cloud.choose_maintenance("gce")
-            self.cloud.schedule_maintenance(m, mtype, notice)
+            extended = req.query.get("withExtendedNotifications", "").lower() == "true"
+            policy = (m.resource.get("scheduling") or {}).get("onHostMaintenance", "MIGRATE")
+            if extended:  # the notice first, as before real maintenance
+                mtype, notice = self.cloud.choose_maintenance("gce")
+                self.cloud.schedule_maintenance(m, mtype, notice)
+            elif policy == "TERMINATE":  # no notice: terminated now, restarted per automaticRestart
+                self.cloud.begin_maintenance(m)
+            else:  # live migration: the VM keeps running
+                self.cloud.log("live_migrated", machine=m.machine_id)
             self._done(op)
             return Response(dict(op), "Operation")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from typing import Any
 
 _STATUS_BY_CODE = {
@@ -32,9 +33,12 @@ class ApiError(Exception):
     def body(self, family: str) -> dict[str, Any]:
         """`{"error": ...}` as TPU (google.rpc.Status style) or Compute (errors[] list) answers it."""
         if family == "compute":
-            return {"error": {"code": self.code, "message": self.message,
-                              "errors": [{"domain": "global", "reason": self.reason,
-                                          "message": self.message}]}}
+            domain = "usageLimits" if self.code == 429 else "global"
+            compute: dict[str, Any] = {"code": self.code, "message": self.message,
+                                       "errors": [{"domain": domain, "reason": self.reason, "message": self.message}]}
+            if self.details:
+                compute.update(status=self.status, details=self.details)
+            return {"error": compute}
         err: dict[str, Any] = {"code": self.code, "message": self.message, "status": self.status}
         if self.details:
             err["details"] = self.details
@@ -51,3 +55,41 @@ def already_exists(what: str) -> ApiError:
 
 def invalid(message: str) -> ApiError:
     return ApiError(400, message, "INVALID_ARGUMENT", "invalid")
+
+
+def _service(path: str) -> str:
+    if path.startswith("/compute/"):
+        return "compute.googleapis.com"
+    if path.startswith("/storage/") or path.startswith("/upload/storage/"):
+        return "storage.googleapis.com"
+    return "tpu.googleapis.com"
+
+
+def rate_limited(method: str, path: str, project: str) -> ApiError:
+    """429 as Google words it: a per-minute request quota of the service, for the project's number, with a
+    google.rpc.ErrorInfo (RATE_LIMIT_EXCEEDED) detail. Distinct from resource quota (403 quotaExceeded)."""
+    service = _service(path)
+    kind = "Read" if method.upper() == "GET" else "Write"
+    metric, limit = f"{kind} requests", f"{kind} requests per minute"
+    consumer = f"project_number:{zlib.crc32(project.encode()) % 10**12:012d}"
+    message = (f"Quota exceeded for quota metric '{metric}' and limit '{limit}' of service '{service}' "
+               f"for consumer '{consumer}'.")
+    details = [
+        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "RATE_LIMIT_EXCEEDED",
+         "domain": "googleapis.com",
+         "metadata": {"service": service, "consumer": consumer,
+                      "quota_metric": f"{service}/{kind.lower()}_requests",
+                      "quota_limit": f"{kind}RequestsPerMinutePerProject"}},
+        {"@type": "type.googleapis.com/google.rpc.Help",
+         "links": [{"description": "Request a higher quota limit.",
+                    "url": "https://cloud.google.com/docs/quotas/help/request_increase"}]},
+    ]
+    return ApiError(429, message, "RESOURCE_EXHAUSTED", "rateLimitExceeded", details)
+
+
+def injected_fault(status: int, method: str, path: str, project: str) -> ApiError:
+    """The answer to a fault the scenario or a test injected, in Google's words for that status."""
+    if status == 429:
+        return rate_limited(method, path, project)
+    return ApiError(status, "The service is currently unavailable." if status == 503
+                    else "Injected fault: the service is temporarily unavailable.")

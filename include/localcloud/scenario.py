@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from interlude_localcloud.catalog import runtime_versions_for
 from interlude_localcloud.gke.config import ClusterSpec, parse_gke
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -122,7 +123,8 @@ def parse(raw: dict[str, Any]) -> Scenario:
             name=name,
             region=z.get("region") or name.rsplit("-", 1)[0],
             tpu_types=list(tpu.get("accelerator_types", [])),
-            runtime_versions=list(tpu.get("runtime_versions", [])),
+            runtime_versions=list(tpu["runtime_versions"]) if "runtime_versions" in tpu
+            else runtime_versions_for(list(tpu.get("accelerator_types", []))),
             tpu_capacity=_tiers(tpu.get("capacity")),
             gpu_types=list(gpu.get("accelerator_types", [])),
             machine_types=list(gpu.get("machine_types", [])),

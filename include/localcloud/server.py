@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from interlude_localcloud import discovery
 from interlude_localcloud.cloud import Cloud
-from interlude_localcloud.errors import ApiError, invalid
+from interlude_localcloud.errors import ApiError, injected_fault, invalid
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +184,7 @@ class _Handler(BaseHTTPRequestHandler):
             if not path.startswith(("/_localcloud", "/_machines")):
                 fault = self.server.cloud.take_fault(method, path)
             if fault is not None:
-                raise ApiError(fault.status, "Injected fault: the service is temporarily unavailable.")
+                raise injected_fault(fault.status, method, path, self.server.cloud.scenario.project)
             route, params, known = self.server.router.match(method, path)
             if route is None:
                 raise ApiError(405 if known else 404, f"No such method: {method} {path}",

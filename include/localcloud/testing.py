@@ -97,7 +97,8 @@ class RunningLocalCloud:
     def connection_extra(self) -> dict[str, Any]:
         """Extras of a `google_cloud_platform` Airflow connection that reach this cloud (TPU, Compute, GKE)."""
         return {"is_anonymous": True, "project": self.project, "tpu_endpoint": self.api_endpoint,
-                "compute_endpoint": self.api_endpoint, "container_endpoint": self.container_endpoint}
+                "compute_endpoint": self.api_endpoint, "container_endpoint": self.container_endpoint,
+                "time_scale": self.scenario.time_scale}
 
     def airflow_conn_env(self, conn_id: str = "google_cloud_default") -> dict[str, str]:
         """`AIRFLOW_CONN_<ID>` environment variable for that connection (no metadata database needed)."""

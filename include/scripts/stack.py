@@ -7,6 +7,7 @@ runs the real topology on 127.0.0.1 so the end-to-end tests (and a curious user)
     python include/scripts/stack.py up [--var-dir var/stack] [--scenario default]
     python include/scripts/stack.py status [--var-dir var/stack]
     python include/scripts/stack.py down [--var-dir var/stack]
+    python include/scripts/stack.py compose-env [--env-file .env]   # secrets for docker-compose.yaml
 
 `up` installs PostgreSQL 15 and Redis with apt-get when they are missing (root only), starts its own
 PostgreSQL cluster and redis-server (never the system ones), writes one airflow.cfg shared by all
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DAG_ID = "interlude_training"
 STATE_FILE = "stack.json"
+DB_PASSWORD_FILE = "db-password"
 ADMIN_USER = "admin"
 NOFILE = 8192
 # Components in start order; `down` stops them in reverse.
@@ -90,24 +92,60 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
 
 
-def start_postgres(pg_dir: Path, port: int) -> None:
+def write_secret(path: Path, text: str) -> Path:
+    """Create or replace a file holding a secret, readable by its owner only (0600 from the first byte)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    tmp.replace(path)
+    return path
+
+
+def db_password(var_dir: Path) -> str:
+    """The `airflow` database role's password: made once per var dir, kept 0600 beside the cluster."""
+    path = var_dir / DB_PASSWORD_FILE
+    if path.exists():
+        return path.read_text().strip()
+    password = secrets.token_hex(24)  # hex: safe unquoted in a SQLAlchemy URL
+    write_secret(path, password)
+    return password
+
+
+def _pg_env(password: str) -> dict[str, str]:
+    return {**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}
+
+
+def start_postgres(pg_dir: Path, port: int, password: str) -> None:
+    """Our own cluster with password (SCRAM) authentication for every connection, local socket included."""
     pg_dir.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(pg_dir, "postgres", "postgres")
-        os.chmod(pg_dir, 0o700)
+    os.chmod(pg_dir, 0o700)
     data = pg_dir / "data"
     if not (data / "PG_VERSION").exists():
-        subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-A", "trust", "-U", "airflow",
-                                     "-E", "UTF8"]), check=True, stdout=subprocess.DEVNULL)
+        # initdb reads the superuser's password from a file (never the command line); gone right after.
+        pwfile = write_secret(pg_dir / "initdb-password", password + "\n")
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres", "postgres")
+        try:
+            subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "--auth=scram-sha-256",
+                                         f"--pwfile={pwfile}", "-U", "airflow", "-E", "UTF8"]),
+                           check=True, stdout=subprocess.DEVNULL)
+        finally:
+            pwfile.unlink(missing_ok=True)
     subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o",
                                  f"-k {pg_dir} -h 127.0.0.1 -p {port}", "-l", str(pg_dir / "postgres.log"),
                                  "-w", "-t", "60", "start"]), check=True, stdout=subprocess.DEVNULL)
+    env = _pg_env(password)
     exists = subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "-d",
                              "postgres", "-tAc", "SELECT 1 FROM pg_database WHERE datname='airflow'"],
-                            check=True, capture_output=True, text=True).stdout.strip()
+                            check=True, capture_output=True, text=True, env=env).stdout.strip()
     if exists != "1":
         subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
-                       check=True)
+                       check=True, env=env)
 
 
 def stop_postgres(pg_dir: Path) -> None:
@@ -220,9 +258,9 @@ def restart_component(state: dict[str, Any], name: str, kill_signal: int = signa
 
 # ---------------------------------------------------------------------------------------------- config
 def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: int, secret: str,
-                      jwt_secret: str, fernet_key: str, password_file: Path) -> Path:
-    """The one airflow.cfg every component reads (same secrets, same database, same broker)."""
-    db = f"postgresql+psycopg2://airflow@127.0.0.1:{pg_port}/airflow"
+                      jwt_secret: str, fernet_key: str, password_file: Path, db_password: str) -> Path:
+    """The one airflow.cfg every component reads (same secrets, same database, same broker); mode 0600."""
+    db = f"postgresql+psycopg2://airflow:{db_password}@127.0.0.1:{pg_port}/airflow"
     sections: dict[str, dict[str, Any]] = {
         "core": {
             "executor": "CeleryExecutor",
@@ -240,7 +278,7 @@ def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: in
         "database": {"sql_alchemy_conn": db},
         "celery": {
             "broker_url": f"redis://127.0.0.1:{redis_port}/0",
-            "result_backend": f"db+postgresql://airflow@127.0.0.1:{pg_port}/airflow",
+            "result_backend": f"db+postgresql://airflow:{db_password}@127.0.0.1:{pg_port}/airflow",
             "worker_concurrency": 4,
         },
         "api": {"host": "127.0.0.1", "port": api_port, "secret_key": secret, "workers": 1,
@@ -259,9 +297,13 @@ def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: in
         lines.append(f"[{section}]")
         lines += [f"{key} = {value}" for key, value in options.items()]
         lines.append("")
-    path = home / "airflow.cfg"
-    path.write_text("\n".join(lines))
-    return path
+    return write_secret(home / "airflow.cfg", "\n".join(lines))
+
+
+def jwt_secret() -> str:
+    """A key as long as HS512's digest (64 bytes; Airflow signs with HS512 given jwt_secret), so PyJWT
+    raises no InsecureKeyLengthWarning (RFC 7518 section 3.2: key size >= hash output size)."""
+    return secrets.token_urlsafe(64)  # 86 characters of base64url = 64 random bytes
 
 
 def component_env(state: dict[str, Any]) -> dict[str, str]:
@@ -270,7 +312,8 @@ def component_env(state: dict[str, Any]) -> dict[str, str]:
 
     cloud = dev.LocalCloud(process=None, api_endpoint=state["localcloud"]["api_endpoint"],  # type: ignore[arg-type]
                            gcs_endpoint=state["localcloud"]["gcs_endpoint"], project=state["localcloud"]["project"],
-                           state_dir=Path(state["var_dir"]) / "localcloud")
+                           state_dir=Path(state["var_dir"]) / "localcloud",
+                           time_scale=float(state["localcloud"].get("time_scale", 1.0)))
     env = dev.airflow_env(Path(state["airflow_home"]), cloud)
     keep = {"AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW__CORE__LOAD_EXAMPLES",
             "AIRFLOW__CORE__UNIT_TEST_MODE", "AIRFLOW__API__HOST"}
@@ -307,7 +350,8 @@ def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subproc
                 continue
             if ready.get("ready"):
                 return proc, {"api_endpoint": ready["api_endpoint"], "gcs_endpoint": ready["gcs_endpoint"],
-                              "project": ready.get("project", "interlude-local")}
+                              "project": ready.get("project", "interlude-local"),
+                              "time_scale": float(ready.get("time_scale", 1.0))}
         if proc.poll() is not None:
             raise RuntimeError(f"local cloud exited with {proc.returncode}; see {state_dir / 'localcloud.log'}")
         time.sleep(0.2)
@@ -317,10 +361,8 @@ def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subproc
 
 # ---------------------------------------------------------------------------------------------- state
 def write_state(var_dir: Path, state: dict[str, Any]) -> None:
-    tmp = var_dir / (STATE_FILE + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.chmod(tmp, 0o600)
-    tmp.replace(var_dir / STATE_FILE)
+    """stack.json holds the admin password: 0600 like every file with a secret."""
+    write_secret(var_dir / STATE_FILE, json.dumps(state, indent=2, sort_keys=True))
 
 
 def read_state(var_dir: Path) -> dict[str, Any] | None:
@@ -337,6 +379,33 @@ def api_token(state: dict[str, Any]) -> str:
                                                                     "password": auth["password"]}, timeout=30)
     resp.raise_for_status()
     return str(resp.json()["access_token"])
+
+
+def _warm_execution_api(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
+    """Until the api-server's Execution API answers; only then may a worker start tasks.
+
+    The api-server builds its /execution sub-application on the first request to it, which takes
+    seconds (5.5 s measured on a loaded 2-core machine). A worker's first task-start call landing on a
+    cold server outran the Task SDK's 5 s `[workers] execution_api_timeout` and was retried; warming the
+    Execution API before the worker exists removes that first slow call from every task.
+    """
+    import requests
+
+    url = f"{state['base_url']}/execution/health"
+    started = time.monotonic()
+    deadline = started + timeout
+    while time.monotonic() < deadline:
+        code = procs["api-server"].poll()
+        if code is not None:
+            raise RuntimeError(f"api-server exited with {code}; see {state['logs']['api-server']}")
+        try:
+            if requests.get(url, timeout=60).status_code == 200:
+                log(f"execution API warm after {time.monotonic() - started:.1f}s")
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError(f"the api-server's Execution API did not answer within {timeout:.0f}s")
 
 
 def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]], timeout: float) -> None:
@@ -398,7 +467,7 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
         log(f"postgres on 127.0.0.1:{pg_port}")
-        start_postgres(var_dir / "postgres", pg_port)
+        start_postgres(var_dir / "postgres", pg_port, db_password(var_dir))
         log(f"redis on 127.0.0.1:{redis_port}")
         (var_dir / "redis").mkdir(exist_ok=True)
         redis_cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "",
@@ -415,13 +484,13 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
 
         password_file = home / "simple_auth_manager_passwords.json"
         home.mkdir(parents=True, exist_ok=True)
-        password_file.write_text(json.dumps({ADMIN_USER: password}))
-        os.chmod(password_file, 0o600)
+        write_secret(password_file, json.dumps({ADMIN_USER: password}))
         from cryptography.fernet import Fernet
 
         write_airflow_cfg(home, pg_port=pg_port, redis_port=redis_port, api_port=api_port,
-                          secret=secrets.token_urlsafe(32), jwt_secret=secrets.token_urlsafe(32),
-                          fernet_key=Fernet.generate_key().decode(), password_file=password_file)
+                          secret=secrets.token_urlsafe(32), jwt_secret=jwt_secret(),
+                          fernet_key=Fernet.generate_key().decode(), password_file=password_file,
+                          db_password=db_password(var_dir))
         env = component_env(state)
         log("airflow db migrate")
         with open(logs / "db-migrate.log", "wb") as out:
@@ -449,6 +518,8 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
             state["commands"][name] = cmd
             state["logs"][name] = str(logs / f"{name}.log")
             write_state(var_dir, state)
+            if name == "api-server":
+                _warm_execution_api(state, procs, timeout)
         state["logs"].update({"redis": str(logs / "redis.log"),
                               "localcloud": str(var_dir / "localcloud" / "localcloud.log"),
                               "postgres": str(var_dir / "postgres" / "postgres.log")})
@@ -492,10 +563,27 @@ def status(var_dir: Path) -> dict[str, Any]:
             "base_url": state["base_url"], "ports": state["ports"]}
 
 
+def compose_env(path: Path) -> bool:
+    """Fresh random secrets for docker-compose.yaml in a 0600 `.env`; an existing file is kept (False).
+
+    The compose file ships no secret and refuses to start without these, so nothing default or empty
+    (an empty fernet key stores connections in clear) ever reaches a running stack.
+    """
+    if path.exists():
+        return False
+    from cryptography.fernet import Fernet
+
+    values = {"POSTGRES_PASSWORD": secrets.token_hex(24), "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
+              "AIRFLOW_JWT_SECRET": jwt_secret(), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)}
+    write_secret(path, "".join(f"{k}={v}\n" for k, v in values.items()))
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "compose-env"])
+    parser.add_argument("--env-file", type=Path, default=ROOT / ".env", help="compose-env: where to write")
     parser.add_argument("--var-dir", type=Path, default=ROOT / "var" / "stack")
     parser.add_argument("--scenario", default="default")
     parser.add_argument("--api-port", type=int, default=0)
@@ -511,6 +599,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({**summary, "user": ADMIN_USER, "state": str(args.var_dir / STATE_FILE)}))
     elif args.command == "down":
         down(args.var_dir)
+    elif args.command == "compose-env":
+        made = compose_env(args.env_file)
+        log(f"{'wrote' if made else 'kept the existing'} {args.env_file} (mode 0600)")
     else:
         info = status(args.var_dir)
         print(json.dumps(info, indent=2))

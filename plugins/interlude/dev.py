@@ -31,6 +31,7 @@ class LocalCloud:
     project: str
     state_dir: Path
     container_endpoint: str = ""  # GKE's Container API (same server as TPU/Compute)
+    time_scale: float = 1.0  # the scenario's clock: Google-real seconds / time_scale = real seconds
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -75,21 +76,26 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
         if ready.get("ready"):
             project = ready.get("project", "interlude-local")
             return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir,
-                              ready.get("container_endpoint", ready["api_endpoint"]))
+                              ready.get("container_endpoint", ready["api_endpoint"]),
+                              float(ready.get("time_scale", 1.0)))
     proc.kill()
     raise RuntimeError("local cloud did not report ready within 60 s")
 
 
-def connection_extra(project: str, api_endpoint: str, container_endpoint: str = "") -> dict[str, Any]:
-    """The `google_cloud_default` extras that point every hook at the local cloud (anonymous)."""
+def connection_extra(project: str, api_endpoint: str, container_endpoint: str = "",
+                     time_scale: float = 1.0) -> dict[str, Any]:
+    """The `google_cloud_default` extras that point every hook at the local cloud (anonymous), with its
+    clock (``time_scale``: Google-real seconds per real second)."""
     return {"is_anonymous": True, "project": project, "tpu_endpoint": api_endpoint,
-            "compute_endpoint": api_endpoint, "container_endpoint": container_endpoint or api_endpoint}
+            "compute_endpoint": api_endpoint, "container_endpoint": container_endpoint or api_endpoint,
+            "time_scale": time_scale}
 
 
 def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {"conn_type": "google_cloud_platform",
-            "extra": connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint)}
+            "extra": connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint,
+                                      getattr(cloud, "time_scale", 1.0))}
     env = dict(os.environ)
     env.update({
         "AIRFLOW_HOME": str(home),

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import pytest
 
 from interlude import dev
+from tests.e2e.stack_fixtures import stack_fixture  # noqa: F401 - one `stack` for test_stack and test_browser
 
 DAG_ID = "interlude_training"
 # The shipped fine-tuning sample covers 2024-01-01..2024-03-31; a run "today" must name a day in it.

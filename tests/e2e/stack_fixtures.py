@@ -21,6 +21,7 @@ import requests
 ROOT = Path(__file__).resolve().parents[2]
 DAG_ID = "interlude_training"
 BUCKET = "interlude-stack-e2e"
+DEFAULT_BUCKET = "interlude-local"  # the DAG's `bucket` param default: the Trigger form as it comes uses it
 DATA_DATE = "2024-01-15"  # inside the shipped fine-tuning sample (2024-01-01..2024-03-31)
 TERMINAL = {"success", "failed"}
 
@@ -148,6 +149,10 @@ def stack_fixture() -> Iterator[Stack]:
     saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
     try:
         state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)))
+        from interlude import dev
+
+        cloud = dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud")  # type: ignore[arg-type]
+        dev.ensure_bucket(cloud, DEFAULT_BUCKET)
         os.environ["STORAGE_EMULATOR_HOST"] = state["localcloud"]["gcs_endpoint"]
         os.environ["GOOGLE_CLOUD_PROJECT"] = state["localcloud"]["project"]
         running = Stack(state, module)

@@ -22,7 +22,6 @@ from tests.e2e.stack_fixtures import (
     DATA_DATE,
     GPU_ONLY_ZONE,
     Stack,
-    stack_fixture,  # noqa: F401 - registers the `stack` fixture
 )
 
 pytestmark = pytest.mark.e2e
@@ -236,3 +235,58 @@ def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:
     assert machine["kind"] == "gce_vm" and machine["zone"] == GPU_ONLY_ZONE
     assert machine["body"]["scheduling"]["onHostMaintenance"] == "TERMINATE"
     assert_no_machines_left(stack, naming.run_key(DAG_ID, run_id))
+
+
+def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack: Stack) -> None:
+    """From the components' own logs: the JWT key is long enough, and the first task start was answered at once.
+
+    The api-server builds its Execution API on the first request; `up` warms it before the worker
+    starts, so the worker's first `PATCH .../run` must not be the slow one (the Task SDK gives up after
+    5 s and retries). Needs one task started in this session: a plan-only run when none has.
+    """
+    import re
+
+    if "method=PATCH path=/execution/task-instances/" not in stack.log_text("api-server"):
+        run_id = stack.api.trigger(base_conf(plan_only=True))
+        assert stack.api.wait_run(run_id, RUN_TIMEOUT)["state"] == "success"
+    for name in ("api-server", "scheduler", "dag-processor", "triggerer", "worker"):
+        assert "InsecureKeyLengthWarning" not in stack.log_text(name), name
+    starts = re.findall(r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
+                        r"status_code=(\d+)", stack.log_text("api-server"))
+    assert starts, "no task-start call in the api-server's log"
+    first_us, first_status = starts[0]
+    assert first_status == "200" and int(first_us) < 5_000_000, starts[:3]
+    assert all(status in ("200", "409") for _, status in starts), starts
+    # The Task SDK's retry (tenacity) says "this is the 2nd time calling it" when a call had to be repeated.
+    assert "time calling it" not in stack.log_text("worker"), "a worker call to the Execution API was retried"
+
+
+def test_no_file_of_the_running_stack_shows_a_secret_to_others(stack: Stack) -> None:
+    """Every file under the live stack's var dir that holds one of its secrets is owner-only (0600).
+
+    The secrets are read from where `up` put them (airflow.cfg, stack.json, db-password), then every
+    file (logs, local cloud state, Airflow home) is searched for their values.
+    """
+    import configparser
+    import os
+    import stat
+    from pathlib import Path
+
+    var_dir = Path(stack.state["var_dir"])
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(Path(stack.state["airflow_home"]) / "airflow.cfg")
+    values = [cfg["api_auth"]["jwt_secret"], cfg["core"]["fernet_key"], cfg["api"]["secret_key"],
+              stack.state["auth"]["password"], (var_dir / "db-password").read_text().strip()]
+    assert all(len(v) >= 16 for v in values)
+    holders = {}
+    for dirpath, _, names in os.walk(var_dir):
+        if Path(dirpath).is_relative_to(var_dir / "postgres" / "data"):
+            continue  # PostgreSQL's own 0700 cluster (it stores a SCRAM verifier, not the password)
+        for name in names:
+            path = Path(dirpath) / name
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                if any(v.encode() in data for v in values):
+                    holders[str(path.relative_to(var_dir))] = stat.S_IMODE(path.stat().st_mode)
+    assert {"stack.json", "db-password", "airflow/airflow.cfg"} <= set(holders), holders
+    assert not {p: oct(m) for p, m in holders.items() if m & 0o077}, holders

@@ -3,7 +3,7 @@
 Calls go through the ``google.cloud.compute_v1`` clients (REST-only, synchronous) with our endpoint in
 ``client_options``. Operations are polled with our own ``ZoneOperationsClient`` on the same endpoint:
 the library's ``ExtendedOperation.result()`` would poll Google's public endpoint whatever
-``client_options`` say (gcp-facts.md). Instances are read as raw REST JSON so callers get Google's
+``client_options`` say. Instances are read as raw REST JSON so callers get Google's
 camelCase shape (same as the TPU hook) including ``resourceStatus.upcomingMaintenance``.
 """
 
@@ -119,8 +119,10 @@ class ComputeHook(InterludeGoogleHook):
 
     def _instance_op(self, zone: str, name: str, verb: str, wait: bool, **extra: Any) -> dict[str, Any]:
         method = getattr(self.instances, f"{verb}_unary")
+        # a request mapping: query parameters such as withExtendedNotifications are not flattened arguments
+        request = {"project": self.project, "zone": zone, "instance": name, **extra}
         op = self._call(
-            lambda: method(project=self.project, zone=zone, instance=name, retry=None, timeout=CALL_TIMEOUT, **extra),
+            lambda: method(request=request, retry=None, timeout=CALL_TIMEOUT),
             f"instances.{verb} {zone}/{name}",
         )
         return self.wait_operation(zone, op.name) if wait else message_to_dict(op)
@@ -232,13 +234,22 @@ class ComputeHook(InterludeGoogleHook):
     def stop_instance(self, zone: str, name: str) -> None:
         self._instance_op(zone, name, "stop", True)
 
-    def simulate_maintenance_event(self, zone: str, name: str, wait: bool = False) -> None:
+    def simulate_maintenance_event(
+        self, zone: str, name: str, wait: bool = False, with_extended_notifications: bool = True
+    ) -> None:
         """Ask Google to simulate a host maintenance event on the VM.
 
+        ``with_extended_notifications`` (on by default) asks for the notice first, as a GPU VM gets before
+        real maintenance; without it a VM that cannot live-migrate (every GPU VM) is terminated or
+        restarted at once per its ``onHostMaintenance`` policy, with no notice
+        (https://cloud.google.com/compute/docs/gpus/gpu-host-maintenance,
+        https://cloud.google.com/compute/docs/reference/rest/v1/instances/simulateMaintenanceEvent).
         Not waited for by default: the notice (``resourceStatus.upcomingMaintenance``, the metadata
         server's ``maintenance-event``) and the VM going down are what the pipeline reacts to.
         """
-        self._instance_op(zone, name, "simulate_maintenance_event", wait)
+        self._instance_op(
+            zone, name, "simulate_maintenance_event", wait, with_extended_notifications=with_extended_notifications
+        )
 
     def perform_maintenance(self, zone: str, name: str, wait: bool = False) -> None:
         """Start the VM's pending maintenance now."""

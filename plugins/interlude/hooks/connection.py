@@ -3,9 +3,11 @@
 One code path serves Google and the local cloud: the Airflow connection (``google_cloud_default``,
 type ``google_cloud_platform``) gives credentials the Google provider's way, plus the extras
 ``project``, ``is_anonymous``, ``tpu_endpoint``, ``compute_endpoint`` and ``container_endpoint``
-(GKE, read by ``interlude.hooks.gke``; absent = Google's public endpoints). Constructor arguments
-override the extras; ``gcp_conn_id=None`` means anonymous credentials and no Airflow connection at all,
-so tests and the local cloud need no metadata database.
+(GKE, read by ``interlude.hooks.gke``; absent = Google's public endpoints) and ``time_scale`` (absent =
+1: Google's clock; the local cloud's dev environment sets its scenario's, so Google-real durations such
+as a maintenance margin map to its faster clock). Constructor arguments override the extras;
+``gcp_conn_id=None`` means anonymous credentials and no Airflow connection at all, so tests and the local
+cloud need no metadata database.
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ class InterludeGoogleHook(GoogleBaseHook):
         if self.custom_endpoint:
             return ClientOptions(api_endpoint=self.custom_endpoint)
         return self.get_client_options()
+
+    @functools.cached_property
+    def time_scale(self) -> float:
+        """How much faster than Google's clock the cloud behind this connection runs (1 = Google)."""
+        raw = self._get_field("time_scale", None)
+        value = 1.0 if raw in (None, "") else float(raw)
+        if value <= 0:
+            raise ValueError(f"{type(self).__name__}: connection extra time_scale must be > 0, not {value}")
+        return value
 
     @functools.cached_property
     def project(self) -> str:

@@ -2,7 +2,9 @@
 
 Mutations go through ``google.cloud.tpu_v2.TpuClient`` over REST; reads of nodes and queued resources
 are raw REST JSON, because the client's ``Node`` has no ``upcomingMaintenance`` and would silently
-drop it (see /work/shared/docs/gcp-facts.md). Node dicts are Google's JSON: camelCase, enum names.
+drop it (the field is in the REST reference,
+https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes#UpcomingMaintenance).
+Node dicts are Google's JSON: camelCase, enum names.
 ``simulateMaintenanceEvent`` / ``performMaintenance`` exist only in v2alpha1, whose python client is
 gRPC-only, so they are plain REST POSTs. Long-running operations are polled by us (see ``_ops``).
 """

@@ -14,7 +14,9 @@ from tests.include.localcloud.conftest import ZONE, Compute, gpu_instance
 def test_insert_get_list_filter_delete(lc: RunningLocalCloud, compute: Compute) -> None:
     op = compute.instances.insert(project=lc.project, zone=ZONE,
                                   instance_resource=gpu_instance("vm-a", labels={"run": "r1"}))
-    assert compute.get("vm-a").status == "PROVISIONING"
+    # 0.1 s of PROVISIONING is too short to assert on a loaded machine; the full PROVISIONING -> STAGING ->
+    # RUNNING sequence is asserted with slower transitions in test_maintenance.test_compute_insert_passes_staging
+    assert compute.get("vm-a").status in ("PROVISIONING", "STAGING", "RUNNING")
     done = compute.wait(op)
     assert done.status == compute_v1.Operation.Status.DONE and not done.error.errors
     vm = compute.get("vm-a")

@@ -37,7 +37,8 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
         ready = json.loads(proc.stdout.readline())
         assert ready == {"ready": True, "api_endpoint": f"http://127.0.0.1:{port}",
                          "gcs_endpoint": f"http://127.0.0.1:{gcs_port}",
-                         "container_endpoint": f"http://127.0.0.1:{port}"}
+                         "container_endpoint": f"http://127.0.0.1:{port}", "project": "interlude-local",
+                         "time_scale": 3600.0}
         api = ready["api_endpoint"]
         base = f"{api}/v2/projects/interlude-local/locations/us-central2-b"
         body = {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e",

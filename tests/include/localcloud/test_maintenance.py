@@ -8,17 +8,18 @@ maintenance, spot preemption. GCE: the same through compute_v1.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import requests
 from google.auth.credentials import AnonymousCredentials
 from google.cloud import tpu_v2
 from googleapiclient.discovery import build
 
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.localcloud.conftest import ZONE, Compute, gpu_instance
+from tests.include.localcloud.conftest import ZONE, Compute, fast_scenario, gpu_instance
 
 SCRIPT = "trap 'echo term >> boots.txt; exit 0' TERM\necho boot >> boots.txt\nwhile true; do sleep 0.1; done\n"
 
@@ -74,7 +75,7 @@ def test_tpu_scheduled_maintenance_cycle(lc: RunningLocalCloud, tpu: tpu_v2.TpuC
     n = raw_node(lc, "m1")
     up = n["upcomingMaintenance"]
     assert up["maintenanceStatus"] == "PENDING" and up["type"] == "SCHEDULED" and up["canReschedule"]
-    assert up["windowStartTime"] < up["windowEndTime"]
+    assert up["windowStartTime"] <= up["latestWindowStartTime"] <= up["windowEndTime"]  # Google's order
     assert n["state"] == "READY"
     alpha = api.projects().locations().nodes().get(name=name).execute()
     assert alpha["upcomingMaintenance"]["maintenanceStatus"] == "PENDING"
@@ -83,6 +84,7 @@ def test_tpu_scheduled_maintenance_cycle(lc: RunningLocalCloud, tpu: tpu_v2.TpuC
     # 7200 s notice / 3600 = 2 s later the window opens: node down, process terminated.
     down = until(lambda: (d := raw_node(lc, "m1")).get("health") == "UNHEALTHY_MAINTENANCE" and d, what="down")
     assert down["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
+    assert down["upcomingMaintenance"]["canReschedule"] is False  # under way: it cannot move
     until(lambda: lines(boots_file(lc, "tpu", "m1")) == ["boot", "term"], what="SIGTERM reached the script")
     # Back after the restart duration: healthy, field cleared, startup script ran again.
     until(lambda: raw_node(lc, "m1").get("health") == "HEALTHY", what="healthy again")
@@ -149,26 +151,105 @@ def test_metadata_wait_for_change(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) 
     assert changed.text == "TERMINATE_ON_HOST_MAINTENANCE" and 0.2 < time.time() - started < 5
 
 
+def watch_statuses(compute: Compute, name: str, until_status: str, timeout: float = 15.0) -> list[str]:
+    """The distinct statuses a poller sees, in order, until `until_status`."""
+    seen: list[str] = []
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        status = compute.get(name).status
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status == until_status:
+            return seen
+        time.sleep(0.02)
+    raise AssertionError(f"{name} never reached {until_status}; saw {seen}")
+
+
+@pytest.fixture(scope="module")
+def slow_gce() -> Iterator[tuple[RunningLocalCloud, Compute]]:
+    """Compute transitions long enough (0.5-1 s) for a poller to see every status on a loaded machine."""
+    from interlude_localcloud.testing import running_localcloud
+
+    sc = fast_scenario(delays={"gce_create": 3600, "gce_start": 1800, "gce_stop": 1800, "gce_delete": 180})
+    with running_localcloud(sc, gcs=False, strict=True) as cloud:
+        yield cloud, Compute(cloud.api_endpoint, cloud.project)
+
+
+def test_gpu_drill_without_extended_notifications_has_no_notice(slow_gce: tuple[RunningLocalCloud, Compute]) -> None:
+    """Google: simulating on a VM that cannot live-migrate terminates (and restarts) it with no notice,
+    through STOPPING -> TERMINATED -> STAGING -> RUNNING."""
+    lc, compute = slow_gce
+    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
+        "drill1", script=SCRIPT, automatic_restart=True)))
+    until(lambda: lines(boots_file(lc, "gce", "drill1")) == ["boot"], what="first boot")
+    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="drill1")
+    assert watch_statuses(compute, "drill1", "RUNNING") == ["STOPPING", "TERMINATED", "STAGING", "RUNNING"]
+    until(lambda: lines(boots_file(lc, "gce", "drill1")) == ["boot", "term", "boot"], what="restarted")
+    events = [e["event"] for e in lc.admin.events() if e.get("machine") == f"gce-{ZONE}-drill1"]
+    assert "maintenance_notice" not in events and "maintenance_start" in events
+    # No automaticRestart: terminated and stays so.
+    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
+        "drill2", script=SCRIPT, automatic_restart=False)))
+    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="drill2")
+    until(lambda: not lc.admin.machine("gce", ZONE, "drill2")["holds_capacity"], what="released")
+    assert compute.get("drill2").status == "TERMINATED"
+
+
+def test_compute_insert_passes_staging(slow_gce: tuple[RunningLocalCloud, Compute]) -> None:
+    lc, compute = slow_gce
+    op = compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance("st1"))
+    assert watch_statuses(compute, "st1", "RUNNING") == ["PROVISIONING", "STAGING", "RUNNING"]
+    compute.wait(op)
+
+
+@pytest.mark.parametrize(
+    ("kind", "accelerator", "mtype", "can"),
+    [
+        ("tpu", "v6e-8", "SCHEDULED", True),  # 2x4: manual start allowed
+        ("tpu", "v6e-4", "SCHEDULED", False),  # smaller v5e/v6e slices: not
+        ("tpu", "v5litepod-4", "SCHEDULED", False),
+        ("tpu", "v5litepod-16", "SCHEDULED", True),
+        ("tpu", "v5p-8", "SCHEDULED", True),  # any v4/v5p
+        ("tpu", "v4-8", "SCHEDULED", True),
+        ("tpu", "v6e-8", "UNSCHEDULED", False),  # critical maintenance cannot move
+        ("gce", "", "SCHEDULED", True),
+        ("gce", "", "UNSCHEDULED", False),
+    ],
+)
+def test_can_reschedule_only_where_google_allows_manual_start(
+    tmp_path: Path, kind: str, accelerator: str, mtype: str, can: bool
+) -> None:
+    """https://cloud.google.com/tpu/docs/manually-start-maintenance: any v4/v5p, v5e/v6e from 2x4."""
+    from interlude_localcloud.cloud import Cloud, Machine
+
+    cloud = Cloud(fast_scenario(), tmp_path)
+    m = Machine(kind, ZONE, "x", {"acceleratorType": accelerator}, False, "", 0, proc=None)  # type: ignore[arg-type]
+    assert cloud.can_start_early(m, mtype) is can
+
+
 def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, compute: Compute) -> None:
     compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
         "vm1", script=SCRIPT, automatic_restart=True)))
     until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot"], what="first boot")
-    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="vm1")
+    compute.instances.simulate_maintenance_event(request={"project": lc.project, "zone": ZONE, "instance": "vm1",
+                                                          "with_extended_notifications": True})
     up = compute.get("vm1").resource_status.upcoming_maintenance
     assert up.maintenance_status == "PENDING" and up.type_ == "SCHEDULED"
     assert metadata(lc, "gce", "vm1", "instance/upcoming-maintenance?alt=json").json()["type"] == "SCHEDULED"
     # GPU VM: 3600 s notice -> 1 s; then TERMINATED while the host is serviced, RUNNING again (automaticRestart).
-    until(lambda: compute.get("vm1").status == "TERMINATED", what="terminated for maintenance")
-    assert compute.get("vm1").resource_status.upcoming_maintenance.maintenance_status == "ONGOING"
-    until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot", "term"], what="term")
+    until(lambda: compute.get("vm1").status in ("STOPPING", "TERMINATED"), what="down for maintenance")
+    assert compute.get("vm1").resource_status.upcoming_maintenance.can_reschedule is False  # ONGOING
     until(lambda: compute.get("vm1").status == "RUNNING", what="running again")
     assert "upcoming_maintenance" not in compute.get("vm1").resource_status
     until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot", "term", "boot"], what="reboot")
     # performMaintenance starts a pending maintenance at once.
     lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")
-    compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="vm1")
+    compute.instances.simulate_maintenance_event(request={"project": lc.project, "zone": ZONE, "instance": "vm1",
+                                                          "with_extended_notifications": True})
+    assert compute.get("vm1").resource_status.upcoming_maintenance.can_reschedule is True
     compute.instances.perform_maintenance(project=lc.project, zone=ZONE, instance="vm1")
-    assert compute.get("vm1").status == "TERMINATED"
+    assert compute.get("vm1").status in ("STOPPING", "TERMINATED")
+    assert compute.get("vm1").resource_status.upcoming_maintenance.can_reschedule is False
     until(lambda: compute.get("vm1").status == "RUNNING", what="running after performMaintenance")
     # Unscheduled maintenance through the admin endpoint.
     lc.admin.maintenance("gce", ZONE, "vm1")

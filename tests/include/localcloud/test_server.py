@@ -27,6 +27,26 @@ def test_injected_503_burst_then_recovery(lc: RunningLocalCloud, tpu: tpu_v2.Tpu
     assert [e for e in lc.admin.events() if e["event"] == "fault_injected"][-1]["status"] == 429
 
 
+def test_injected_429_says_what_google_says(lc: RunningLocalCloud) -> None:
+    """A rate limit names the per-minute request quota of the service and carries ErrorInfo
+    RATE_LIMIT_EXCEEDED, as Google's 429 does (not a resource-quota 403, not a made-up text)."""
+    lc.admin.inject_fault(r"/instances", status=429, count=1)
+    r = requests.get(f"{lc.api_endpoint}/compute/v1/projects/{lc.project}/zones/{ZONE}/instances", timeout=5)
+    err = r.json()["error"]
+    assert err["message"].startswith("Quota exceeded for quota metric 'Read requests' and limit 'Read requests "
+                                     "per minute' of service 'compute.googleapis.com' for consumer 'project_number:")
+    assert err["errors"][0] == {"domain": "usageLimits", "reason": "rateLimitExceeded", "message": err["message"]}
+    assert err["status"] == "RESOURCE_EXHAUSTED"
+    assert err["details"][0]["reason"] == "RATE_LIMIT_EXCEEDED"
+    lc.admin.inject_fault(r"/nodes", status=429, count=1, method="POST")
+    r = requests.post(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes?nodeId=x", json={},
+                      timeout=5)
+    err = r.json()["error"]
+    assert r.status_code == 429 and err["status"] == "RESOURCE_EXHAUSTED"
+    assert "limit 'Write requests per minute' of service 'tpu.googleapis.com'" in err["message"]
+    assert err["details"][0]["metadata"]["service"] == "tpu.googleapis.com"
+
+
 def test_scenario_faults_apply_from_start() -> None:
     from interlude_localcloud.testing import running_localcloud
 

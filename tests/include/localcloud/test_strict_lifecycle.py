@@ -155,11 +155,12 @@ def test_compute_lifecycle_with_google_cloud_compute(lc: RunningLocalCloud, comp
     assert compute.get("vm").status == "RUNNING"
 
     lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")
-    compute.instances.simulate_maintenance_event(project=project, zone=ZONE, instance="vm")
+    compute.instances.simulate_maintenance_event(request={"project": project, "zone": ZONE, "instance": "vm",
+                                                          "with_extended_notifications": True})
     assert compute.get("vm").resource_status.upcoming_maintenance.maintenance_status == "PENDING"
     compute.instances.perform_maintenance(project=project, zone=ZONE, instance="vm")
     down = compute.get("vm")
-    assert down.status == "TERMINATED"
+    assert down.status in ("STOPPING", "TERMINATED")
     assert down.resource_status.upcoming_maintenance.maintenance_status == "ONGOING"
     until(lambda: compute.get("vm").status == "RUNNING", "RUNNING after maintenance")
     until(lambda: "booted" in compute.instances.get_serial_port_output(

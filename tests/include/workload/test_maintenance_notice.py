@@ -94,7 +94,9 @@ def _start_gpu_vm(cloud: RunningLocalCloud, script: str) -> Callable[[], None]:
     )
     op = instances.insert(project=cloud.project, zone=ZONE, instance_resource=vm)
     ops.wait(project=cloud.project, zone=ZONE, operation=op.name)  # not op.result(): it polls Google
-    return lambda: instances.simulate_maintenance_event(project=cloud.project, zone=ZONE, instance="trainer")
+    # withExtendedNotifications: the notice first, as Google gives it before real GPU maintenance
+    return lambda: instances.simulate_maintenance_event(request={
+        "project": cloud.project, "zone": ZONE, "instance": "trainer", "with_extended_notifications": True})
 
 
 @pytest.mark.parametrize("start_machine", [_start_tpu_node, _start_gpu_vm], ids=["tpu-node", "gpu-vm"])

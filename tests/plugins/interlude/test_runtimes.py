@@ -72,24 +72,30 @@ def test_recommended_runtime_every_generation(accel: str, expected: tuple[str, s
 
 @pytest.mark.parametrize(
     ("accel", "framework_version", "runtime"),
-    [
-        ("v6e-8", None, "tpu-vm-tf-2.18.0-pjrt"),
-        ("v6e-16", None, "tpu-vm-tf-2.18.0-pod-pjrt"),  # 16 chips = 2 hosts
+    [  # Google's real names (https://cloud.google.com/tpu/docs/runtimes)
+        ("v6e-8", None, "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"),
+        ("v6e-16", None, "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"),  # 16 chips = 4 hosts of 4
         ("v5litepod-8", "2.16.1", "tpu-vm-tf-2.16.1-pjrt"),
-        ("v5p-16", "2.17", "tpu-vm-tf-2.17.0-pod-pjrt"),  # 16 TensorCores = 2 hosts
-        ("v4-8", "2.12.0", "tpu-vm-tf-2.12.0-pjrt"),
-        ("v3-32", None, "tpu-vm-tf-2.16.0-pod-pjrt"),
-        ("v2-8", "2.9.0", "tpu-vm-tf-2.9.0-pjrt"),
+        ("v5litepod-16", "2.18.0", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"),
+        ("v5p-8", None, "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"),
+        ("v5p-16", "2.17.0", "tpu-vm-tf-2.17.0-pod-pjrt"),  # 16 TensorCores = 2 hosts
+        ("v4-8", "2.12.0", "tpu-vm-tf-2.12.0"),  # plain names for TF 2.10.1-2.14 on v4
+        ("v4-8", "2.10.0", "tpu-vm-tf-2.10.0-v4"),  # -v4 names up to 2.10.0
+        ("v4-32", "2.10.0", "tpu-vm-tf-2.10.0-pod-v4"),
+        ("v4-8", "2.15.0", "tpu-vm-tf-2.15.0-pjrt"),
+        ("v3-32", None, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"),
+        ("v3-8", "2.16.2", "tpu-vm-tf-2.16.2-pjrt"),
+        ("v2-8", "2.9.1", "tpu-vm-tf-2.9.1"),
     ],
 )
-def test_tensorflow_runtimes_every_generation(
-    accel: str, framework_version: str | None, runtime: str
-) -> None:
+def test_tensorflow_runtimes_every_generation(accel: str, framework_version: str | None, runtime: str) -> None:
+    assert runtime in default_table().tensorflow.names()
     assert recommended_runtime(accel, "tensorflow", framework_version) == runtime
     check = validate(accel, "", "tensorflow", framework_version)
     _ok(check)
     assert check.runtime == runtime
     _ok(validate(accel, runtime, "tf", framework_version))
+    _ok(validate(accel, runtime, "tf", framework_version, offered_runtime_versions=[runtime]))
 
 
 def test_brief_example_message() -> None:
@@ -131,43 +137,123 @@ def test_every_generation_has_a_mismatch_case() -> None:
     [
         (
             "v6e-8",
-            "tpu-vm-tf-2.18.0-se",
+            "tpu-vm-tf-2.16.1-se",
             "tensorflow",
-            "2.18.0",
-            "variant -se is not used on TPU v6e",
-            "use tpu-vm-tf-2.18.0-pjrt",
+            "2.16.1",
+            "device API -se is not used on TPU v6e",
+            "use tpu-vm-tf-2.16.1-pjrt",
         ),
         (
             "v5p-8",
-            "tpu-vm-tf-2.18.0",
+            "tpu-vm-tf-2.16.1",
             "tensorflow",
             None,
-            "variant (none) is not used on TPU v5p",
-            "use tpu-vm-tf-2.18.0-pjrt",
+            "from TensorFlow 2.15.0 the name must say its device API (-pjrt)",
+            "use tpu-vm-tf-2.16.1-pjrt",
+        ),
+        (  # v2/v3 from TF 2.15 need -se or -pjrt
+            "v3-8",
+            "tpu-vm-tf-2.15.0",
+            "tensorflow",
+            None,
+            "from TensorFlow 2.15.0 the name must say its device API (-pjrt or -se)",
+            "use tpu-vm-tf-2.15.0-pjrt",
+        ),
+        (
+            "v2-8",
+            "tpu-vm-tf-2.14.1-pjrt",
+            "tensorflow",
+            None,
+            "TensorFlow before 2.15.0 runs stream executor only; the name has no -pjrt",
+            "use tpu-vm-tf-2.14.1",
         ),
         (
             "v6e-8",
-            "tpu-vm-tf-2.15.0-pjrt",
+            "tpu-vm-tf-2.14.1",
             "tensorflow",
             None,
-            "TensorFlow 2.15.0 predates TPU v6e",
-            "use tpu-vm-tf-2.18.0-pjrt",
+            "TensorFlow 2.14.1 predates TPU v6e (Trillium) (needs >= 2.15.0)",
+            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
         ),
         (
             "v6e-64",
-            "tpu-vm-tf-2.18.0-pjrt",
+            "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
             "tensorflow",
             None,
-            "v6e-64 spans 8 hosts and needs a -pod runtime",
-            "use tpu-vm-tf-2.18.0-pod-pjrt",
+            "the slice spans 16 hosts and needs a -pod runtime",
+            "use tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6",
+        ),
+        (  # hardware suffixes
+            "v6e-8",
+            "tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
+            "tensorflow",
+            None,
+            "it is built for v5p-and-below hardware, not TPU v6e (Trillium)",
+            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+        ),
+        (
+            "v5p-8",
+            "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+            "tensorflow",
+            None,
+            "it is built for v5e-and-v6 hardware, not TPU v5p",
+            "use tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
+        ),
+        (  # v4: -v4 names up to 2.10.0, plain names after
+            "v4-8",
+            "tpu-vm-tf-2.10.0",
+            "tensorflow",
+            None,
+            "TensorFlow <= 2.10.0 on TPU v4 uses the -v4 names",
+            "use tpu-vm-tf-2.10.0-v4",
         ),
         (
             "v4-8",
+            "tpu-vm-tf-2.12.0-v4",
+            "tensorflow",
+            None,
+            "the -v4 names stop at TensorFlow 2.10.0",
+            "use tpu-vm-tf-2.12.0",
+        ),
+        (
+            "v3-8",
+            "tpu-vm-tf-2.10.0-v4",
+            "tensorflow",
+            None,
+            "it is built for v4 hardware, not TPU v3",
+            "use tpu-vm-tf-2.10.0",
+        ),
+        (  # there is no 2.16.0 runtime
+            "v5litepod-8",
             "tpu-vm-tf-2.16.0-pjrt",
             "tensorflow",
+            None,
+            "Google publishes no runtime tpu-vm-tf-2.16.0-pjrt (TensorFlow 2.16.1, 2.16.2 exist)",
+            "use tpu-vm-tf-2.16.2-pjrt",
+        ),
+        (  # the old name pattern: suffix-less 2.18.0 is not a name Google publishes
+            "v6e-8",
+            "tpu-vm-tf-2.18.0-pjrt",
+            "tensorflow",
+            None,
+            "Google publishes no runtime tpu-vm-tf-2.18.0-pjrt",
+            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+        ),
+        (
+            "v4-8",
+            "tpu-vm-tf-2.16.1-pjrt",
+            "tensorflow",
             "2.15.0",
-            "runtime tpu-vm-tf-2.16.0-pjrt ships TensorFlow 2.16.0, not 2.15.0",
+            "runtime tpu-vm-tf-2.16.1-pjrt ships TensorFlow 2.16.1, not 2.15.0",
             "use tpu-vm-tf-2.15.0-pjrt",
+        ),
+        (
+            "v4-8",
+            "tpu-vm-tf-2.16.1-pjrt-v9",
+            "tensorflow",
+            None,
+            "is not a TensorFlow runtime name",
+            "use tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
         ),
         (
             "v5litepod-8",
@@ -175,7 +261,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "TensorFlow on TPU VMs needs a tpu-vm-tf-X.Y.Z runtime",
-            "use tpu-vm-tf-2.18.0-pjrt",
+            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
         ),
     ],
 )
@@ -187,20 +273,55 @@ def test_tensorflow_mismatches(
     assert suggestion in check.suggestions, check.message()
 
 
+def test_no_tensorflow_2_16_0_runtime() -> None:
+    names = default_table().tensorflow.names()
+    assert not [n for n in names if n.startswith("tpu-vm-tf-2.16.0")]
+    assert {"tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.16.2-pjrt", "tpu-vm-tf-2.16.1-se"} <= set(names)
+    check = validate("v5litepod-8", "", "tensorflow", "2.16.0")
+    _ok(check)
+    assert check.runtime == "tpu-vm-tf-2.16.2-pjrt"
+    assert "Google publishes no TPU runtime for TensorFlow 2.16.0 (TensorFlow 2.16.1, 2.16.2 exist)" in check.warnings
+
+
+def test_v6e_tensorflow_floor_is_2_15() -> None:
+    _ok(validate("v6e-8", "tpu-vm-tf-2.15.0-pjrt", "tensorflow", "2.15.0"))
+    _ok(validate("v6e-8", "", "tensorflow", "2.15.0"))
+    _problem(validate("v6e-8", "", "tensorflow", "2.14.1"), "is older than TPU v6e (Trillium) needs (>= 2.15.0)")
+
+
+def test_the_zone_list_is_the_authority_on_names() -> None:
+    # a name newer than the table, that the zone offers, is judged by the grammar only
+    offered = ["tpu-vm-tf-2.19.0-pod-pjrt", "v2-alpha-tpuv6e"]
+    _ok(validate("v6e-16", "tpu-vm-tf-2.19.0-pod-pjrt", "tensorflow", "2.19.0", offered_runtime_versions=offered))
+    chosen = validate("v6e-16", "", "tensorflow", "2.19.0", offered_runtime_versions=offered)
+    _ok(chosen)
+    assert chosen.runtime == "tpu-vm-tf-2.19.0-pod-pjrt"
+    newer = validate("v6e-16", "tpu-vm-tf-2.19.0-pod-pjrt", "tensorflow")
+    _ok(newer)
+    assert "newer than the compatibility table; check the zone lists it" in newer.warnings[0]
+
+
 def test_tensorflow_runtime_for_jax_is_a_warning() -> None:
-    check = validate("v4-8", "tpu-vm-tf-2.16.0-pjrt", "jax")
+    check = validate("v4-8", "tpu-vm-tf-2.16.1-pjrt", "jax")
     _ok(check)
     assert "better served by tpu-ubuntu2204-base" in check.warnings[0]
-    single = validate("v4-8", "tpu-vm-tf-2.16.0-pod-pjrt", "tensorflow", "2.16.0")
+    single = validate("v4-8", "tpu-vm-tf-2.16.1-pod-pjrt", "tensorflow", "2.16.1")
     _ok(single)  # -pod on one host works
 
 
-@pytest.mark.parametrize("accel", ["v5p-8", "v4-8", "v3-8", "v2-8"])
-def test_vllm_tpu_only_on_v5e_and_v6e(accel: str) -> None:
+@pytest.mark.parametrize("accel", ["v3-8", "v2-8"])
+def test_vllm_tpu_not_on_v2_v3(accel: str) -> None:
     check = validate(accel, "", "vllm-tpu", "0.9.2", python_version="3.11")
     _problem(check, f"vllm-tpu does not run on {accel}")
-    _problem(check, "it runs on TPU v6e (Trillium), TPU v5e")
-    assert "use a v6e-N or v5litepod-N type for vllm-tpu" in check.suggestions
+    _problem(check, "it runs on TPU v6e (Trillium), TPU v5p, TPU v5e, TPU v4")
+
+
+@pytest.mark.parametrize("accel", ["v5p-8", "v4-8"])
+def test_vllm_tpu_on_v5p_and_v4_with_a_caveat(accel: str) -> None:
+    # vLLM's TPU docs up to 0.6 list v4 and v5p; today's vllm-tpu lists v7x, v6e, v5e
+    check = validate(accel, "", "vllm-tpu", "0.6.4", python_version="3.10")
+    _ok(check)
+    assert any("today's vllm-tpu lists v7x, v6e" in w for w in check.warnings), check.message()
 
 
 @pytest.mark.parametrize("accel", ["v6e-8", "v5litepod-4"])
@@ -304,9 +425,9 @@ def test_offered_runtime_versions() -> None:
     blank = validate("v6e-8", "", "jax", offered_runtime_versions=offered)
     _problem(blank, "runtime v2-alpha-tpuv6e for v6e-8 (TPU v6e (Trillium)) is not offered in this zone")
     # the recommended one is not offered but a compatible one is: it is chosen
-    tf_offered = ["tpu-vm-tf-2.17.0-pjrt", "v2-alpha-tpuv6e"]
+    tf_offered = ["tpu-vm-tf-2.14.1", "v2-alpha-tpuv6e"]
     chosen = validate("v6e-8", "", "tensorflow", offered_runtime_versions=tf_offered)
-    _problem(chosen, "not offered")  # 2.17 predates v6e: nothing compatible
+    _problem(chosen, "not offered")  # 2.14 predates v6e: nothing compatible
     v4 = validate("v4-8", "", "tensorflow", offered_runtime_versions=["tpu-vm-tf-2.17.0-pjrt"])
     _ok(v4)
     assert v4.runtime == "tpu-vm-tf-2.17.0-pjrt"
@@ -507,8 +628,30 @@ def test_table_load_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_tpu_type_hosts() -> None:
+    # https://cloud.google.com/tpu/docs/v6e and /v5e: up to 8 chips on one host, multi-host slices on
+    # 4-chip hosts
     assert parse_tpu_type("v6e-8").hosts == 1 and not parse_tpu_type("v6e-8").multi_host
-    assert parse_tpu_type("v6e-256").hosts == 32
+    assert parse_tpu_type("v6e-16").hosts == 4
+    assert parse_tpu_type("v6e-256").hosts == 64
+    assert parse_tpu_type("v5litepod-16").hosts == 4
+    assert parse_tpu_type("v5litepod-8").hosts == 1
+    assert parse_tpu_type("v5p-8").hosts == 1 and parse_tpu_type("v5p-16").hosts == 2
     assert parse_tpu_type("v5litepod-4").hosts == 1
     assert parse_tpu_type("v4-32").hosts == 4
     assert parse_tpu_type(" v5p-8 ").describe() == "v5p-8 (TPU v5p)"
+
+
+def test_every_row_names_a_public_source() -> None:
+    """Each row cites a page a user can open (never a file outside the repository)."""
+    import yaml
+
+    raw = yaml.safe_load(runtimes.DEFAULT_TABLE_PATH.read_text())
+    table = default_table()
+    sources = [table.tensorflow.source, raw["tpu"]["system_python_source"], raw["gpu"]["cuda_min_driver_source"]]
+    sources += [g.source for g in table.tpu_generations.values()]
+    sources += [t.source for t in table.gpu_types.values()]
+    sources += [r.source for r in table.gpu_frameworks.values()]
+    sources += [r.source for g in table.tpu_generations.values() for r in g.frameworks.values() if r.note]
+    for source in sources:
+        assert source and source.startswith("https://"), source
+    assert "/work/" not in runtimes.DEFAULT_TABLE_PATH.read_text()

@@ -159,11 +159,23 @@ def test_maintenance_visible_to_sync_and_async_hooks(hook: ComputeHook, localclo
 
     # Starting it early: the GPU VM terminates for maintenance, then restarts (automaticRestart).
     hook.perform_maintenance(ZONE, "maint")
-    assert hook.get_instance(ZONE, "maint")["status"] == "TERMINATED"
+    assert hook.get_instance(ZONE, "maint")["status"] in ("STOPPING", "TERMINATED")  # Google's path down
     deadline = time.monotonic() + 10
     while hook.get_instance(ZONE, "maint")["status"] != "RUNNING":
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+def test_drill_without_extended_notifications_gets_no_notice(hook: ComputeHook, localcloud: Any) -> None:
+    """The flag is what gives a drill its notice (Google's simulateMaintenanceEvent); without it the GPU VM
+    goes down at once. The default drill sends it."""
+    hook.insert_instance(ZONE, l4_vm("nonotice"))
+    hook.simulate_maintenance_event(ZONE, "nonotice", with_extended_notifications=False)
+    vm = hook.get_instance(ZONE, "nonotice")
+    assert vm["status"] in ("STOPPING", "TERMINATED")
+    assert vm["resourceStatus"]["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
+    events = [e["event"] for e in localcloud.admin.events() if e.get("machine") == f"gce-{ZONE}-nonotice"]
+    assert "maintenance_notice" not in events
 
 
 def test_503_burst_is_survived_then_a_longer_one_gives_up(hook: ComputeHook, localcloud: Any) -> None:
@@ -201,3 +213,20 @@ def test_endpoint_and_project_come_from_the_airflow_connection(
             return await ahook.list_instances(ZONE)
 
     assert asyncio.run(via_async()) == []
+
+
+def test_time_scale_comes_from_the_connection(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The local cloud's dev env tells Airflow its clock; Google's connection (no extra) runs at 1."""
+    from interlude import dev
+
+    cloud = dev.LocalCloud(process=None, api_endpoint="http://127.0.0.1:1", gcs_endpoint="http://127.0.0.1:2",  # type: ignore[arg-type]
+                           project="p", state_dir=tmp_path, time_scale=600.0)
+    monkeypatch.setenv("AIRFLOW_CONN_SCALED", dev.airflow_env(tmp_path, cloud)["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
+    assert ComputeHook("scaled").time_scale == 600.0
+    google = {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": "p"}}
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE", json.dumps(google))
+    assert ComputeHook("google").time_scale == 1.0
+    google["extra"]["time_scale"] = 0  # type: ignore[index]
+    monkeypatch.setenv("AIRFLOW_CONN_BROKEN", json.dumps(google))
+    with pytest.raises(ValueError, match="time_scale must be > 0"):
+        ComputeHook("broken").time_scale  # noqa: B018

@@ -171,7 +171,7 @@ def test_503_burst_is_survived_then_a_longer_one_gives_up(hook: TpuHook, localcl
     localcloud.admin.inject_fault("/nodes", status=503, count=FAST_RETRY.max_attempts)
     with pytest.raises(TransientError) as info:
         hook.get_node(ZONE, "bursty")
-    assert info.value.code == 503 and "temporarily unavailable" in info.value.message
+    assert info.value.code == 503 and "currently unavailable" in info.value.message
 
 
 def test_queued_resource(hook: TpuHook) -> None:
