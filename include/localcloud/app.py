@@ -9,6 +9,7 @@ from pathlib import Path
 from interlude_localcloud.admin_api import AdminApi
 from interlude_localcloud.cloud import Cloud
 from interlude_localcloud.gcs import GcsEmulator
+from interlude_localcloud.gke.admin_api import GkeAdminApi
 from interlude_localcloud.gke.clusters import Gke
 from interlude_localcloud.gke.container_api import ContainerApi
 from interlude_localcloud.metadata_api import MetadataApi
@@ -63,6 +64,7 @@ class LocalCloud:
         ContainerApi(self.cloud, self.gke).register(router)
         MetadataApi(self.cloud).register(router)
         AdminApi(self.cloud).register(router)
+        GkeAdminApi(self.gke).register(router)
         Pages(self.cloud).register(router)
         if self.gcs is not None:
             self.gcs.start()

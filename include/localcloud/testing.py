@@ -68,6 +68,23 @@ class Admin:
         self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance",
                    {"type": type, "notice_seconds": notice_seconds})
 
+    def gke_stockout(self, zone: str, machine_type: str, stockout: bool = True) -> None:
+        """GKE scale-ups of `machine_type` pools in `zone` fail (ZONE_RESOURCE_POOL_EXHAUSTED) until cleared."""
+        self._call("POST", "/gke/stockouts", {"zone": zone, "machine_type": machine_type, "stockout": stockout})
+
+    def gke_node_maintenance(self, cluster: str, node: str, notice_in: float = 0.0, window_in: float = 600.0,
+                             **more: Any) -> float:
+        """Scheduled maintenance of a GKE node (scenario seconds from now); returns the window start."""
+        body = {"notice_in": notice_in, "window_in": window_in, **more}
+        return float(self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:maintenance", body)["window_start"])
+
+    def gke_preempt(self, cluster: str, node: str) -> None:
+        self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:preempt", {})
+
+    def gke_events(self, cluster: str) -> dict[str, Any]:
+        """{now, events}: the cluster's scheduler/autoscaler/maintenance decisions (scenario time)."""
+        return self._call("GET", f"/gke/clusters/{cluster}/events")
+
 
 class RunningLocalCloud:
     """What running_localcloud yields."""

@@ -8,6 +8,7 @@ then DONE, as GKE's long-running operations do
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -23,6 +24,7 @@ from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodeP
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
 from interlude_localcloud.gke.resources import RESOURCES
+from interlude_localcloud.gke.runtime import ClusterRuntime
 
 # TPU machine types -> the accelerator label GKE puts on their nodes
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#availability).
@@ -50,6 +52,7 @@ class ClusterState:
     id: str
     pools: dict[str, PoolState] = field(default_factory=dict)
     controller: DeploymentController | None = None
+    runtime: ClusterRuntime | None = None
 
 
 def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
@@ -78,7 +81,7 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
     return NodePoolSpec(name=name, machine_type=machine_type, min_nodes=int(autoscaling.get("minNodeCount", 0)),
                         max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))), initial_nodes=initial,
                         spot=bool(config.get("spot") or config.get("preemptible")), zones=zones, tpu=tpu, gpu=gpu,
-                        labels=dict(config.get("labels") or {}),
+                        labels=dict(config.get("labels") or {}), autoscaling=bool(autoscaling.get("enabled")),
                         taints=[Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""),
                                                                                                  "NoSchedule"))
                                 for t in config.get("taints") or []])
@@ -90,6 +93,7 @@ class Gke:
     def __init__(self, cloud: Cloud, specs: list[ClusterSpec], state_dir: Path) -> None:
         self.cloud = cloud
         self.clusters: dict[tuple[str, str], ClusterState] = {}
+        self.state_dir = state_dir
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (location, name) -> Operation
         for spec in specs:
             kube = KubeApiServer(spec, state_dir)
@@ -108,9 +112,26 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
+            if not c.spec.run:
+                continue
+            sc = self.cloud.scenario
+            env = {"GOOGLE_CLOUD_PROJECT": c.project}
+            gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")
+            if gcs:
+                env["STORAGE_EMULATOR_HOST"] = str(gcs)
+            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env,
+                                       self._free_units)
+            c.runtime.start()
+
+    def _free_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
+        """The zone's TPU/GPU capacity (scenario) left by TPU VMs and Compute instances: one engine for all."""
+        with self.cloud.lock:
+            return self.cloud.capacity(zone, cap_type, spot, kind) - self.cloud.used(zone, cap_type, spot, kind)
 
     def stop(self) -> None:
         for c in self.clusters.values():
+            if c.runtime is not None:
+                c.runtime.stop()
             if c.controller is not None:
                 c.controller.stop()
             c.kube.stop()

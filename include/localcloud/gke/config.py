@@ -54,6 +54,9 @@ class NodePoolSpec:
     gpu: GpuSpec | None = None
     labels: dict[str, str] = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
+    # The cluster autoscaler manages only pools with autoscaling enabled (min/max are its bounds)
+    # (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler).
+    autoscaling: bool = False
 
 
 @dataclass
@@ -62,6 +65,9 @@ class ClusterSpec:
     location: str
     kubernetes_version: str = DEFAULT_K8S_VERSION
     node_pools: list[NodePoolSpec] = field(default_factory=list)
+    # image glob -> {command name: local argv}: what a container of that image runs here (see kubelet.py)
+    images: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    run: bool = False  # gke.run: the reconcile loop (scheduler, autoscaler, kubelet, Services, HPA) runs
 
     @property
     def minor_version(self) -> str:
@@ -71,7 +77,7 @@ class ClusterSpec:
 
 
 _POOL_KEYS = {"name", "machine_type", "min_nodes", "max_nodes", "initial_nodes", "spot", "zones", "tpu",
-              "gpu", "labels", "taints", "compute_class"}
+              "gpu", "labels", "taints", "compute_class", "autoscaling"}
 
 
 def _pool_labels_taints(raw: dict[str, Any]) -> tuple[dict[str, str], list[Taint]]:
@@ -106,7 +112,7 @@ def _pool(raw: dict[str, Any], location: str) -> NodePoolSpec:
         zones=zones,
         tpu=TpuSpec(str(tpu["accelerator"]), str(tpu["topology"]), int(tpu.get("chips", 4))) if tpu else None,
         gpu=GpuSpec(str(gpu["type"]), int(gpu.get("count", 1))) if gpu else None,
-        labels=labels, taints=taints,
+        labels=labels, taints=taints, autoscaling=bool(raw.get("autoscaling", False)),
     )
 
 
@@ -114,7 +120,7 @@ def parse_gke(raw: dict[str, Any] | None) -> list[ClusterSpec]:
     """`gke: {clusters: [{name, location, kubernetes_version, node_pools: [...]}]}` -> ClusterSpecs."""
     if not raw:
         return []
-    unknown = set(raw) - {"clusters"}
+    unknown = set(raw) - {"clusters", "images", "run"}
     if unknown:
         raise ValueError(f"unknown gke keys: {sorted(unknown)}")
     out: list[ClusterSpec] = []
@@ -124,5 +130,8 @@ def parse_gke(raw: dict[str, Any] | None) -> list[ClusterSpec]:
             name=str(c["name"]), location=location,
             kubernetes_version=str(c.get("kubernetes_version", DEFAULT_K8S_VERSION)),
             node_pools=[_pool(p, location) for p in c.get("node_pools") or []],
+            images={str(k): {str(n): [str(a) for a in argv] for n, argv in (v or {}).items()}
+                    for k, v in (raw.get("images") or {}).items()},
+            run=bool(raw.get("run", False)),
         ))
     return out

@@ -46,6 +46,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",)),
     ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "binding")),
     ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",)),
+    ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), True),

@@ -1,0 +1,270 @@
+"""GKE runs: the guide's TPU-first / L4-fallback example with real processes (the vLLM stand-in behind the
+entrypoint scripts Interlude ships) on the local cloud, asserting facts read from the cluster and the pods."""
+
+from __future__ import annotations
+
+import copy
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+from interlude.serving.entrypoints import load_scripts
+from interlude.serving.plan import require_plan
+from interlude.serving.spec import ServeSpec
+from interlude_localcloud.gke.controllers import CLASSES, NODES, PODS
+from interlude_localcloud.gke.deployments import DEPLOYMENTS
+from interlude_localcloud.gke.hpa_controller import HPAS
+from interlude_localcloud.gke.kubelet import CONFIGMAPS
+from interlude_localcloud.gke.runtime import PORT_ANNOTATION, SERVICES
+from interlude_localcloud.testing import running_localcloud
+
+from ...serving.standin_proc import write_checkpoint
+
+DEADLINE = 60.0
+
+
+def wait_for(what: str, check: Callable[[], Any], c: Any, timeout: float = DEADLINE) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}\n{explain(c)}")
+
+
+def explain(c: Any) -> str:
+    """The cluster's account, for a failure message only (assertions read the cluster)."""
+    store = c.kube.store
+    pods, _ = store.list(PODS, None)
+    lines = [f"events: {c.runtime.controllers.state.events[-15:]}"]
+    for p in pods:
+        lines.append(f"pod {p['metadata']['name']} node={p['spec'].get('nodeName')} status={p.get('status')}")
+        lines.extend(f"   | {line}" for line in store.logs.get(("default", p["metadata"]["name"]), [])[-15:])
+    return "\n".join(lines)
+
+
+def _objects(
+    uri: str, kinds: frozenset[str] = frozenset({"ComputeClass", "ConfigMap", "Deployment", "Service"})
+) -> list[dict[str, Any]]:
+    result = require_plan(ServeSpec(checkpoint_uri=uri), scripts=load_scripts())
+    objs = [o for o in yaml.safe_load_all(result.text) if o]
+    out = [copy.deepcopy(o) for o in objs if o["kind"] in kinds]
+    for o in out:
+        if o["kind"] == "Deployment":
+            # The rendered pod requests cpu 1 and no google.com/tpu, so every replica would fit on the one
+            # TPU node; 6 of the 8 cores (5 + 1) keep one replica per node, as a TPU chip does on Google.
+            o["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "5"
+            o["spec"]["replicas"] = 1
+    return out
+
+
+BY_KIND = {
+    "ComputeClass": CLASSES,
+    "ConfigMap": CONFIGMAPS,
+    "Deployment": DEPLOYMENTS,
+    "Service": SERVICES,
+    "HorizontalPodAutoscaler": HPAS,
+}
+
+
+@pytest.fixture
+def cluster(bucket: str) -> Iterator[tuple[Any, Any, str]]:
+    uri, _ = write_checkpoint(bucket, "gke-serve", 5, seed=3)
+    with running_localcloud("gke_serving_run", gcs=False) as lc:
+        c = next(iter(lc.cloud_gke().clusters.values()))
+        store = c.kube.store
+        for o in _objects(uri):
+            store.create(BY_KIND[o["kind"]], o["metadata"].get("namespace", ""), o)
+        yield lc, c, uri
+    pids = c.runtime.pids()  # after the local cloud stopped: every container process it ever started
+    assert pids, "no container process was started"
+    alive = [p for p in pids if _alive(p)]
+    assert not alive, f"processes outlived the local cloud: {alive}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie not yet reaped by its parent is dead too
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def ready_pods(store: Any) -> list[dict[str, Any]]:
+    pods, _ = store.list(PODS, "default")
+    return [
+        p
+        for p in pods
+        if any(c["type"] == "Ready" and c["status"] == "True" for c in (p.get("status") or {}).get("conditions") or [])
+    ]
+
+
+def node_labels(store: Any, name: str) -> dict[str, str]:
+    return store.get(NODES, "", name)["metadata"]["labels"]
+
+
+def accelerators(store: Any) -> list[str]:
+    out = []
+    for p in ready_pods(store):
+        labels = node_labels(store, p["spec"]["nodeName"])
+        out.append("tpu" if "cloud.google.com/gke-tpu-accelerator" in labels else "gpu")
+    return sorted(out)
+
+
+def service_answer(store: Any) -> dict[str, Any]:
+    port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
+    r = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
+    lc, c, uri = cluster
+    store = c.kube.store
+    wait_for("one ready pod", lambda: len(ready_pods(store)) == 1, c)
+    assert accelerators(store) == ["tpu"]
+    pod = ready_pods(store)[0]
+    labels = node_labels(store, pod["spec"]["nodeName"])
+    assert labels["cloud.google.com/gke-tpu-topology"] == "1x1"
+    assert labels["cloud.google.com/compute-class"] == "interlude-vllm"
+    body = service_answer(store)
+    assert uri.rstrip("/") in str(body), body
+    tpu_node = pod["spec"]["nodeName"]
+    zone = labels["topology.kubernetes.io/zone"]
+
+    # Maintenance on the TPU node with TPUs stocked out in the zone: the label at the notice, the pod evicted
+    # at the window, its replacement placed by the ComputeClass on its second priority (L4).
+    lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"])
+    window = lc.admin.gke_node_maintenance(
+        c.spec.name, tpu_node, notice_in=60, window_in=1800, duration_seconds=1800, replaces_node=True
+    )
+    label = wait_for("the maintenance label", lambda: _label(store, tpu_node, SCHEDULED), c)
+    assert int(label) == int(window)
+    assert store.exists(PODS, "default", pod["metadata"]["name"]), "evicted before the window"
+    wait_for("the pod evicted", lambda: not store.exists(PODS, "default", pod["metadata"]["name"]), c)
+    evicted_at = lc.admin.gke_events(c.spec.name)["now"]
+    wait_for("the replacement ready on L4", lambda: accelerators(store) == ["gpu"], c)
+    on_gpu_after = lc.admin.gke_events(c.spec.name)["now"] - evicted_at
+    assert on_gpu_after < 3600, f"replacement took {on_gpu_after:.0f} scenario seconds"
+    new_pod = ready_pods(store)[0]["metadata"]["name"]
+    bound_at = next(
+        e["t"] for e in lc.admin.gke_events(c.spec.name)["events"] if e["kind"] == "Scheduled" and e["pod"] == new_pod
+    )
+    print(
+        f"replacement bound to L4 {bound_at - evicted_at:.0f}, Ready {on_gpu_after:.0f} scenario seconds "
+        "after the eviction"
+    )
+    assert uri.rstrip("/") in str(service_answer(store))
+    # The maintenance ends with the VM replaced; with the stockout on, a TPU scale-up fails and the pod stays.
+    wait_for("the TPU node replaced", lambda: not store.exists(NODES, "", tpu_node), c)
+    wait_for(
+        "a failed TPU scale-up",
+        lambda: any(
+            e["kind"] == "ScaleUpFailed" and e["pool"] == labels["cloud.google.com/gke-nodepool"]
+            for e in lc.admin.gke_events(c.spec.name)["events"]
+        ),
+        c,
+    )
+    assert accelerators(store) == ["gpu"]
+
+    # Capacity back: activeMigration brings the pod back to the TPU pool.
+    lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"], stockout=False)
+    wait_for("the pod back on TPU", lambda: accelerators(store) == ["tpu"] and len(_pods(store)) == 1, c)
+    assert uri.rstrip("/") in str(service_answer(store))
+
+    # Scaled to 3: the TPU pool holds one node, two pods land on L4 nodes.
+    scale(store, 3)
+    wait_for("3 ready pods", lambda: accelerators(store) == ["gpu", "gpu", "tpu"], c)
+    gpu_nodes = {
+        p["spec"]["nodeName"]
+        for p in ready_pods(store)
+        if "cloud.google.com/gke-accelerator" in node_labels(store, p["spec"]["nodeName"])
+    }
+    assert len(gpu_nodes) == 2
+    assert all(node_labels(store, n)["cloud.google.com/gke-accelerator"] == "nvidia-l4" for n in gpu_nodes)
+    fingerprints = {service_answer(store)["data"][0]["root"] for _ in range(6)}
+    assert fingerprints == {uri.rstrip("/")} or len(fingerprints) == 1, fingerprints
+
+
+SCHEDULED = "cloud.google.com/scheduled-maintenance-time"
+
+
+def _label(store: Any, node: str, key: str) -> str | None:
+    return store.get(NODES, "", node)["metadata"]["labels"].get(key) if store.exists(NODES, "", node) else None
+
+
+def _pods(store: Any) -> list[dict[str, Any]]:
+    return store.list(PODS, "default")[0]
+
+
+def scale(store: Any, replicas: int) -> None:
+    def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+        cur["spec"]["replicas"] = replicas
+        cur["metadata"].pop("resourceVersion", None)
+        return cur
+
+    store.update(DEPLOYMENTS, "default", "interlude-vllm", mutate)
+
+
+def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) -> None:
+    """The rendered HPA (vllm:num_requests_waiting, AverageValue 1) scales up while requests queue in the
+    stand-in (one sequence at a time, slow tokens) and back down after its stabilization window."""
+    lc, c, uri = cluster
+    store = c.kube.store
+    wait_for("one ready pod", lambda: len(ready_pods(store)) == 1, c)
+    hpa = next(o for o in _objects(uri, frozenset({"HorizontalPodAutoscaler"})))
+    store.create(HPAS, "default", hpa)
+    port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
+
+    def complete() -> None:  # a pod migrated or removed mid-request drops its connections: that is fine here
+        try:
+            requests.post(
+                f"http://127.0.0.1:{port}/v1/completions",
+                timeout=120,
+                json={"model": "interlude", "prompt": "hello", "max_tokens": 40},
+            )
+        except requests.RequestException:
+            pass
+
+    # the served pod queues: pace tokens and allow one sequence at a time (a new rollout of the template)
+    def slow(cur: dict[str, Any]) -> dict[str, Any]:
+        for ctr in cur["spec"]["template"]["spec"]["containers"]:
+            ctr.setdefault("env", []).append({"name": "VLLM_STANDIN_SECONDS_PER_TOKEN", "value": "0.1"})
+            ctr["args"] = [*ctr["args"], "--max-num-seqs=1"]
+        cur["metadata"].pop("resourceVersion", None)
+        return cur
+
+    store.update(DEPLOYMENTS, "default", "interlude-vllm", slow)
+    wait_for(
+        "the slow pod ready alone",
+        lambda: (
+            len(_pods(store)) == 1
+            and len(ready_pods(store)) == 1
+            and any(
+                e.get("name") == "VLLM_STANDIN_SECONDS_PER_TOKEN"
+                for e in ready_pods(store)[0]["spec"]["containers"][0].get("env") or []
+            )
+        ),
+        c,
+    )
+    load = [threading.Thread(target=complete, daemon=True) for _ in range(5)]
+    for t in load:
+        t.start()
+    wait_for("the HPA scaling up", lambda: replicas(store) > 1, c)
+    status = store.get(HPAS, "default", "interlude-vllm")["status"]
+    assert status["desiredReplicas"] > 1, status
+    for t in load:
+        t.join(timeout=60)
+    wait_for("the HPA scaling back to 1", lambda: replicas(store) == 1, c)
+
+
+def replicas(store: Any) -> int:
+    return int(store.get(DEPLOYMENTS, "default", "interlude-vllm")["spec"]["replicas"])
