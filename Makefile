@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint e2e constraints stack-up stack-down clean
+.PHONY: demo test check lint e2e constraints stack-up stack-down clean
 
 # Install once; again only when the requirements, the constraints or the package layout change.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -21,12 +21,16 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 demo: $(STAMP)
 	$(PY) include/scripts/demo.py
 
-test: $(STAMP)
-	$(VENV)/bin/ruff check dags plugins include tests benchmarks
+test: check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: $(STAMP)
+# Format, lint (incl. blind excepts, stale noqa, complexity <= 10) and types: seconds, before the suite.
+check: $(STAMP)
+	$(VENV)/bin/ruff format --check --quiet dags plugins include tests benchmarks
 	$(VENV)/bin/ruff check dags plugins include tests benchmarks
+	$(PY) -m mypy
+
+lint: check
 
 # Pin the whole tree from a known-good venv (Airflow's own constraints files are not reachable here).
 constraints: $(STAMP)

@@ -18,8 +18,17 @@ from collections.abc import Callable
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
 
 # Headers that belong to one hop, not to the request/answer being forwarded.
-_HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length", "proxy-connection",
-        "te", "trailer", "upgrade"}
+_HOP = {
+    "host",
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "content-length",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+}
 
 _GCS_RULES: list[tuple[str, re.Pattern[str]]] = [
     ("gcs.download", re.compile(r"^/download/storage/v1/b/[^/]+/o/.+")),
@@ -82,8 +91,9 @@ class CountingProxy:
         assert self._session is not None
         body = await request.read()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        async with self._session.request(request.method, self.upstream + request.path_qs, headers=headers,
-                                         data=body or None, allow_redirects=False) as resp:
+        async with self._session.request(
+            request.method, self.upstream + request.path_qs, headers=headers, data=body or None, allow_redirects=False
+        ) as resp:
             data = await resp.read()
             if resp.status >= 400:  # retried or failed calls show up as e.g. "tpu.GET.nodes!503"
                 with self._lock:
@@ -95,15 +105,16 @@ class CountingProxy:
             return web.Response(status=resp.status, body=data, headers=out)
 
     async def _start(self, ready: threading.Event) -> None:
-        self._session = ClientSession(connector=TCPConnector(limit=64), auto_decompress=False,
-                                      timeout=ClientTimeout(total=120))
+        self._session = ClientSession(
+            connector=TCPConnector(limit=64), auto_decompress=False, timeout=ClientTimeout(total=120)
+        )
         app = web.Application(client_max_size=1 << 30)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        server = site._server  # noqa: SLF001 - aiohttp exposes the bound port only here
+        server = site._server
         assert server is not None and server.sockets
         self.port = server.sockets[0].getsockname()[1]
         ready.set()

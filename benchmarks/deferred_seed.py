@@ -69,21 +69,38 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
         dag = DBDagBag().get_latest_version_of_dag(spec["dag_id"], session=session)
         if dag is None:
             raise SystemExit(f"DAG {spec['dag_id']} is not serialized; run `airflow dags reserialize` first")
-        dag.create_dagrun(run_id=spec["run_id"], run_after=timezone.utcnow(), run_type=DagRunType.MANUAL,
-                          triggered_by=DagRunTriggeredByType.TEST, state=DagRunState.RUNNING, session=session)
+        dag.create_dagrun(
+            run_id=spec["run_id"],
+            run_after=timezone.utcnow(),
+            run_type=DagRunType.MANUAL,
+            triggered_by=DagRunTriggeredByType.TEST,
+            state=DagRunState.RUNNING,
+            session=session,
+        )
         session.flush()
-        tis = session.scalars(select(TaskInstance).where(
-            TaskInstance.dag_id == spec["dag_id"], TaskInstance.run_id == spec["run_id"],
-            TaskInstance.map_index >= 0).order_by(TaskInstance.map_index)).all()
+        tis = session.scalars(
+            select(TaskInstance)
+            .where(
+                TaskInstance.dag_id == spec["dag_id"],
+                TaskInstance.run_id == spec["run_id"],
+                TaskInstance.map_index >= 0,
+            )
+            .order_by(TaskInstance.map_index)
+        ).all()
         if len(tis) != len(placements):
             raise SystemExit(f"expected {len(placements)} mapped task instances, Airflow made {len(tis)}")
         for ti, p in zip(tis, placements, strict=True):
             # A stage that runs: the workload reported progress with this boot id; the trigger carries it.
             state = StageState(target_step=1_000_000, boot_id="bench-boot", last_step_seen=100).to_dict()
-            trigger = StageTrigger(machine={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
-                                   bucket=spec["bucket"], run_key=p["run_key"], stage="train", state=state,
-                                   restart_timeout=spec["restart_timeout"],
-                                   poll_interval=spec["poll_interval"])
+            trigger = StageTrigger(
+                machine={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
+                bucket=spec["bucket"],
+                run_key=p["run_key"],
+                stage="train",
+                state=state,
+                restart_timeout=spec["restart_timeout"],
+                poll_interval=spec["poll_interval"],
+            )
             row = Trigger.from_object(trigger)
             session.add(row)
             session.flush()

@@ -21,8 +21,11 @@ def main(gets: int = 200, creates: int = 50) -> None:
         with tempfile.NamedTemporaryFile(suffix=".pem") as ca:
             ca.write(cluster.kube.tls.ca_pem)
             ca.flush()
-            cfg = client.Configuration(host=f"https://{cluster.kube.endpoint}", api_key={"BearerToken": "bench"},
-                                       api_key_prefix={"BearerToken": "Bearer"})
+            cfg = client.Configuration(
+                host=f"https://{cluster.kube.endpoint}",
+                api_key={"BearerToken": "bench"},
+                api_key_prefix={"BearerToken": "Bearer"},
+            )
             cfg.ssl_ca_cert = ca.name
             core = client.CoreV1Api(client.ApiClient(cfg))
             start = time.perf_counter()
@@ -31,12 +34,18 @@ def main(gets: int = 200, creates: int = 50) -> None:
             get_ms = (time.perf_counter() - start) / gets * 1000
             start = time.perf_counter()
             for i in range(creates):
-                core.create_namespaced_service("default", client.V1Service(
-                    metadata=client.V1ObjectMeta(name=f"s{i}"),
-                    spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)])))
+                core.create_namespaced_service(
+                    "default",
+                    client.V1Service(
+                        metadata=client.V1ObjectMeta(name=f"s{i}"),
+                        spec=client.V1ServiceSpec(ports=[client.V1ServicePort(port=80)]),
+                    ),
+                )
             create_ms = (time.perf_counter() - start) / creates * 1000
-        print(f"GET namespace: {get_ms:.1f} ms/request; create Service (validated): {create_ms:.1f} ms/request; "
-              f"strict violations: {len(lc.violations)}")
+        print(
+            f"GET namespace: {get_ms:.1f} ms/request; create Service (validated): {create_ms:.1f} ms/request; "
+            f"strict violations: {len(lc.violations)}"
+        )
 
 
 if __name__ == "__main__":

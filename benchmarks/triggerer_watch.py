@@ -64,16 +64,22 @@ def log(msg: str) -> None:
 # --------------------------------------------------------------------------------------------- machines
 def create_nodes(cloud: LocalCloud, n: int, zones: int) -> list[dict[str, str]]:
     """N READY nodes (no startup-script metadata, so no guest process), spread over the first zones."""
-    placements = [{"kind": "tpu_node", "zone": ZONES[i % zones], "name": f"bench-{i:05d}",
-                   "run_key": f"bench-{i:05d}"} for i in range(n)]
+    placements = [
+        {"kind": "tpu_node", "zone": ZONES[i % zones], "name": f"bench-{i:05d}", "run_key": f"bench-{i:05d}"}
+        for i in range(n)
+    ]
     session = requests.Session()
     adapter = requests.adapters.HTTPAdapter(pool_maxsize=16)
     session.mount("http://", adapter)
 
     def create(p: dict[str, str]) -> None:
         url = f"{cloud.api_endpoint}/v2/projects/{cloud.project}/locations/{p['zone']}/nodes"
-        resp = session.post(url, params={"nodeId": p["name"]},
-                            json={"acceleratorType": ACCELERATOR, "runtimeVersion": RUNTIME}, timeout=60)
+        resp = session.post(
+            url,
+            params={"nodeId": p["name"]},
+            json={"acceleratorType": ACCELERATOR, "runtimeVersion": RUNTIME},
+            timeout=60,
+        )
         resp.raise_for_status()
 
     with ThreadPoolExecutor(8) as pool:
@@ -105,14 +111,18 @@ def seed_gcs(cloud: LocalCloud, placements: list[dict[str, str]], state: str) ->
 
     def client() -> storage.Client:
         if not hasattr(local, "client"):
-            local.client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                                          client_options={"api_endpoint": cloud.gcs_endpoint})
+            local.client = storage.Client(
+                project=cloud.project,
+                credentials=AnonymousCredentials(),
+                client_options={"api_endpoint": cloud.gcs_endpoint},
+            )
         return local.client
 
     def seed_one(p: dict[str, str]) -> None:
         store = CheckpointStore(BUCKET, p["run_key"], "train", client=client())
-        store.write_progress({"step": 100, "total_steps": 1_000_000, "loss": 0.5, "state": "running",
-                              "boot_id": "bench-boot"})
+        store.write_progress(
+            {"step": 100, "total_steps": 1_000_000, "loss": 0.5, "state": "running", "boot_id": "bench-boot"}
+        )
         if state == "checkpoint":
             store.write(100, {"model.bin": b"\0" * 256}, metrics={"loss": 0.5})
 
@@ -131,8 +141,9 @@ def prepare_airflow(env: dict[str, str], n: int) -> None:
     home = Path(env["AIRFLOW_HOME"])
     for cmd in (["db", "migrate"], ["dags", "reserialize"]):
         with open(home / "setup.log", "a") as out:
-            subprocess.run([airflow_bin(), *cmd], env=env, check=True, stdout=out, stderr=subprocess.STDOUT,
-                           timeout=300)
+            subprocess.run(
+                [airflow_bin(), *cmd], env=env, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=300
+            )
 
 
 def _raise_nofile() -> None:
@@ -145,9 +156,15 @@ def _raise_nofile() -> None:
 
 def start_triggerer(env: dict[str, str]) -> subprocess.Popen[bytes]:
     home = Path(env["AIRFLOW_HOME"])
-    out = open(home / "triggerer.log", "wb")  # noqa: SIM115 - lives as long as the process
-    return subprocess.Popen([airflow_bin(), "triggerer", "--skip-serve-logs"], env=env, stdout=out,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=_raise_nofile)
+    out = open(home / "triggerer.log", "wb")
+    return subprocess.Popen(
+        [airflow_bin(), "triggerer", "--skip-serve-logs"],
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=_raise_nofile,
+    )
 
 
 def stop_process_group(proc: subprocess.Popen[Any], grace: float = 30) -> None:
@@ -190,8 +207,11 @@ def wait_for_triggerer_job(home: Path, proc: subprocess.Popen[bytes], timeout: f
 
 def polled_triggers(home: Path) -> int:
     """Triggers whose log has a poll line ("... (RUNNING, machine READY)"): logged after the first poll."""
-    return sum(1 for p in (home / "logs").glob(f"dag_id={DAG_ID}/**/*.trigger.*.log")
-               if ", machine " in p.read_text(errors="replace"))
+    return sum(
+        1
+        for p in (home / "logs").glob(f"dag_id={DAG_ID}/**/*.trigger.*.log")
+        if ", machine " in p.read_text(errors="replace")
+    )
 
 
 # --------------------------------------------------------------------------------------------- measuring
@@ -246,7 +266,7 @@ def cpu_delta(a: Sample, b: Sample) -> float:
 
 
 # --------------------------------------------------------------------------------------------- main
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - TODO(issue 12): split
     work = Path(tempfile.mkdtemp(prefix="interlude-bench-"))
     log(f"work dir {work}")
     cloud: LocalCloud | None = None
@@ -255,8 +275,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     setup: threading.Thread | None = None
     try:
         t0 = time.monotonic()
-        cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml",
-                                 work / "localcloud")
+        cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud")
         ensure_bucket(cloud, BUCKET)
         api = CountingProxy(cloud.api_endpoint, classify_api).start()
         gcs = CountingProxy(cloud.gcs_endpoint, classify_gcs).start()
@@ -264,13 +283,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         home = work / "airflow"
         home.mkdir()
         env = airflow_env(home, replace(cloud, api_endpoint=api.endpoint, gcs_endpoint=gcs.endpoint))
-        env.update({
-            "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
-            "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, args.machines)),
-            # Default 50 per loop: N triggers would trickle in for N/50 loops; the steady state is the same.
-            "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": str(max(50, args.machines)),
-            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-        })
+        env.update(
+            {
+                "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
+                "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, args.machines)),
+                # Default 50 per loop: N triggers would trickle in for N/50 loops; the steady state is the same.
+                "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": str(max(50, args.machines)),
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            }
+        )
         setup_error: list[BaseException] = []
 
         def prepare() -> None:
@@ -297,14 +318,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.idle_seconds)
         idle_b = sample(triggerer.pid, proxies)
         idle_cpu = cpu_delta(idle_a, idle_b) / (idle_b.t - idle_a.t)
-        log(f"idle triggerer: RSS {idle_b.rss / 2**20:.0f} MB, PSS {idle_b.pss / 2**20:.0f} MB, "
-            f"CPU {idle_cpu * 100:.1f}%")
+        log(
+            f"idle triggerer: RSS {idle_b.rss / 2**20:.0f} MB, PSS {idle_b.pss / 2**20:.0f} MB, "
+            f"CPU {idle_cpu * 100:.1f}%"
+        )
 
-        spec = {"dag_id": DAG_ID, "run_id": RUN_ID, "bucket": BUCKET, "poll_interval": args.poll_interval,
-                "restart_timeout": 3600.0, "placements": placements}
+        spec = {
+            "dag_id": DAG_ID,
+            "run_id": RUN_ID,
+            "bucket": BUCKET,
+            "poll_interval": args.poll_interval,
+            "restart_timeout": 3600.0,
+            "placements": placements,
+        }
         (work / "spec.json").write_text(json.dumps(spec))
-        subprocess.run([sys.executable, str(HERE / "deferred_seed.py"), str(work / "spec.json")], env=env,
-                       check=True, stdout=subprocess.DEVNULL, stderr=open(home / "seed.log", "wb"))
+        subprocess.run(
+            [sys.executable, str(HERE / "deferred_seed.py"), str(work / "spec.json")],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(home / "seed.log", "wb"),
+        )
         log(f"{args.machines} deferred task instances + trigger rows written; waiting for the first polls")
         t_seeded = time.monotonic()
         deadline = t_seeded + args.startup_timeout
@@ -333,8 +367,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if triggerer.poll() is not None:
             raise RuntimeError(f"triggerer exited during the window; see {home / 'triggerer.log'}")
 
-        states = dict(db_query(home, f"select coalesce(state, 'none'), count(*) from task_instance "
-                                     f"where dag_id='{DAG_ID}' group by state"))
+        states = dict(
+            db_query(
+                home,
+                f"select coalesce(state, 'none'), count(*) from task_instance where dag_id='{DAG_ID}' group by state",
+            )
+        )
         assigned = db_query(home, "select count(*) from trigger where triggerer_id is not null")[0][0]
         calls = b.calls - a.calls
         per_min = {k2: v * 60 / wall for k2, v in sorted(calls.items())}
@@ -344,8 +382,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         root_pid = triggerer.pid
         # Runner CPU not on its main (event-loop) thread: worker threads, including short-lived ones that
         # exited within the window (google-cloud-storage starts a bucket-metadata thread per Client).
-        runner_loop = sum(main - a.threads.get(pid, (0.0, 0.0))[0]
-                          for pid, (main, _other) in b.threads.items() if pid != root_pid)
+        runner_loop = sum(
+            main - a.threads.get(pid, (0.0, 0.0))[0] for pid, (main, _other) in b.threads.items() if pid != root_pid
+        )
         runner_all = sum(b.cpu[pid] - a.cpu.get(pid, 0.0) for pid in b.cpu if pid != root_pid)
         runner_threads = runner_all - runner_loop
         supervisor = b.cpu.get(root_pid, 0.0) - a.cpu.get(root_pid, 0.0)
@@ -353,12 +392,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         mean_rss = rss_sum / k if k else b.rss
         mean_pss = pss_sum / k if k else b.pss
         result = {
-            "machines": args.machines, "zones": args.zones, "poll_interval_s": args.poll_interval,
-            "window_s": round(wall, 1), "gcs_state": args.gcs_state, "cores": psutil.cpu_count(),
-            "triggers_polled": polled, "triggers_assigned": assigned, "ramp_up_s": round(ramp, 1),
+            "machines": args.machines,
+            "zones": args.zones,
+            "poll_interval_s": args.poll_interval,
+            "window_s": round(wall, 1),
+            "gcs_state": args.gcs_state,
+            "cores": psutil.cpu_count(),
+            "triggers_polled": polled,
+            "triggers_assigned": assigned,
+            "ramp_up_s": round(ramp, 1),
             "task_instance_states": states,
-            "idle": {"cpu_pct": round(idle_cpu * 100, 2), "rss_mb": round(idle_b.rss / 2**20, 1),
-                     "pss_mb": round(idle_b.pss / 2**20, 1)},
+            "idle": {
+                "cpu_pct": round(idle_cpu * 100, 2),
+                "rss_mb": round(idle_b.rss / 2**20, 1),
+                "pss_mb": round(idle_b.pss / 2**20, 1),
+            },
             "cpu_pct": round(cpu / wall * 100, 2),
             "cpu_pct_above_idle": round((cpu / wall - idle_cpu) * 100, 2),
             "cpu_split_pct": {
@@ -366,7 +414,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "runner_event_loop_thread": round(runner_loop / wall * 100, 2),
                 "runner_other_threads_gcs_reads": round(runner_threads / wall * 100, 2),
             },
-            "rss_mb": round(mean_rss / 2**20, 1), "rss_peak_mb": round(peak_rss / 2**20, 1),
+            "rss_mb": round(mean_rss / 2**20, 1),
+            "rss_peak_mb": round(peak_rss / 2**20, 1),
             "rss_above_idle_mb": round((mean_rss - idle_b.rss) / 2**20, 1),
             "pss_mb": round(mean_pss / 2**20, 1),
             "pss_above_idle_mb": round((mean_pss - idle_b.pss) / 2**20, 1),
@@ -413,8 +462,7 @@ def report(r: dict[str, Any]) -> str:
         f"{r['rss_above_idle_mb']:.0f} MB above idle RSS ({r['kb_per_trigger_rss']:.0f} KB/trigger), "
         f"PSS {r['pss_mb']:.0f} MB (+{r['pss_above_idle_mb']:.0f} MB)",
         f"  TPU API calls/min               {r['tpu_api_calls_per_min']:.1f}",
-        f"  GCS calls/min                   {r['gcs_calls_per_min']:.1f}  "
-        f"({r['gcs_calls_per_poll']} per poll)",
+        f"  GCS calls/min                   {r['gcs_calls_per_min']:.1f}  ({r['gcs_calls_per_poll']} per poll)",
         f"  polls per trigger per minute    {r['polls_per_trigger_per_min']:.2f} "
         f"(expected {r['expected_polls_per_trigger_per_min']:.2f})",
         "  calls/min by kind: " + ", ".join(f"{k} {v:g}" for k, v in r["calls_per_min"].items()),
@@ -423,20 +471,35 @@ def report(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--machines", type=int, default=1000, help="TPU nodes, one StageTrigger each")
     p.add_argument("--seconds", type=float, default=60.0, help="measurement window")
     p.add_argument("--poll-interval", type=float, default=10.0, help="StageTrigger poll_interval")
-    p.add_argument("--zones", type=int, default=1, choices=range(1, len(ZONES) + 1),
-                   help="spread the machines over this many zones (one list call per zone and interval)")
-    p.add_argument("--gcs-state", choices=("none", "progress", "checkpoint"), default="checkpoint",
-                   help="what each stage has in GCS: nothing, progress.json, or progress + a checkpoint")
+    p.add_argument(
+        "--zones",
+        type=int,
+        default=1,
+        choices=range(1, len(ZONES) + 1),
+        help="spread the machines over this many zones (one list call per zone and interval)",
+    )
+    p.add_argument(
+        "--gcs-state",
+        choices=("none", "progress", "checkpoint"),
+        default="checkpoint",
+        help="what each stage has in GCS: nothing, progress.json, or progress + a checkpoint",
+    )
     p.add_argument("--idle-seconds", type=float, default=10.0, help="window for the idle triggerer's CPU")
-    p.add_argument("--settle", type=float, default=5.0,
-                   help="seconds after the triggerer is up before the idle sampling")
-    p.add_argument("--startup-timeout", type=float, default=300.0,
-                   help="seconds for every trigger to poll once after the rows are written")
+    p.add_argument(
+        "--settle", type=float, default=5.0, help="seconds after the triggerer is up before the idle sampling"
+    )
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=300.0,
+        help="seconds for every trigger to poll once after the rows are written",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, airflow.db)")
     args = p.parse_args(argv)
     result = run(args)

@@ -48,6 +48,7 @@ def _on_failure(context: Any) -> None:
 
     on_task_failure(context)
 
+
 with DAG(
     dag_id="interlude_training",
     doc_md=DOC_MD,
@@ -114,8 +115,10 @@ with DAG(
         def conversion() -> dict[str, Any]:
             decision = pulled("choose.decide")
             conv = decision.get("conversion") or {}
-            print(f"Conversion for {decision['converted_for']}: {conv.get('person_days')} person-days; "
-                  f"{conv.get('notes')}")
+            print(
+                f"Conversion for {decision['converted_for']}: {conv.get('person_days')} person-days; "
+                f"{conv.get('notes')}"
+            )
             return decision
 
         @task.short_circuit(ignore_downstream_trigger_rules=False)
@@ -136,12 +139,15 @@ with DAG(
         for family, leaf in zip(("GPU", "TPU"), convert, strict=True):
             name = f"convert_for_{family.lower()}"
             approve = ApprovalOperator(
-                task_id=f"approve_{name}", fail_on_reject=True, subject=f"Convert the model for {family}?",
+                task_id=f"approve_{name}",
+                fail_on_reject=True,
+                subject=f"Convert the model for {family}?",
                 body="{% set d = ti.xcom_pull(task_ids='choose.decide') %}"
-                     "Model **{{ d['model'] }}** has no capacity on its own accelerator family. The tree chose "
-                     f"to convert it for {family} and run on {{{{ d['accelerator_type'] }}}} in "
-                     "{{ d['zone'] }}.\n\nEstimated effort: **{{ d['conversion']['person_days'] }} "
-                     "person-days**; {{ d['conversion']['notes'] }}\n\nApprove to go on, reject to fail the run.")
+                "Model **{{ d['model'] }}** has no capacity on its own accelerator family. The tree chose "
+                f"to convert it for {family} and run on {{{{ d['accelerator_type'] }}}} in "
+                "{{ d['zone'] }}.\n\nEstimated effort: **{{ d['conversion']['person_days'] }} "
+                "person-days**; {{ d['conversion']['notes'] }}\n\nApprove to go on, reject to fail the run.",
+            )
             leaf >> approval_required.override(task_id=f"{name}_needs_approval")() >> approve
 
     @task(trigger_rule="none_failed_min_one_success")
@@ -154,8 +160,10 @@ with DAG(
     @task.short_circuit(ignore_downstream_trigger_rules=True)
     def continue_unless_plan_only(validated: dict[str, Any]) -> bool:
         if run_spec().plan_only:
-            print(f"Plan only: would provision {validated['decision']['accelerator_type']} in "
-                  f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created.")
+            print(
+                f"Plan only: would provision {validated['decision']['accelerator_type']} in "
+                f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created."
+            )
             return False
         return True
 
@@ -175,8 +183,9 @@ with DAG(
         from interlude.relocate import current_machine
 
         spec = run_spec()  # the machine the run ended on (a failover may have moved it)
-        return lifecycle.run_report(spec, current_machine(spec, pulled("provision")), [pulled("train"),
-                                                                                      pulled("finetune")])
+        return lifecycle.run_report(
+            spec, current_machine(spec, pulled("provision")), [pulled("train"), pulled("finetune")]
+        )
 
     from interlude.operators.provision import ProvisionOperator
     from interlude.operators.stage import TrainingStageOperator
@@ -194,12 +203,18 @@ with DAG(
 
     train = TrainingStageOperator(task_id="train", stage="train", order=1, pool=ACCELERATOR_POOL)
     finetune_gate = CommittedCheckpointSensor(
-        task_id="finetune_gate", bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
-        run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}", stage="train",
-        min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}", poll_interval=1.0,
-        stall_timeout=600, pool=ACCELERATOR_POOL)
-    finetune = TrainingStageOperator(task_id="finetune", stage="finetune", order=2, init_from_stage="train",
-                                     pool=ACCELERATOR_POOL)
+        task_id="finetune_gate",
+        bucket="{{ ti.xcom_pull(task_ids='resolve_run')['bucket'] }}",
+        run_key="{{ ti.xcom_pull(task_ids='resolve_run')['run_key'] }}",
+        stage="train",
+        min_step="{{ ti.xcom_pull(task_ids='resolve_run')['train_steps'] }}",
+        poll_interval=1.0,
+        stall_timeout=600,
+        pool=ACCELERATOR_POOL,
+    )
+    finetune = TrainingStageOperator(
+        task_id="finetune", stage="finetune", order=2, init_from_stage="train", pool=ACCELERATOR_POOL
+    )
     reported = run_report()
     torn_down = teardown()
 

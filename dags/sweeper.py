@@ -26,8 +26,7 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["interlude", "cleanup"],
-    params={"zones": Param(list(DEFAULT_ZONES), type="array", items={"type": "string"},
-                           description="Zones to sweep")},
+    params={"zones": Param(list(DEFAULT_ZONES), type="array", items={"type": "string"}, description="Zones to sweep")},
 ) as dag:
 
     @task

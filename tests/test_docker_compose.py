@@ -17,8 +17,17 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"
-SERVICES = {"postgres", "redis", "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor",
-            "airflow-triggerer", "airflow-worker", "airflow-init", "localcloud"}
+SERVICES = {
+    "postgres",
+    "redis",
+    "airflow-apiserver",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+    "airflow-worker",
+    "airflow-init",
+    "localcloud",
+}
 
 
 def docker_compose() -> str:
@@ -38,8 +47,14 @@ def docker_compose() -> str:
 def compose(exe: str, env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """`docker-compose` on our file with only `env_file` for variables (never the developer's `.env`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "INTERLUDE_", "POSTGRES_"))}
-    return subprocess.run([exe, "--env-file", str(env_file), "-f", str(COMPOSE), *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=120)
+    return subprocess.run(
+        [exe, "--env-file", str(env_file), "-f", str(COMPOSE), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=120,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +93,13 @@ def test_published_ports_bind_localhost_only(resolved: dict[str, Any]) -> None:
 def test_airflow_components_share_one_configuration(resolved: dict[str, Any]) -> None:
     """Same executor, database, broker and JWT secret for every component: multi-process Airflow needs it."""
     airflow = {n: s for n, s in resolved["services"].items() if n.startswith("airflow-")}
-    keys = ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "AIRFLOW__CELERY__BROKER_URL",
-            "AIRFLOW__API_AUTH__JWT_SECRET", "AIRFLOW__CORE__EXECUTION_API_SERVER_URL")
+    keys = (
+        "AIRFLOW__CORE__EXECUTOR",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN",
+        "AIRFLOW__CELERY__BROKER_URL",
+        "AIRFLOW__API_AUTH__JWT_SECRET",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+    )
     for key in keys:
         values = {n: s["environment"].get(key) for n, s in airflow.items()}
         assert len(set(values.values())) == 1 and None not in values.values(), (key, values)

@@ -24,16 +24,31 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr)
-    lc = LocalCloud(scenario_mod.load(args.scenario), state_dir=args.state_dir, port=args.port,
-                    gcs_port=args.gcs_port, strict=args.strict)
+    lc = LocalCloud(
+        scenario_mod.load(args.scenario),
+        state_dir=args.state_dir,
+        port=args.port,
+        gcs_port=args.gcs_port,
+        strict=args.strict,
+    )
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     lc.start()
     try:
-        print(json.dumps({"ready": True, "api_endpoint": lc.api_endpoint, "gcs_endpoint": lc.gcs_endpoint,
-                          "container_endpoint": lc.container_endpoint, "project": lc.scenario.project,
-                          "time_scale": lc.scenario.time_scale}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "ready": True,
+                    "api_endpoint": lc.api_endpoint,
+                    "gcs_endpoint": lc.gcs_endpoint,
+                    "container_endpoint": lc.container_endpoint,
+                    "project": lc.scenario.project,
+                    "time_scale": lc.scenario.time_scale,
+                }
+            ),
+            flush=True,
+        )
         while not stop.wait(0.5):
             pass
     finally:

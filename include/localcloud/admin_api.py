@@ -52,13 +52,23 @@ class AdminApi:
         with self.cloud.lock:
             out: list[dict[str, Any]] = []
             for m in self.cloud.machines.values():
-                out.append({
-                    "id": m.machine_id, "kind": m.kind, "zone": m.zone, "name": m.name,
-                    "state": m.resource.get("state") or m.resource.get("status"),
-                    "pid": m.proc.pid(), "boots": m.proc.boots, "disk_dir": str(m.proc.disk_dir),
-                    "spot": m.spot, "holds_capacity": m.holds, "maintenance": m.maintenance,
-                    "maintenance_event": m.maintenance_event, "preempted": m.preempted,
-                })
+                out.append(
+                    {
+                        "id": m.machine_id,
+                        "kind": m.kind,
+                        "zone": m.zone,
+                        "name": m.name,
+                        "state": m.resource.get("state") or m.resource.get("status"),
+                        "pid": m.proc.pid(),
+                        "boots": m.proc.boots,
+                        "disk_dir": str(m.proc.disk_dir),
+                        "spot": m.spot,
+                        "holds_capacity": m.holds,
+                        "maintenance": m.maintenance,
+                        "maintenance_event": m.maintenance_event,
+                        "preempted": m.preempted,
+                    }
+                )
             return Response({"machines": out})
 
     def add_fault(self, req: Request) -> Response:
@@ -66,8 +76,14 @@ class AdminApi:
         if "path_regex" not in b:
             raise invalid("path_regex is required")
         with self.cloud.lock:
-            self.cloud.faults.append(Fault(path_regex=b["path_regex"], status=int(b.get("status", 503)),
-                                           count=int(b.get("count", 1)), method=b.get("method")))
+            self.cloud.faults.append(
+                Fault(
+                    path_regex=b["path_regex"],
+                    status=int(b.get("status", 503)),
+                    count=int(b.get("count", 1)),
+                    method=b.get("method"),
+                )
+            )
         return Response({"ok": True})
 
     def set_capacity(self, req: Request) -> Response:
@@ -82,8 +98,14 @@ class AdminApi:
             z = self.cloud.scenario.zones[zone]
             tiers = z.tpu_capacity if kind == "tpu" else z.gpu_capacity
             tiers[cap_type] = Tier(on_demand=int(b.get("on_demand", 0)), spot=int(b.get("spot", 0)))
-            self.cloud.log("capacity_set", zone=zone, kind=kind, type=cap_type, on_demand=tiers[cap_type].on_demand,
-                           spot=tiers[cap_type].spot)
+            self.cloud.log(
+                "capacity_set",
+                zone=zone,
+                kind=kind,
+                type=cap_type,
+                on_demand=tiers[cap_type].on_demand,
+                spot=tiers[cap_type].spot,
+            )
         return Response({"ok": True})
 
     def next_maintenance(self, req: Request) -> Response:
@@ -93,7 +115,9 @@ class AdminApi:
             raise invalid("type must be SCHEDULED or UNSCHEDULED")
         with self.cloud.lock:
             self.cloud.next_maintenance[b.get("kind") or "*"] = {
-                "type": mtype, "notice_seconds": b.get("notice_seconds")}
+                "type": mtype,
+                "notice_seconds": b.get("notice_seconds"),
+            }
         return Response({"ok": True})
 
     def preempt(self, req: Request) -> Response:
@@ -102,8 +126,7 @@ class AdminApi:
             if not m.spot:
                 raise ApiError(400, "only spot/preemptible machines can be preempted", "FAILED_PRECONDITION")
             self.cloud.preempt(m)
-            if m.kind == "gce" and (m.resource.get("scheduling") or {}).get(
-                    "instanceTerminationAction") == "DELETE":
+            if m.kind == "gce" and (m.resource.get("scheduling") or {}).get("instanceTerminationAction") == "DELETE":
                 self.cloud.destroy(m)
         return Response({"ok": True})
 

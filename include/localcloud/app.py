@@ -22,8 +22,15 @@ from interlude_localcloud.tpu_api import TpuApi
 class LocalCloud:
     """One running local cloud. `start()` returns once both servers accept connections."""
 
-    def __init__(self, scenario: Scenario, state_dir: Path | None = None, port: int = 0, gcs_port: int = 0,
-                 strict: bool = False, gcs: bool = True) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        state_dir: Path | None = None,
+        port: int = 0,
+        gcs_port: int = 0,
+        strict: bool = False,
+        gcs: bool = True,
+    ) -> None:
         self.scenario = scenario
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         if state_dir is None:

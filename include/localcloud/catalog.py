@@ -44,7 +44,12 @@ GPU_QUOTA_METRICS: dict[str, tuple[str | None, str | None]] = {
 
 # TPU accelerator type prefix -> (AcceleratorConfig.type enum, quota family name).
 TPU_FAMILIES = {
-    "v2": "V2", "v3": "V3", "v4": "V4", "v5litepod": "V5LITE_POD", "v5p": "V5P", "v6e": "V6E",
+    "v2": "V2",
+    "v3": "V3",
+    "v4": "V4",
+    "v5litepod": "V5LITE_POD",
+    "v5p": "V5P",
+    "v6e": "V6E",
 }
 
 
@@ -87,23 +92,51 @@ def tpu_family(accelerator_type: str) -> tuple[str, int]:
 # TF 2.15, and on recent releases a hardware suffix (v5e-and-v6, v5p-and-below); TPU v4 used -v4 names up
 # to TF 2.10.0.
 _TF_V5E_V6E = [
-    "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6",
-    "tpu-vm-tf-2.17.1-pjrt", "tpu-vm-tf-2.17.1-pod-pjrt", "tpu-vm-tf-2.16.2-pjrt", "tpu-vm-tf-2.16.2-pod-pjrt",
-    "tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.16.1-pod-pjrt", "tpu-vm-tf-2.15.1-pjrt", "tpu-vm-tf-2.15.1-pod-pjrt",
+    "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+    "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6",
+    "tpu-vm-tf-2.17.1-pjrt",
+    "tpu-vm-tf-2.17.1-pod-pjrt",
+    "tpu-vm-tf-2.16.2-pjrt",
+    "tpu-vm-tf-2.16.2-pod-pjrt",
+    "tpu-vm-tf-2.16.1-pjrt",
+    "tpu-vm-tf-2.16.1-pod-pjrt",
+    "tpu-vm-tf-2.15.1-pjrt",
+    "tpu-vm-tf-2.15.1-pod-pjrt",
 ]
 _TF_V5P_AND_BELOW = [
-    "tpu-vm-tf-2.18.0-pjrt-v5p-and-below", "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below",
-    "tpu-vm-tf-2.17.1-pjrt", "tpu-vm-tf-2.17.1-pod-pjrt", "tpu-vm-tf-2.16.2-pjrt", "tpu-vm-tf-2.16.2-pod-pjrt",
-    "tpu-vm-tf-2.16.1-pjrt", "tpu-vm-tf-2.16.1-pod-pjrt", "tpu-vm-tf-2.15.1-pjrt", "tpu-vm-tf-2.15.1-pod-pjrt",
+    "tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
+    "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below",
+    "tpu-vm-tf-2.17.1-pjrt",
+    "tpu-vm-tf-2.17.1-pod-pjrt",
+    "tpu-vm-tf-2.16.2-pjrt",
+    "tpu-vm-tf-2.16.2-pod-pjrt",
+    "tpu-vm-tf-2.16.1-pjrt",
+    "tpu-vm-tf-2.16.1-pod-pjrt",
+    "tpu-vm-tf-2.15.1-pjrt",
+    "tpu-vm-tf-2.15.1-pod-pjrt",
 ]
-_TF_V2_V4 = ["tpu-vm-tf-2.16.1-se", "tpu-vm-tf-2.15.1-se", "tpu-vm-tf-2.14.1", "tpu-vm-tf-2.14.1-pod",
-             "tpu-vm-tf-2.13.1", "tpu-vm-tf-2.12.1", "tpu-vm-tf-2.10.1"]
+_TF_V2_V4 = [
+    "tpu-vm-tf-2.16.1-se",
+    "tpu-vm-tf-2.15.1-se",
+    "tpu-vm-tf-2.14.1",
+    "tpu-vm-tf-2.14.1-pod",
+    "tpu-vm-tf-2.13.1",
+    "tpu-vm-tf-2.12.1",
+    "tpu-vm-tf-2.10.1",
+]
 TPU_RUNTIME_VERSIONS: dict[str, list[str]] = {
     "v6e": ["v2-alpha-tpuv6e", *_TF_V5E_V6E],
     "v5litepod": ["v2-alpha-tpuv5-lite", *_TF_V5E_V6E],
     "v5p": ["v2-alpha-tpuv5", *_TF_V5P_AND_BELOW],
-    "v4": ["tpu-ubuntu2204-base", "tpu-vm-v4-base", "tpu-vm-v4-pt-2.0", *_TF_V5P_AND_BELOW, *_TF_V2_V4,
-           "tpu-vm-tf-2.10.0-v4", "tpu-vm-tf-2.10.0-pod-v4"],
+    "v4": [
+        "tpu-ubuntu2204-base",
+        "tpu-vm-v4-base",
+        "tpu-vm-v4-pt-2.0",
+        *_TF_V5P_AND_BELOW,
+        *_TF_V2_V4,
+        "tpu-vm-tf-2.10.0-v4",
+        "tpu-vm-tf-2.10.0-pod-v4",
+    ],
     "v3": ["tpu-ubuntu2204-base", "tpu-vm-base", "tpu-vm-pt-2.0", *_TF_V5P_AND_BELOW, *_TF_V2_V4],
     "v2": ["tpu-ubuntu2204-base", "tpu-vm-base", "tpu-vm-pt-2.0", *_TF_V5P_AND_BELOW, *_TF_V2_V4],
 }

@@ -68,8 +68,7 @@ class Machine:
 class Cloud:
     """Shared state and clock. API modules call into it holding `self.lock`."""
 
-    def __init__(self, scenario: Scenario, state_dir: Path, api_endpoint: str = "",
-                 gcs_endpoint: str = "") -> None:
+    def __init__(self, scenario: Scenario, state_dir: Path, api_endpoint: str = "", gcs_endpoint: str = "") -> None:
         self.scenario = scenario
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -138,8 +137,7 @@ class Cloud:
         with self.lock:
             machines = list(self.machines.values())
         for m in machines:
-            m.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop",
-                            block=True)
+            m.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop", block=True)
 
     # bookkeeping ---------------------------------------------------------------------------
     def new_id(self) -> str:
@@ -155,9 +153,7 @@ class Cloud:
     def take_fault(self, method: str, path: str) -> Fault | None:
         with self.lock:
             for f in self.faults:
-                if f.count > 0 and (f.method is None or f.method.upper() == method) and re.search(
-                    f.path_regex, path
-                ):
+                if f.count > 0 and (f.method is None or f.method.upper() == method) and re.search(f.path_regex, path):
                     f.count -= 1
                     self.log("fault_injected", method=method, path=path, status=f.status)
                     return f
@@ -165,8 +161,9 @@ class Cloud:
             return None
 
     # machines ------------------------------------------------------------------------------
-    def new_machine(self, kind: str, zone: str, name: str, resource: dict[str, Any], spot: bool,
-                    cap_type: str, units: int) -> Machine:
+    def new_machine(
+        self, kind: str, zone: str, name: str, resource: dict[str, Any], spot: bool, cap_type: str, units: int
+    ) -> Machine:
         mid = f"{kind}-{zone}-{name}"
         env = {
             "INTERLUDE_METADATA_URL": f"{self.api_endpoint}/_machines/{mid}/computeMetadata/v1",
@@ -212,7 +209,8 @@ class Cloud:
 
     def used(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
         return sum(
-            m.units for m in self.machines.values()
+            m.units
+            for m in self.machines.values()
             if m.holds and m.kind == kind and m.zone == zone and m.cap_type == cap_type and m.spot == spot
         )
 
@@ -255,13 +253,18 @@ class Cloud:
         duration = self.scenario.maintenance[m.kind]["duration"]
         start = time.time() + notice / ts
         m.maintenance = {
-            "type": mtype, "status": "PENDING", "start": start, "end": start + duration / ts,
-            "latest": start, "can_reschedule": self.can_start_early(m, mtype),
+            "type": mtype,
+            "status": "PENDING",
+            "start": start,
+            "end": start + duration / ts,
+            "latest": start,
+            "can_reschedule": self.can_start_early(m, mtype),
         }
         m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
-        self.log("maintenance_notice", machine=m.machine_id, type=mtype, notice_seconds=notice,
-                 window_start=rfc3339(start))
+        self.log(
+            "maintenance_notice", machine=m.machine_id, type=mtype, notice_seconds=notice, window_start=rfc3339(start)
+        )
         self.after_for(m, notice / ts, lambda: self.begin_maintenance(m))
 
     def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED") -> None:
@@ -279,8 +282,11 @@ class Cloud:
         m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
         if m.kind == "tpu":
-            m.resource.update(state="REPAIRING", health="UNHEALTHY_MAINTENANCE",
-                              healthDescription="The TPU node is undergoing host maintenance.")
+            m.resource.update(
+                state="REPAIRING",
+                health="UNHEALTHY_MAINTENANCE",
+                healthDescription="The TPU node is undergoing host maintenance.",
+            )
         else:
             m.resource["status"] = "STOPPING"
 
@@ -346,8 +352,10 @@ class Cloud:
         if mt is None:
             return None
         return {
-            "type": mt["type"], "canReschedule": mt["can_reschedule"],
-            "windowStartTime": rfc3339(mt["start"]), "windowEndTime": rfc3339(mt["end"]),
+            "type": mt["type"],
+            "canReschedule": mt["can_reschedule"],
+            "windowStartTime": rfc3339(mt["start"]),
+            "windowEndTime": rfc3339(mt["end"]),
             "latestWindowStartTime": rfc3339(max(mt["latest"], mt["start"])),
             "maintenanceStatus": mt["status"],
         }

@@ -26,8 +26,10 @@ INST = Z + r"/instances/(?P<name>[^/]+)"
 
 def stockout_message(project: str, zone: str) -> str:
     """Google's ZONE_RESOURCE_POOL_EXHAUSTED text, byte for byte (two spaces before "Try")."""
-    return (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
-            "fulfill the request.  Try a different zone, or try again later.")
+    return (
+        f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
+        "fulfill the request.  Try a different zone, or try again later."
+    )
 
 
 def quota_message(metric: str, limit: float, region: str) -> str:
@@ -69,20 +71,28 @@ class ComputeApi:
 
     def _zone(self, req: Request) -> str:
         if req.params["project"] != self.cloud.scenario.project:
-            raise ApiError(403, f"Required 'compute.instances.get' permission for 'projects/"
-                                f"{req.params['project']}'", reason="forbidden")
+            raise ApiError(
+                403,
+                f"Required 'compute.instances.get' permission for 'projects/{req.params['project']}'",
+                reason="forbidden",
+            )
         zone = req.params["zone"]
         if zone not in self.cloud.scenario.zones:
-            raise ApiError(404, f"The resource 'projects/{req.params['project']}/zones/{zone}' was not found",
-                           reason="notFound")
+            raise ApiError(
+                404, f"The resource 'projects/{req.params['project']}/zones/{zone}' was not found", reason="notFound"
+            )
         return zone
 
     def _inst(self, req: Request) -> Machine:
         zone = self._zone(req)
         m = self.cloud.machines.get(("gce", zone, req.params["name"]))
         if m is None:
-            raise ApiError(404, f"The resource 'projects/{self.cloud.scenario.project}/zones/{zone}/instances/"
-                                f"{req.params['name']}' was not found", reason="notFound")
+            raise ApiError(
+                404,
+                f"The resource 'projects/{self.cloud.scenario.project}/zones/{zone}/instances/"
+                f"{req.params['name']}' was not found",
+                reason="notFound",
+            )
         return m
 
     def render(self, m: Machine) -> dict[str, Any]:
@@ -100,11 +110,17 @@ class ComputeApi:
     def _op(self, zone: str, op_type: str, m: Machine | None, target_name: str) -> dict[str, Any]:
         name = self.cloud.op_suffix()
         op: dict[str, Any] = {
-            "kind": "compute#operation", "id": self.cloud.new_id(), "name": name,
-            "zone": f"{self.base}/zones/{zone}", "operationType": op_type,
+            "kind": "compute#operation",
+            "id": self.cloud.new_id(),
+            "name": name,
+            "zone": f"{self.base}/zones/{zone}",
+            "operationType": op_type,
             "targetLink": f"{self.base}/zones/{zone}/instances/{target_name}",
-            "status": "RUNNING", "user": "anonymous@localcloud", "progress": 0,
-            "insertTime": rfc3339(), "startTime": rfc3339(),
+            "status": "RUNNING",
+            "user": "anonymous@localcloud",
+            "progress": 0,
+            "insertTime": rfc3339(),
+            "startTime": rfc3339(),
             "selfLink": f"{self.base}/zones/{zone}/operations/{name}",
         }
         if m is not None:
@@ -118,8 +134,7 @@ class ComputeApi:
             op["error"] = {"errors": [error]}
             op["httpErrorStatusCode"] = http or 400
             op["httpErrorMessage"] = {503: "SERVICE UNAVAILABLE", 400: "BAD REQUEST"}.get(http or 400, "ERROR")
-        self.cloud.log("gce_operation_done", operation=op["name"], type=op["operationType"],
-                       error=error)
+        self.cloud.log("gce_operation_done", operation=op["name"], type=op["operationType"], error=error)
         self.cloud.changed.notify_all()
 
     def _gpus(self, zone: str, body: dict[str, Any]) -> tuple[str, str, int]:
@@ -130,15 +145,19 @@ class ComputeApi:
             raise invalid("Invalid value for field 'resource.machineType': ''. Machine type is required.")
         info = machine_type(mt_name)
         if info is None or mt_name not in z.machine_types:
-            raise invalid(f"Invalid value for field 'resource.machineType': '{body['machineType']}'. "
-                          f"Machine type with name '{mt_name}' does not exist in zone '{zone}'.")
+            raise invalid(
+                f"Invalid value for field 'resource.machineType': '{body['machineType']}'. "
+                f"Machine type with name '{mt_name}' does not exist in zone '{zone}'."
+            )
         gpu, count = info.gpu_type or "", info.gpu_count
         for acc in body.get("guestAccelerators") or []:
             at = _last(acc.get("acceleratorType", ""))
             if at not in z.gpu_types:
-                raise invalid(f"Invalid value for field 'resource.guestAccelerators[0].acceleratorType': "
-                              f"'{acc.get('acceleratorType')}'. Accelerator type '{at}' does not exist "
-                              f"in zone '{zone}'.")
+                raise invalid(
+                    f"Invalid value for field 'resource.guestAccelerators[0].acceleratorType': "
+                    f"'{acc.get('acceleratorType')}'. Accelerator type '{at}' does not exist "
+                    f"in zone '{zone}'."
+                )
             if gpu and gpu != at:
                 raise invalid(f"Machine type {mt_name} does not support guest accelerators.")
             gpu = at
@@ -158,8 +177,7 @@ class ComputeApi:
         usage = self.region_usage(region)
         for metric, need in checks:
             if metric in quotas and usage.get(metric, 0.0) + need > quotas[metric]:
-                raise ApiError(403, quota_message(metric, quotas[metric], region), "PERMISSION_DENIED",
-                               "quotaExceeded")
+                raise ApiError(403, quota_message(metric, quotas[metric], region), "PERMISSION_DENIED", "quotaExceeded")
 
     def region_usage(self, region: str) -> dict[str, float]:
         usage: dict[str, float] = {}
@@ -175,8 +193,7 @@ class ComputeApi:
         return usage
 
     def _stockout(self, zone: str) -> dict[str, Any]:
-        return {"code": "ZONE_RESOURCE_POOL_EXHAUSTED",
-                "message": stockout_message(self.cloud.scenario.project, zone)}
+        return {"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": stockout_message(self.cloud.scenario.project, zone)}
 
     # instances ---------------------------------------------------------------------------------
     def get_instance(self, req: Request) -> Response:
@@ -187,11 +204,13 @@ class ComputeApi:
         with self.cloud.lock:
             zone = self._zone(req)
             flt = parse_filter(req.query.get("filter", ""))
-            items = [self.render(m) for (k, z, _), m in sorted(self.cloud.machines.items())
-                     if k == "gce" and z == zone]
+            items = [self.render(m) for (k, z, _), m in sorted(self.cloud.machines.items()) if k == "gce" and z == zone]
             items = [i for i in items if matches(i, flt)]
-            out: dict[str, Any] = {"kind": "compute#instanceList", "id": f"projects/{self.cloud.scenario.project}"
-                                   f"/zones/{zone}/instances", "selfLink": f"{self.base}/zones/{zone}/instances"}
+            out: dict[str, Any] = {
+                "kind": "compute#instanceList",
+                "id": f"projects/{self.cloud.scenario.project}/zones/{zone}/instances",
+                "selfLink": f"{self.base}/zones/{zone}/instances",
+            }
             if items:
                 out["items"] = items
             return Response(out, "InstanceList")
@@ -202,8 +221,10 @@ class ComputeApi:
             zone = self._zone(req)
             name = body.get("name", "")
             if not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?", name):
-                raise invalid(f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex "
-                              "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'")
+                raise invalid(
+                    f"Invalid value for field 'resource.name': '{name}'. Must be a match of regex "
+                    "'(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'"
+                )
             if ("gce", zone, name) in self.cloud.machines:
                 raise already_exists(f"projects/{self.cloud.scenario.project}/zones/{zone}/instances/{name}")
             mt_name, gpu, count = self._gpus(zone, body)
@@ -218,24 +239,41 @@ class ComputeApi:
             info = machine_type(mt_name)
             self._quota_check(zone, gpu, count, spot, info.cpus if info else 0)
             iid = self.cloud.new_id()
-            res: dict[str, Any] = {k: v for k, v in body.items() if k not in (
-                "id", "status", "selfLink", "zone", "creationTimestamp", "kind", "resourceStatus")}
+            res: dict[str, Any] = {
+                k: v
+                for k, v in body.items()
+                if k not in ("id", "status", "selfLink", "zone", "creationTimestamp", "kind", "resourceStatus")
+            }
             res.update(
-                kind="compute#instance", id=iid, name=name, creationTimestamp=rfc3339(),
-                machineType=f"{self.base}/zones/{zone}/machineTypes/{mt_name}", status="PROVISIONING",
-                zone=f"{self.base}/zones/{zone}", selfLink=f"{self.base}/zones/{zone}/instances/{name}",
-                scheduling=sched, cpuPlatform="Intel Sapphire Rapids", labelFingerprint="42WmSpB8rSM=",
-                networkInterfaces=[{
-                    "kind": "compute#networkInterface", "name": "nic0",
-                    "network": f"{self.base}/global/networks/default",
-                    "networkIP": f"10.128.1.{2 + int(iid) % 250}", "fingerprint": "abc123="}],
+                kind="compute#instance",
+                id=iid,
+                name=name,
+                creationTimestamp=rfc3339(),
+                machineType=f"{self.base}/zones/{zone}/machineTypes/{mt_name}",
+                status="PROVISIONING",
+                zone=f"{self.base}/zones/{zone}",
+                selfLink=f"{self.base}/zones/{zone}/instances/{name}",
+                scheduling=sched,
+                cpuPlatform="Intel Sapphire Rapids",
+                labelFingerprint="42WmSpB8rSM=",
+                networkInterfaces=[
+                    {
+                        "kind": "compute#networkInterface",
+                        "name": "nic0",
+                        "network": f"{self.base}/global/networks/default",
+                        "networkIP": f"10.128.1.{2 + int(iid) % 250}",
+                        "fingerprint": "abc123=",
+                    }
+                ],
             )
             if body.get("guestAccelerators"):
                 res["guestAccelerators"] = [
-                    {"acceleratorType": f"{self.base}/zones/{zone}/acceleratorTypes/"
-                                        f"{_last(a['acceleratorType'])}",
-                     "acceleratorCount": int(a.get("acceleratorCount", 1))}
-                    for a in body["guestAccelerators"]]
+                    {
+                        "acceleratorType": f"{self.base}/zones/{zone}/acceleratorTypes/{_last(a['acceleratorType'])}",
+                        "acceleratorCount": int(a.get("acceleratorCount", 1)),
+                    }
+                    for a in body["guestAccelerators"]
+                ]
             md = dict(body.get("metadata") or {})
             md.update(kind="compute#metadata", fingerprint="fp-" + iid[-8:])
             res["metadata"] = md
@@ -243,8 +281,16 @@ class ComputeApi:
             op = self._op(zone, "insert", m, name)
             ok = self.cloud.has_capacity(zone, gpu, spot, "gce", count)
             m.holds = ok
-            self.cloud.log("gce_instance_insert", instance=name, zone=zone, machine_type=mt_name, gpu=gpu,
-                           gpus=count, spot=spot, outcome="ok" if ok else "ZONE_RESOURCE_POOL_EXHAUSTED")
+            self.cloud.log(
+                "gce_instance_insert",
+                instance=name,
+                zone=zone,
+                machine_type=mt_name,
+                gpu=gpu,
+                gpus=count,
+                spot=spot,
+                outcome="ok" if ok else "ZONE_RESOURCE_POOL_EXHAUSTED",
+            )
 
             def staging() -> None:
                 if not m.deleted and ok:
@@ -320,8 +366,11 @@ class ComputeApi:
                 self._done(op)
                 return Response(dict(op), "Operation")
             if m.resource["status"] != "TERMINATED":
-                raise ApiError(400, f"The instance is in state {m.resource['status']} and cannot be started.",
-                               reason="resourceNotReady")
+                raise ApiError(
+                    400,
+                    f"The instance is in state {m.resource['status']} and cannot be started.",
+                    reason="resourceNotReady",
+                )
             if not m.holds:
                 info = machine_type(_last(m.resource["machineType"]))
                 self._quota_check(m.zone, m.cap_type, m.units, m.spot, info.cpus if info else 0)
@@ -343,8 +392,9 @@ class ComputeApi:
         with self.cloud.lock:
             m = self._inst(req)
             if m.resource["status"] != "RUNNING":
-                raise ApiError(400, "The instance must be RUNNING to simulate a maintenance event.",
-                               reason="resourceNotReady")
+                raise ApiError(
+                    400, "The instance must be RUNNING to simulate a maintenance event.", reason="resourceNotReady"
+                )
             op = self._op(m.zone, "simulateMaintenanceEvent", m, m.name)
             extended = req.query.get("withExtendedNotifications", "").lower() == "true"
             policy = (m.resource.get("scheduling") or {}).get("onHostMaintenance", "MIGRATE")
@@ -362,8 +412,7 @@ class ComputeApi:
         with self.cloud.lock:
             m = self._inst(req)
             if m.maintenance is None or m.maintenance["status"] != "PENDING":
-                raise ApiError(400, "There is no pending maintenance for this instance.",
-                               reason="conditionNotMet")
+                raise ApiError(400, "There is no pending maintenance for this instance.", reason="conditionNotMet")
             op = self._op(m.zone, "performMaintenance", m, m.name)
             self.cloud.log("perform_maintenance", machine=m.machine_id)
             self.cloud.begin_maintenance(m)
@@ -376,18 +425,28 @@ class ComputeApi:
             path = m.proc.serial_log
         data = path.read_bytes() if path.exists() else b""
         start = int(req.query.get("start", "0") or 0)
-        return Response({"kind": "compute#serialPortOutput", "contents": data[start:].decode(errors="replace"),
-                         "start": str(start), "next": str(len(data)),
-                         "selfLink": f"{self.base}/zones/{m.zone}/instances/{m.name}/serialPort"},
-                        "SerialPortOutput")
+        return Response(
+            {
+                "kind": "compute#serialPortOutput",
+                "contents": data[start:].decode(errors="replace"),
+                "start": str(start),
+                "next": str(len(data)),
+                "selfLink": f"{self.base}/zones/{m.zone}/instances/{m.name}/serialPort",
+            },
+            "SerialPortOutput",
+        )
 
     # operations --------------------------------------------------------------------------------
     def _operation(self, req: Request) -> dict[str, Any]:
         zone = self._zone(req)
         op = self.cloud.gce_operations.get((zone, req.params["op"]))
         if op is None:
-            raise ApiError(404, f"The resource 'projects/{self.cloud.scenario.project}/zones/{zone}/operations/"
-                                f"{req.params['op']}' was not found", reason="notFound")
+            raise ApiError(
+                404,
+                f"The resource 'projects/{self.cloud.scenario.project}/zones/{zone}/operations/"
+                f"{req.params['op']}' was not found",
+                reason="notFound",
+            )
         return op
 
     def get_operation(self, req: Request) -> Response:
@@ -407,8 +466,11 @@ class ComputeApi:
         with self.cloud.lock:
             zone = self._zone(req)
             items = [dict(o) for (z, _), o in self.cloud.gce_operations.items() if z == zone]
-            out: dict[str, Any] = {"kind": "compute#operationList", "id": f"{zone}/operations",
-                                   "selfLink": f"{self.base}/zones/{zone}/operations"}
+            out: dict[str, Any] = {
+                "kind": "compute#operationList",
+                "id": f"{zone}/operations",
+                "selfLink": f"{self.base}/zones/{zone}/operations",
+            }
             if items:
                 out["items"] = items
             return Response(out, "OperationList")
@@ -416,14 +478,24 @@ class ComputeApi:
     # catalog -----------------------------------------------------------------------------------
     def list_accelerator_types(self, req: Request) -> Response:
         zone = self._zone(req)
-        items = [{"kind": "compute#acceleratorType", "id": str(10000 + i), "name": t,
-                  "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
-                  "description": GPU_DESCRIPTIONS.get(t, t), "zone": f"{self.base}/zones/{zone}",
-                  "maximumCardsPerInstance": 8,
-                  "selfLink": f"{self.base}/zones/{zone}/acceleratorTypes/{t}"}
-                 for i, t in enumerate(self.cloud.scenario.zones[zone].gpu_types)]
-        out: dict[str, Any] = {"kind": "compute#acceleratorTypeList", "id": f"{zone}/acceleratorTypes",
-                               "selfLink": f"{self.base}/zones/{zone}/acceleratorTypes"}
+        items = [
+            {
+                "kind": "compute#acceleratorType",
+                "id": str(10000 + i),
+                "name": t,
+                "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
+                "description": GPU_DESCRIPTIONS.get(t, t),
+                "zone": f"{self.base}/zones/{zone}",
+                "maximumCardsPerInstance": 8,
+                "selfLink": f"{self.base}/zones/{zone}/acceleratorTypes/{t}",
+            }
+            for i, t in enumerate(self.cloud.scenario.zones[zone].gpu_types)
+        ]
+        out: dict[str, Any] = {
+            "kind": "compute#acceleratorTypeList",
+            "id": f"{zone}/acceleratorTypes",
+            "selfLink": f"{self.base}/zones/{zone}/acceleratorTypes",
+        }
         if items:
             out["items"] = items
         return Response(out, "AcceleratorTypeList")
@@ -436,19 +508,31 @@ class ComputeApi:
             if info is None:
                 continue
             item: dict[str, Any] = {
-                "kind": "compute#machineType", "id": str(20000 + i), "name": name,
+                "kind": "compute#machineType",
+                "id": str(20000 + i),
+                "name": name,
                 "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
                 "description": f"{info.cpus} vCPUs, {info.memory_mb // 1024} GB RAM",
-                "guestCpus": info.cpus, "memoryMb": info.memory_mb, "zone": zone,
-                "maximumPersistentDisks": 128, "maximumPersistentDisksSizeGb": "263168",
-                "imageSpaceGb": 0, "isSharedCpu": False, "architecture": "X86_64",
-                "selfLink": f"{self.base}/zones/{zone}/machineTypes/{name}"}
+                "guestCpus": info.cpus,
+                "memoryMb": info.memory_mb,
+                "zone": zone,
+                "maximumPersistentDisks": 128,
+                "maximumPersistentDisksSizeGb": "263168",
+                "imageSpaceGb": 0,
+                "isSharedCpu": False,
+                "architecture": "X86_64",
+                "selfLink": f"{self.base}/zones/{zone}/machineTypes/{name}",
+            }
             if info.gpu_type:
-                item["accelerators"] = [{"guestAcceleratorType": info.gpu_type,
-                                         "guestAcceleratorCount": info.gpu_count}]
+                item["accelerators"] = [
+                    {"guestAcceleratorType": info.gpu_type, "guestAcceleratorCount": info.gpu_count}
+                ]
             items.append(item)
-        out: dict[str, Any] = {"kind": "compute#machineTypeList", "id": f"{zone}/machineTypes",
-                               "selfLink": f"{self.base}/zones/{zone}/machineTypes"}
+        out: dict[str, Any] = {
+            "kind": "compute#machineTypeList",
+            "id": f"{zone}/machineTypes",
+            "selfLink": f"{self.base}/zones/{zone}/machineTypes",
+        }
         if items:
             out["items"] = items
         return Response(out, "MachineTypeList")
@@ -457,21 +541,42 @@ class ComputeApi:
         zone = self._zone(req)
         items = []
         for i, r in enumerate(self.cloud.scenario.zones[zone].reservations):
-            items.append({
-                "kind": "compute#reservation", "id": str(30000 + i), "name": r["name"],
-                "creationTimestamp": "2026-01-01T00:00:00.000-07:00", "zone": f"{self.base}/zones/{zone}",
-                "status": "READY", "specificReservationRequired": bool(r.get("specific", True)),
-                "selfLink": f"{self.base}/zones/{zone}/reservations/{r['name']}",
-                "specificReservation": {
-                    "count": str(r.get("count", 1)), "inUseCount": str(r.get("in_use", 0)),
-                    "instanceProperties": {
-                        "machineType": r.get("machine_type", "g2-standard-4"),
-                        **({"guestAccelerators": [{"acceleratorType": r["accelerator_type"],
-                                                   "acceleratorCount": int(r.get("accelerator_count", 1))}]}
-                           if r.get("accelerator_type") else {})}},
-            })
-        out: dict[str, Any] = {"kind": "compute#reservationList", "id": f"{zone}/reservations",
-                               "selfLink": f"{self.base}/zones/{zone}/reservations"}
+            items.append(
+                {
+                    "kind": "compute#reservation",
+                    "id": str(30000 + i),
+                    "name": r["name"],
+                    "creationTimestamp": "2026-01-01T00:00:00.000-07:00",
+                    "zone": f"{self.base}/zones/{zone}",
+                    "status": "READY",
+                    "specificReservationRequired": bool(r.get("specific", True)),
+                    "selfLink": f"{self.base}/zones/{zone}/reservations/{r['name']}",
+                    "specificReservation": {
+                        "count": str(r.get("count", 1)),
+                        "inUseCount": str(r.get("in_use", 0)),
+                        "instanceProperties": {
+                            "machineType": r.get("machine_type", "g2-standard-4"),
+                            **(
+                                {
+                                    "guestAccelerators": [
+                                        {
+                                            "acceleratorType": r["accelerator_type"],
+                                            "acceleratorCount": int(r.get("accelerator_count", 1)),
+                                        }
+                                    ]
+                                }
+                                if r.get("accelerator_type")
+                                else {}
+                            ),
+                        },
+                    },
+                }
+            )
+        out: dict[str, Any] = {
+            "kind": "compute#reservationList",
+            "id": f"{zone}/reservations",
+            "selfLink": f"{self.base}/zones/{zone}/reservations",
+        }
         if items:
             out["items"] = items
         return Response(out, "ReservationList")
@@ -479,10 +584,19 @@ class ComputeApi:
     def get_zone(self, req: Request) -> Response:
         zone = self._zone(req)
         region = self.cloud.scenario.zones[zone].region
-        return Response({"kind": "compute#zone", "id": str(abs(hash(zone)) % 10**12), "name": zone,
-                         "status": "UP", "region": f"{self.base}/regions/{region}",
-                         "creationTimestamp": "2020-01-01T00:00:00.000-07:00", "description": zone,
-                         "selfLink": f"{self.base}/zones/{zone}"}, "Zone")
+        return Response(
+            {
+                "kind": "compute#zone",
+                "id": str(abs(hash(zone)) % 10**12),
+                "name": zone,
+                "status": "UP",
+                "region": f"{self.base}/regions/{region}",
+                "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
+                "description": zone,
+                "selfLink": f"{self.base}/zones/{zone}",
+            },
+            "Zone",
+        )
 
     def get_region(self, req: Request) -> Response:
         if req.params["project"] != self.cloud.scenario.project:
@@ -490,17 +604,31 @@ class ComputeApi:
         region = req.params["region"]
         regions = self.cloud.scenario.regions()
         if region not in regions:
-            raise ApiError(404, f"The resource 'projects/{self.cloud.scenario.project}/regions/{region}' was "
-                                "not found", reason="notFound")
+            raise ApiError(
+                404,
+                f"The resource 'projects/{self.cloud.scenario.project}/regions/{region}' was not found",
+                reason="notFound",
+            )
         with self.cloud.lock:
             usage = self.region_usage(region)
-        quotas = [{"metric": k, "limit": v, "usage": usage.get(k, 0.0)}
-                  for k, v in sorted((self.cloud.scenario.quotas.get(region) or {}).items())]
-        return Response({"kind": "compute#region", "id": str(abs(hash(region)) % 10**12), "name": region,
-                         "description": region, "status": "UP",
-                         "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
-                         "zones": [f"{self.base}/zones/{z}" for z in regions[region]], "quotas": quotas,
-                         "selfLink": f"{self.base}/regions/{region}"}, "Region")
+        quotas = [
+            {"metric": k, "limit": v, "usage": usage.get(k, 0.0)}
+            for k, v in sorted((self.cloud.scenario.quotas.get(region) or {}).items())
+        ]
+        return Response(
+            {
+                "kind": "compute#region",
+                "id": str(abs(hash(region)) % 10**12),
+                "name": region,
+                "description": region,
+                "status": "UP",
+                "creationTimestamp": "2020-01-01T00:00:00.000-07:00",
+                "zones": [f"{self.base}/zones/{z}" for z in regions[region]],
+                "quotas": quotas,
+                "selfLink": f"{self.base}/regions/{region}",
+            },
+            "Region",
+        )
 
 
 _TERM = re.compile(r"\(?\s*([A-Za-z0-9_.\-]+)\s*(=|!=|:|\beq\b|\bne\b)\s*\"?([^\s\")]*)\"?\s*\)?")

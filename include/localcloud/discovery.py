@@ -29,8 +29,16 @@ REQUIRED_OUTPUT: dict[tuple[str, str], tuple[str, ...]] = {
     ("compute", "Instance"): ("name", "id", "status", "selfLink", "zone", "machineType", "kind"),
     ("compute", "Operation"): ("name", "id", "status", "selfLink", "operationType", "kind"),
     ("compute", "Region"): ("name", "status", "selfLink", "kind"),
-    ("container", "Cluster"): ("name", "location", "endpoint", "status", "selfLink", "masterAuth",
-                               "currentMasterVersion", "createTime"),
+    ("container", "Cluster"): (
+        "name",
+        "location",
+        "endpoint",
+        "status",
+        "selfLink",
+        "masterAuth",
+        "currentMasterVersion",
+        "createTime",
+    ),
     ("container", "NodePool"): ("name", "config", "status", "version", "selfLink"),
     ("container", "Operation"): ("name", "operationType", "status", "selfLink", "startTime"),
 }
@@ -63,9 +71,7 @@ def _proto_enum_numbers(family: str = "tpu") -> dict[tuple[str, str], dict[str, 
     def visit(descriptor: Any) -> None:
         for field in descriptor.fields:
             if field.enum_type is not None:
-                table[(descriptor.name, field.json_name)] = {
-                    v.name: v.number for v in field.enum_type.values
-                }
+                table[(descriptor.name, field.json_name)] = {v.name: v.number for v in field.enum_type.values}
         for nested in descriptor.nested_types:
             visit(nested)
 
@@ -128,9 +134,7 @@ def transform_enums(
                 return {"@type": val["@type"], **walk({"$ref": packed}, unpacked, packed, "")}
             props = schema.get("properties")
             if props is not None:
-                return {
-                    k: (walk(props[k], v, owner, k) if k in props else v) for k, v in val.items()
-                }
+                return {k: (walk(props[k], v, owner, k) if k in props else v) for k, v in val.items()}
             extra = schema.get("additionalProperties")
             if isinstance(extra, dict) and extra.get("type") != "any":
                 return {k: walk(extra, v, owner, prop) for k, v in val.items()}
@@ -166,7 +170,7 @@ def enums_to_numbers(doc_name: str, schema_ref: str, value: Any) -> Any:
     return transform_enums(doc_name, schema_ref, value, fn)
 
 
-def validate(
+def validate(  # noqa: C901 - TODO(issue 12): split
     doc_name: str, schema_ref: str, value: Any, *, int_enums: bool = False, request: bool = False
 ) -> list[str]:
     """Check value against the schema; return human-readable violations (empty when valid).
@@ -183,7 +187,7 @@ def validate(
     family = doc_name.split(".")[0]
     errors: list[str] = []
 
-    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:
+    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:  # noqa: C901 - TODO(issue 12): split
         ref, schema = _resolve(doc, schema)
         owner = ref or owner
         typ = schema.get("type")

@@ -47,8 +47,9 @@ class GcsEmulator:
         cmd += ["start", "--host", "127.0.0.1", "--port", str(self.port), "--quiet"]
         if self.data_dir is None:
             cmd.append("--in-memory")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
         try:
             wait_for_port(self.port)
         except TimeoutError:

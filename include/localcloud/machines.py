@@ -53,8 +53,13 @@ class MachineProcess:
             log = self.serial_log.open("ab")
             try:
                 self._proc = subprocess.Popen(
-                    ["bash", str(path)], cwd=self.disk_dir, env=env, stdout=log,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                    ["bash", str(path)],
+                    cwd=self.disk_dir,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
                 )
             finally:
                 log.close()

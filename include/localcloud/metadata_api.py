@@ -23,7 +23,7 @@ class MetadataApi:
     def register(self, r: Router) -> None:
         r.add("GET", r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/(?P<key>.*)", self.get)
 
-    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:
+    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:  # noqa: C901 - TODO(issue 12): split
         if m is None:
             return None
         key = key.rstrip("/") if key.endswith("/") and key != "instance/attributes/" else key
@@ -33,12 +33,18 @@ class MetadataApi:
             return "TRUE" if m.preempted else "FALSE"
         if key == "instance/upcoming-maintenance":
             mt = m.maintenance
-            data: dict[str, Any] = {} if mt is None else {
-                "type": mt["type"], "can_reschedule": mt["can_reschedule"],
-                "window_start_time": rfc3339(mt["start"]), "window_end_time": rfc3339(mt["end"]),
-                "latest_window_start_time": rfc3339(max(mt["latest"], mt["start"])),
-                "maintenance_status": mt["status"],
-            }
+            data: dict[str, Any] = (
+                {}
+                if mt is None
+                else {
+                    "type": mt["type"],
+                    "can_reschedule": mt["can_reschedule"],
+                    "window_start_time": rfc3339(mt["start"]),
+                    "window_end_time": rfc3339(mt["end"]),
+                    "latest_window_start_time": rfc3339(max(mt["latest"], mt["start"])),
+                    "maintenance_status": mt["status"],
+                }
+            )
             return json.dumps(data)
         if key == "instance/name":
             return m.name
@@ -80,9 +86,10 @@ class MetadataApi:
                         break
                     value, etag = new, _etag(new)
         ctype = "application/json" if key == "instance/upcoming-maintenance" or alt_json else "text/plain"
-        return Response(None, raw=value.encode(), headers={"ETag": etag, "Content-Type": ctype,
-                                                           "Metadata-Flavor": "Google"})
+        return Response(
+            None, raw=value.encode(), headers={"ETag": etag, "Content-Type": ctype, "Metadata-Flavor": "Google"}
+        )
 
 
 def _etag(value: str) -> str:
-    return hashlib.md5(value.encode()).hexdigest()[:16]  # noqa: S324 - an ETag, not security
+    return hashlib.md5(value.encode()).hexdigest()[:16]

@@ -181,7 +181,7 @@ class Pages:
                 f"{self.cloud.gcs_endpoint}/storage/v1/b/{urllib.parse.quote(bucket, safe='')}/o?"
                 + urllib.parse.urlencode(query)
             )
-            with urllib.request.urlopen(url, timeout=30) as resp:  # noqa: S310 - our own emulator, http only
+            with urllib.request.urlopen(url, timeout=30) as resp:
                 page: dict[str, Any] = json.loads(resp.read())
             out += [GcsObject(str(i["name"]), int(i.get("size", 0))) for i in page.get("items", [])]
             token = str(page.get("nextPageToken") or "")

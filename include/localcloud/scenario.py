@@ -109,8 +109,18 @@ def _tiers(raw: dict[str, Any] | None) -> dict[str, Tier]:
 
 def parse(raw: dict[str, Any]) -> Scenario:
     """Build a Scenario from the YAML mapping (unknown keys are an error, to catch typos)."""
-    known = {"project", "time_scale", "zones", "regions", "delays", "maintenance", "faults",
-             "stop_grace_seconds", "description", "gke"}
+    known = {
+        "project",
+        "time_scale",
+        "zones",
+        "regions",
+        "delays",
+        "maintenance",
+        "faults",
+        "stop_grace_seconds",
+        "description",
+        "gke",
+    }
     unknown = set(raw) - known
     if unknown:
         raise ValueError(f"unknown scenario keys: {sorted(unknown)}")
@@ -123,7 +133,8 @@ def parse(raw: dict[str, Any]) -> Scenario:
             name=name,
             region=z.get("region") or name.rsplit("-", 1)[0],
             tpu_types=list(tpu.get("accelerator_types", [])),
-            runtime_versions=list(tpu["runtime_versions"]) if "runtime_versions" in tpu
+            runtime_versions=list(tpu["runtime_versions"])
+            if "runtime_versions" in tpu
             else runtime_versions_for(list(tpu.get("accelerator_types", []))),
             tpu_capacity=_tiers(tpu.get("capacity")),
             gpu_types=list(gpu.get("accelerator_types", [])),

@@ -80,8 +80,9 @@ class Router:
     def __init__(self) -> None:
         self.routes: list[Route] = []
 
-    def add(self, method: str, pattern: str, handler: Handler, doc: str = "",
-            request_schema: str | None = None) -> None:
+    def add(
+        self, method: str, pattern: str, handler: Handler, doc: str = "", request_schema: str | None = None
+    ) -> None:
         self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema))
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
@@ -123,22 +124,22 @@ class _Handler(BaseHTTPRequestHandler):
     server: LocalCloudServer
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         self._dispatch("POST")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         self._dispatch("DELETE")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         self._dispatch("PATCH")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         self._dispatch("PUT")
 
     def _send(self, status: int, payload: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
@@ -172,7 +173,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.debug("client %s disconnected during %s %s: %r", self.client_address, method, self.path, e)
             self.close_connection = True
 
-    def _answer(self, method: str) -> None:
+    def _answer(self, method: str) -> None:  # noqa: C901 - TODO(issue 12): split
         split = urlsplit(self.path)
         path = split.path
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
@@ -187,8 +188,9 @@ class _Handler(BaseHTTPRequestHandler):
                 raise injected_fault(fault.status, method, path, self.server.cloud.scenario.project)
             route, params, known = self.server.router.match(method, path)
             if route is None:
-                raise ApiError(405 if known else 404, f"No such method: {method} {path}",
-                               "UNIMPLEMENTED" if known else "NOT_FOUND")
+                raise ApiError(
+                    405 if known else 404, f"No such method: {method} {path}", "UNIMPLEMENTED" if known else "NOT_FOUND"
+                )
             body: Any = None
             if raw.strip():
                 try:
@@ -203,20 +205,21 @@ class _Handler(BaseHTTPRequestHandler):
                 if problems:
                     raise invalid("Invalid JSON payload received. " + "; ".join(problems[:3]))
                 body = discovery.enums_to_names(route.doc, route.request_schema, body)
-            req = Request(method, path, params, query, body, dict(self.headers.items()), int_enums,
-                          route.doc, self._client_gone)
+            req = Request(
+                method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone
+            )
             resp = route.handler(req)
             if resp.raw is not None:
-                self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"),
-                           resp.headers)
+                self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"), resp.headers)
                 return
             out = resp.body
             if resp.schema and route.doc:
                 if self.server.strict:
                     problems = discovery.validate(route.doc, resp.schema, out)
                     if problems:
-                        msg = f"localcloud strict mode: {resp.schema} response violates {route.doc}: " \
-                              + "; ".join(problems[:5])
+                        msg = f"localcloud strict mode: {resp.schema} response violates {route.doc}: " + "; ".join(
+                            problems[:5]
+                        )
                         self.server.violations.append(msg)
                         raise ApiError(500, msg, "INTERNAL")
                 if int_enums:
@@ -235,7 +238,6 @@ class _Handler(BaseHTTPRequestHandler):
 def serve(port: int, cloud: Cloud, router: Router, strict: bool) -> tuple[LocalCloudServer, threading.Thread]:
     """Start serving on 127.0.0.1:port (0 = any free port) in a daemon thread."""
     srv = LocalCloudServer(port, cloud, router, strict)
-    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1},
-                         name="localcloud-http", daemon=True)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, name="localcloud-http", daemon=True)
     t.start()
     return srv, t

@@ -22,8 +22,9 @@ class Admin:
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.base + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=30) as resp:
             return json.loads(resp.read() or b"{}")
 
@@ -43,18 +44,21 @@ class Admin:
 
     def inject_fault(self, path_regex: str, status: int = 503, count: int = 1, method: str | None = None) -> None:
         """The next `count` API requests whose path matches answer with `status` (429/503 bursts)."""
-        self._call("POST", "/faults", {"path_regex": path_regex, "status": status, "count": count,
-                                       "method": method})
+        self._call("POST", "/faults", {"path_regex": path_regex, "status": status, "count": count, "method": method})
 
-    def next_maintenance(self, type: str = "SCHEDULED", notice_seconds: float | None = None,  # noqa: A002
-                         kind: str | None = None) -> None:
+    def next_maintenance(
+        self, type: str = "SCHEDULED", notice_seconds: float | None = None, kind: str | None = None
+    ) -> None:
         """Type/notice (simulated seconds) of the next simulateMaintenanceEvent (kind tpu|gce|None=any)."""
         self._call("POST", "/next-maintenance", {"type": type, "notice_seconds": notice_seconds, "kind": kind})
 
     def set_capacity(self, zone: str, kind: str, accelerator_type: str, on_demand: int = 0, spot: int = 0) -> None:
         """Change what a zone can still create of a type (0/0: every further create is a stockout)."""
-        self._call("POST", "/capacity", {"zone": zone, "kind": kind, "type": accelerator_type,
-                                         "on_demand": on_demand, "spot": spot})
+        self._call(
+            "POST",
+            "/capacity",
+            {"zone": zone, "kind": kind, "type": accelerator_type, "on_demand": on_demand, "spot": spot},
+        )
 
     def preempt(self, kind: str, zone: str, name: str) -> None:
         self._call("POST", f"/machines/{kind}/{zone}/{name}:preempt", {})
@@ -62,18 +66,21 @@ class Admin:
     def crash(self, kind: str, zone: str, name: str) -> None:
         self._call("POST", f"/machines/{kind}/{zone}/{name}:crash", {})
 
-    def maintenance(self, kind: str, zone: str, name: str, type: str = "UNSCHEDULED",  # noqa: A002
-                    notice_seconds: float | None = None) -> None:
+    def maintenance(
+        self, kind: str, zone: str, name: str, type: str = "UNSCHEDULED", notice_seconds: float | None = None
+    ) -> None:
         """Google-initiated maintenance on a machine (default: unscheduled, short notice)."""
-        self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance",
-                   {"type": type, "notice_seconds": notice_seconds})
+        self._call(
+            "POST", f"/machines/{kind}/{zone}/{name}:maintenance", {"type": type, "notice_seconds": notice_seconds}
+        )
 
     def gke_stockout(self, zone: str, machine_type: str, stockout: bool = True) -> None:
         """GKE scale-ups of `machine_type` pools in `zone` fail (ZONE_RESOURCE_POOL_EXHAUSTED) until cleared."""
         self._call("POST", "/gke/stockouts", {"zone": zone, "machine_type": machine_type, "stockout": stockout})
 
-    def gke_node_maintenance(self, cluster: str, node: str, notice_in: float = 0.0, window_in: float = 600.0,
-                             **more: Any) -> float:
+    def gke_node_maintenance(
+        self, cluster: str, node: str, notice_in: float = 0.0, window_in: float = 600.0, **more: Any
+    ) -> float:
         """Scheduled maintenance of a GKE node (scenario seconds from now); returns the window start."""
         body = {"notice_in": notice_in, "window_in": window_in, **more}
         return float(self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:maintenance", body)["window_start"])
@@ -101,14 +108,22 @@ class RunningLocalCloud:
 
     def connection_extra(self) -> dict[str, Any]:
         """Extras of a `google_cloud_platform` Airflow connection that reach this cloud (TPU, Compute, GKE)."""
-        return {"is_anonymous": True, "project": self.project, "tpu_endpoint": self.api_endpoint,
-                "compute_endpoint": self.api_endpoint, "container_endpoint": self.container_endpoint,
-                "time_scale": self.scenario.time_scale}
+        return {
+            "is_anonymous": True,
+            "project": self.project,
+            "tpu_endpoint": self.api_endpoint,
+            "compute_endpoint": self.api_endpoint,
+            "container_endpoint": self.container_endpoint,
+            "time_scale": self.scenario.time_scale,
+        }
 
     def airflow_conn_env(self, conn_id: str = "google_cloud_default") -> dict[str, str]:
         """`AIRFLOW_CONN_<ID>` environment variable for that connection (no metadata database needed)."""
-        return {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps({"conn_type": "google_cloud_platform",
-                                                               "extra": self.connection_extra()})}
+        return {
+            f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(
+                {"conn_type": "google_cloud_platform", "extra": self.connection_extra()}
+            )
+        }
 
     def cloud_gke(self) -> Any:
         """The in-process GKE state (clusters, their stores): for benchmarks and kubelet-like test helpers."""
@@ -129,8 +144,9 @@ class RunningLocalCloud:
 
 
 @contextmanager
-def running_localcloud(scenario: str | Path | Scenario = "default", state_dir: Path | None = None,
-                       strict: bool = True, gcs: bool = True) -> Iterator[RunningLocalCloud]:
+def running_localcloud(
+    scenario: str | Path | Scenario = "default", state_dir: Path | None = None, strict: bool = True, gcs: bool = True
+) -> Iterator[RunningLocalCloud]:
     """Start a local cloud on free ports (API in-process, GCS emulator as a child process).
 
     `scenario` is a shipped scenario name, a YAML path or a Scenario. In strict mode every answer is

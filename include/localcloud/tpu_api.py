@@ -19,9 +19,11 @@ FAMILY_BY_ENUM = {v: k for k, v in TPU_FAMILIES.items()}
 
 
 def stockout_message(zone: str) -> str:
-    return (f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud '
-            "TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) "
-            f"[EID: 0x{abs(hash((zone, time.time()))) % (1 << 48):012x}]")
+    return (
+        f'There is no more capacity in the zone "{zone}"; you can try in another zone where Cloud '
+        "TPU Nodes are offered (see https://cloud.google.com/tpu/docs/regions) "
+        f"[EID: 0x{abs(hash((zone, time.time()))) % (1 << 48):012x}]"
+    )
 
 
 def render_operation(op: dict[str, Any], alpha: bool) -> dict[str, Any]:
@@ -73,10 +75,14 @@ class TpuApi:
             r.add("POST", loc + "/queuedResources", self.create_qr, doc, "QueuedResource")
             r.add("DELETE", qr, self.delete_qr, doc)
             if ver == "v2alpha1":
-                r.add("POST", node + ":simulateMaintenanceEvent", self.simulate_maintenance, doc,
-                      "SimulateMaintenanceEventRequest")
-                r.add("POST", node + ":performMaintenance", self.perform_maintenance, doc,
-                      "PerformMaintenanceRequest")
+                r.add(
+                    "POST",
+                    node + ":simulateMaintenanceEvent",
+                    self.simulate_maintenance,
+                    doc,
+                    "SimulateMaintenanceEventRequest",
+                )
+                r.add("POST", node + ":performMaintenance", self.perform_maintenance, doc, "PerformMaintenanceRequest")
 
     # helpers ---------------------------------------------------------------------------------
     def _zone(self, req: Request) -> str:
@@ -110,23 +116,29 @@ class TpuApi:
         name = f"{self._parent(zone)}/operations/{self.cloud.op_suffix()}"
         op = {
             "name": name,
-            "metadata": {"@type": TYPE_URL + "OperationMetadata", "createTime": rfc3339(),
-                         "target": target, "verb": verb, "cancelRequested": False, "apiVersion": "v2"},
+            "metadata": {
+                "@type": TYPE_URL + "OperationMetadata",
+                "createTime": rfc3339(),
+                "target": target,
+                "verb": verb,
+                "cancelRequested": False,
+                "apiVersion": "v2",
+            },
             "done": False,
         }
         self.cloud.operations[name] = op
         return op
 
-    def _finish(self, op: dict[str, Any], response: dict[str, Any] | None = None,
-                error: dict[str, Any] | None = None) -> None:
+    def _finish(
+        self, op: dict[str, Any], response: dict[str, Any] | None = None, error: dict[str, Any] | None = None
+    ) -> None:
         op["done"] = True
         op["metadata"]["endTime"] = rfc3339()
         if error is not None:
             op["error"] = error
         else:
             op["response"] = response or {"@type": EMPTY_URL}
-        self.cloud.log("tpu_operation_done", operation=op["name"], verb=op["metadata"]["verb"],
-                       error=error)
+        self.cloud.log("tpu_operation_done", operation=op["name"], verb=op["metadata"]["verb"], error=error)
 
     def _op_response(self, op: dict[str, Any], req: Request) -> Response:
         return Response(render_operation(op, req.doc.endswith("alpha1")), "Operation")
@@ -155,17 +167,20 @@ class TpuApi:
         key = f"{fam}{'-spot' if spot else ''}"
         if key not in quotas:
             return None
-        used = sum(tpu_family(m.cap_type)[1] for m in self.cloud.machines.values()
-                   if m.kind == "tpu" and m.zone == zone and m.holds and m.spot == spot
-                   and tpu_family(m.cap_type)[0] == fam)
+        used = sum(
+            tpu_family(m.cap_type)[1]
+            for m in self.cloud.machines.values()
+            if m.kind == "tpu" and m.zone == zone and m.holds and m.spot == spot and tpu_family(m.cap_type)[0] == fam
+        )
         if used + size <= quotas[key]:
             return None
         metric = f"TPU{TPU_FAMILIES[fam].replace('_', '')}{'Preemptible' if spot else ''}PerProjectPerZoneForTPUAPI"
-        return {"code": 8, "message": f"Quota limit '{metric}' has been exceeded. Limit: {quotas[key]:g} "
-                                      f"in zone {zone}."}
+        return {
+            "code": 8,
+            "message": f"Quota limit '{metric}' has been exceeded. Limit: {quotas[key]:g} in zone {zone}.",
+        }
 
-    def _make_node(self, zone: str, node_id: str, body: dict[str, Any], qr_name: str | None = None
-                   ) -> Machine:
+    def _make_node(self, zone: str, node_id: str, body: dict[str, Any], qr_name: str | None = None) -> Machine:
         at = self._accelerator_type(zone, body)
         rv = body.get("runtimeVersion")
         if not rv:
@@ -175,20 +190,44 @@ class TpuApi:
         sched = body.get("schedulingConfig") or {}
         spot = bool(sched.get("spot") or sched.get("preemptible"))
         fam, size = tpu_family(at)
-        res: dict[str, Any] = {k: v for k, v in body.items() if k not in (
-            "name", "state", "health", "healthDescription", "createTime", "id", "networkEndpoints",
-            "upcomingMaintenance", "symptoms", "apiVersion", "multisliceNode", "queuedResource")}
-        topo = {8: "2x4", 4: "2x2", 16: "4x4", 32: "4x8", 1: "1x1"}.get(size if fam in ("v5litepod", "v6e")
-                                                                    else size // 2, "2x4")
+        res: dict[str, Any] = {
+            k: v
+            for k, v in body.items()
+            if k
+            not in (
+                "name",
+                "state",
+                "health",
+                "healthDescription",
+                "createTime",
+                "id",
+                "networkEndpoints",
+                "upcomingMaintenance",
+                "symptoms",
+                "apiVersion",
+                "multisliceNode",
+                "queuedResource",
+            )
+        }
+        topo = {8: "2x4", 4: "2x2", 16: "4x4", 32: "4x8", 1: "1x1"}.get(
+            size if fam in ("v5litepod", "v6e") else size // 2, "2x4"
+        )
         res.update(
-            name=f"{self._parent(zone)}/nodes/{node_id}", acceleratorType=at, runtimeVersion=rv,
-            state="CREATING", createTime=rfc3339(), id=self.cloud.new_id(), apiVersion="V2",
+            name=f"{self._parent(zone)}/nodes/{node_id}",
+            acceleratorType=at,
+            runtimeVersion=rv,
+            state="CREATING",
+            createTime=rfc3339(),
+            id=self.cloud.new_id(),
+            apiVersion="V2",
             acceleratorConfig=body.get("acceleratorConfig") or {"type": TPU_FAMILIES[fam], "topology": topo},
-            networkConfig=body.get("networkConfig") or {
+            networkConfig=body.get("networkConfig")
+            or {
                 "network": f"projects/{self.cloud.scenario.project}/global/networks/default",
                 "subnetwork": f"projects/{self.cloud.scenario.project}/regions/"
-                              f"{self.cloud.scenario.zones[zone].region}/subnetworks/default",
-                "enableExternalIps": False},
+                f"{self.cloud.scenario.zones[zone].region}/subnetworks/default",
+                "enableExternalIps": False,
+            },
             schedulingConfig=sched,
         )
         if qr_name:
@@ -197,9 +236,11 @@ class TpuApi:
 
     def _node_ready(self, m: Machine) -> None:
         n = self.cloud.machines.get(("tpu", m.zone, m.name))
-        m.resource.update(state="READY", health="HEALTHY",
-                          networkEndpoints=[{"ipAddress": f"10.128.0.{2 + int(m.resource['id']) % 250}",
-                                             "port": 8470}])
+        m.resource.update(
+            state="READY",
+            health="HEALTHY",
+            networkEndpoints=[{"ipAddress": f"10.128.0.{2 + int(m.resource['id']) % 250}", "port": 8470}],
+        )
         if n is m:
             self.cloud.boot(m)
 
@@ -212,8 +253,11 @@ class TpuApi:
         with self.cloud.lock:
             zone = self._zone(req)
             alpha = req.doc.endswith("alpha1")
-            nodes = [self.render_node(m, alpha) for (k, z, _), m in sorted(self.cloud.machines.items())
-                     if k == "tpu" and z == zone]
+            nodes = [
+                self.render_node(m, alpha)
+                for (k, z, _), m in sorted(self.cloud.machines.items())
+                if k == "tpu" and z == zone
+            ]
             return Response({"nodes": nodes} if nodes else {}, "ListNodesResponse")
 
     def create_node(self, req: Request) -> Response:
@@ -232,8 +276,13 @@ class TpuApi:
                 error = {"code": 8, "message": stockout_message(zone)}
             if error is None:
                 m.holds = True
-            self.cloud.log("tpu_node_create", node=m.resource["name"], accelerator=m.cap_type,
-                           spot=m.spot, outcome="ok" if error is None else error["message"])
+            self.cloud.log(
+                "tpu_node_create",
+                node=m.resource["name"],
+                accelerator=m.cap_type,
+                spot=m.spot,
+                outcome="ok" if error is None else error["message"],
+            )
 
             def done() -> None:
                 if m.deleted:
@@ -294,8 +343,7 @@ class TpuApi:
         with self.cloud.lock:
             m = self._node(req)
             if m.resource.get("state") not in ("READY", "STOPPED"):
-                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be stopped",
-                               "FAILED_PRECONDITION")
+                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be stopped", "FAILED_PRECONDITION")
             op = self._operation(m.zone, "stop", m.resource["name"])
             m.resource["state"] = "STOPPING"
             m.generation += 1
@@ -315,8 +363,7 @@ class TpuApi:
         with self.cloud.lock:
             m = self._node(req)
             if m.resource.get("state") not in ("STOPPED", "PREEMPTED", "TERMINATED"):
-                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be started",
-                               "FAILED_PRECONDITION")
+                raise ApiError(400, f"Node in state {m.resource.get('state')} cannot be started", "FAILED_PRECONDITION")
             op = self._operation(m.zone, "start", m.resource["name"])
             if not self.cloud.has_capacity(m.zone, m.cap_type, m.spot, "tpu", 1):
                 self._finish(op, error={"code": 8, "message": stockout_message(m.zone)})
@@ -342,8 +389,7 @@ class TpuApi:
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             mtype, notice = self.cloud.choose_maintenance("tpu")
             self.cloud.schedule_maintenance(m, mtype, notice)
-            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
-                              **self.render_node(m, True)})
+            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 
     def perform_maintenance(self, req: Request) -> Response:
@@ -355,8 +401,7 @@ class TpuApi:
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             self.cloud.log("perform_maintenance", machine=m.machine_id)
             self.cloud.begin_maintenance(m)
-            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node",
-                              **self.render_node(m, True)})
+            self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 
     # operations, catalog -----------------------------------------------------------------------
@@ -373,14 +418,20 @@ class TpuApi:
         with self.cloud.lock:
             zone = self._zone(req)
             alpha = req.doc.endswith("alpha1")
-            ops = [render_operation(o, alpha) for n, o in self.cloud.operations.items()
-                   if n.startswith(self._parent(zone) + "/")]
+            ops = [
+                render_operation(o, alpha)
+                for n, o in self.cloud.operations.items()
+                if n.startswith(self._parent(zone) + "/")
+            ]
             return Response({"operations": ops} if ops else {}, "ListOperationsResponse")
 
     def _atype(self, zone: str, t: str) -> dict[str, Any]:
         fam, size = tpu_family(t)
-        return {"name": f"{self._parent(zone)}/acceleratorTypes/{t}", "type": t,
-                "acceleratorConfigs": [{"type": TPU_FAMILIES[fam], "topology": "2x4" if size == 8 else "1x1"}]}
+        return {
+            "name": f"{self._parent(zone)}/acceleratorTypes/{t}",
+            "type": t,
+            "acceleratorConfigs": [{"type": TPU_FAMILIES[fam], "topology": "2x4" if size == 8 else "1x1"}],
+        }
 
     def list_accelerator_types(self, req: Request) -> Response:
         zone = self._zone(req)
@@ -395,8 +446,10 @@ class TpuApi:
 
     def list_runtime_versions(self, req: Request) -> Response:
         zone = self._zone(req)
-        vs = [{"name": f"{self._parent(zone)}/runtimeVersions/{v}", "version": v}
-              for v in self.cloud.scenario.zones[zone].runtime_versions]
+        vs = [
+            {"name": f"{self._parent(zone)}/runtimeVersions/{v}", "version": v}
+            for v in self.cloud.scenario.zones[zone].runtime_versions
+        ]
         return Response({"runtimeVersions": vs} if vs else {}, "ListRuntimeVersionsResponse")
 
     def get_runtime_version(self, req: Request) -> Response:
@@ -448,11 +501,18 @@ class TpuApi:
                 if ("tpu", zone, s["nodeId"]) in self.cloud.machines:
                     raise already_exists(f"{self._parent(zone)}/nodes/{s['nodeId']}")
             name = f"{self._parent(zone)}/queuedResources/{qr_id}"
-            qr: dict[str, Any] = {k: v for k, v in body.items() if k in (
-                "tpu", "spot", "guaranteed", "queueingPolicy", "reservationName")}
-            qr.update(name=name, createTime=rfc3339(),
-                      state={"state": "CREATING", "stateInitiator": "USER"},
-                      _zone=zone, _id=qr_id, _spot=spot, _nodes=[])
+            qr: dict[str, Any] = {
+                k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy", "reservationName")
+            }
+            qr.update(
+                name=name,
+                createTime=rfc3339(),
+                state={"state": "CREATING", "stateInitiator": "USER"},
+                _zone=zone,
+                _id=qr_id,
+                _spot=spot,
+                _nodes=[],
+            )
             self.cloud.queued[(zone, qr_id)] = qr
             op = self._operation(zone, "create", name)
             self.cloud.log("queued_resource_create", queued_resource=name)
@@ -483,8 +543,7 @@ class TpuApi:
                 self._provision(qr)
             elif state == "ACCEPTED":
                 qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "SERVICE"}
-                self.cloud.log("queued_resource_state", queued_resource=qr["name"],
-                               state="WAITING_FOR_RESOURCES")
+                self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="WAITING_FOR_RESOURCES")
 
     def _provision(self, qr: dict[str, Any]) -> None:
         zone = qr["_zone"]
@@ -517,8 +576,11 @@ class TpuApi:
             qr = self._qr(req)
             live = [m for m in qr["_nodes"] if not m.deleted]
             if live and not force:
-                raise ApiError(400, f"Queued resource {qr['name']} has nodes; delete them first or use "
-                                    "force=true", "FAILED_PRECONDITION")
+                raise ApiError(
+                    400,
+                    f"Queued resource {qr['name']} has nodes; delete them first or use force=true",
+                    "FAILED_PRECONDITION",
+                )
             op = self._operation(qr["_zone"], "delete", qr["name"])
             qr["state"] = {"state": "DELETING", "stateInitiator": "USER", "deletingData": {}}
             qr["_deleted"] = True

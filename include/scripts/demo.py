@@ -17,8 +17,15 @@ from pathlib import Path
 from interlude import dev, events, naming
 
 ROOT = Path(__file__).resolve().parents[2]
-CONF = {"drill_maintenance": True, "train_steps": 200, "finetune_steps": 150, "checkpoint_every": 10,
-        "step_seconds": 0.1, "data_date": "2024-01-15", "bucket": "interlude-demo"}
+CONF = {
+    "drill_maintenance": True,
+    "train_steps": 200,
+    "finetune_steps": 150,
+    "checkpoint_every": 10,
+    "step_seconds": 0.1,
+    "data_date": "2024-01-15",
+    "bucket": "interlude-demo",
+}
 
 
 def main() -> int:

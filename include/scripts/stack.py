@@ -81,8 +81,12 @@ def ensure_packages() -> None:
     log(f"installing {missing} with apt-get")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing], check=True, env=env,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
     # Debian's postgresql package starts the system cluster; ours is separate, so leave that one alone.
 
 
@@ -131,28 +135,80 @@ def start_postgres(pg_dir: Path, port: int, password: str) -> None:
         if os.geteuid() == 0:
             shutil.chown(pwfile, "postgres", "postgres")
         try:
-            subprocess.run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "--auth=scram-sha-256",
-                                         f"--pwfile={pwfile}", "-U", "airflow", "-E", "UTF8"]),
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run(
+                _as_postgres(
+                    [
+                        str(PG_BIN / "initdb"),
+                        "-D",
+                        str(data),
+                        "--auth=scram-sha-256",
+                        f"--pwfile={pwfile}",
+                        "-U",
+                        "airflow",
+                        "-E",
+                        "UTF8",
+                    ]
+                ),
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         finally:
             pwfile.unlink(missing_ok=True)
-    subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-o",
-                                 f"-k {pg_dir} -h 127.0.0.1 -p {port}", "-l", str(pg_dir / "postgres.log"),
-                                 "-w", "-t", "60", "start"]), check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        _as_postgres(
+            [
+                str(PG_BIN / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                f"-k {pg_dir} -h 127.0.0.1 -p {port}",
+                "-l",
+                str(pg_dir / "postgres.log"),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     env = _pg_env(password)
-    exists = subprocess.run([str(PG_BIN / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "-d",
-                             "postgres", "-tAc", "SELECT 1 FROM pg_database WHERE datname='airflow'"],
-                            check=True, capture_output=True, text=True, env=env).stdout.strip()
+    exists = subprocess.run(
+        [
+            str(PG_BIN / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "airflow",
+            "-d",
+            "postgres",
+            "-tAc",
+            "SELECT 1 FROM pg_database WHERE datname='airflow'",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=env,
+    ).stdout.strip()
     if exists != "1":
-        subprocess.run([str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
-                       check=True, env=env)
+        subprocess.run(
+            [str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
+            check=True,
+            env=env,
+        )
 
 
 def stop_postgres(pg_dir: Path) -> None:
     data = pg_dir / "data"
     if (data / "postmaster.pid").exists():
-        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60",
-                                     "stop"]), check=False, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"]),
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
 
 
 # ---------------------------------------------------------------------------------------------- processes
@@ -168,8 +224,16 @@ def spawn(name: str, cmd: list[str], env: dict[str, str], logs: Path) -> subproc
     """One component, its own process group (so `down` reaches its children), output in logs/NAME.log."""
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{name}.log", "ab") as out:
-        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, preexec_fn=_raise_nofile, cwd=str(ROOT))
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_raise_nofile,
+            cwd=str(ROOT),
+        )
 
 
 def _reap(pid: int) -> None:
@@ -257,8 +321,18 @@ def restart_component(state: dict[str, Any], name: str, kill_signal: int = signa
 
 
 # ---------------------------------------------------------------------------------------------- config
-def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: int, secret: str,
-                      jwt_secret: str, fernet_key: str, password_file: Path, db_password: str) -> Path:
+def write_airflow_cfg(
+    home: Path,
+    *,
+    pg_port: int,
+    redis_port: int,
+    api_port: int,
+    secret: str,
+    jwt_secret: str,
+    fernet_key: str,
+    password_file: Path,
+    db_password: str,
+) -> Path:
     """The one airflow.cfg every component reads (same secrets, same database, same broker); mode 0600."""
     db = f"postgresql+psycopg2://airflow:{db_password}@127.0.0.1:{pg_port}/airflow"
     sections: dict[str, dict[str, Any]] = {
@@ -281,11 +355,19 @@ def write_airflow_cfg(home: Path, *, pg_port: int, redis_port: int, api_port: in
             "result_backend": f"db+postgresql://airflow:{db_password}@127.0.0.1:{pg_port}/airflow",
             "worker_concurrency": 4,
         },
-        "api": {"host": "127.0.0.1", "port": api_port, "secret_key": secret, "workers": 1,
-                "base_url": f"http://127.0.0.1:{api_port}/"},
+        "api": {
+            "host": "127.0.0.1",
+            "port": api_port,
+            "secret_key": secret,
+            "workers": 1,
+            "base_url": f"http://127.0.0.1:{api_port}/",
+        },
         "api_auth": {"jwt_secret": jwt_secret},
-        "logging": {"base_log_folder": home / "logs", "worker_log_server_port": free_port(),
-                    "trigger_log_server_port": free_port()},
+        "logging": {
+            "base_log_folder": home / "logs",
+            "worker_log_server_port": free_port(),
+            "trigger_log_server_port": free_port(),
+        },
         "scheduler": {"standalone_dag_processor": "True"},
         "dag_processor": {"refresh_interval": 30},
         # A killed triggerer's triggers move to a live one after the health threshold: keep it short locally.
@@ -310,13 +392,22 @@ def component_env(state: dict[str, Any]) -> dict[str, str]:
     """dev.airflow_env (connection, STORAGE_EMULATOR_HOST) minus stray AIRFLOW__* from the caller's shell."""
     from interlude import dev
 
-    cloud = dev.LocalCloud(process=None, api_endpoint=state["localcloud"]["api_endpoint"],  # type: ignore[arg-type]
-                           gcs_endpoint=state["localcloud"]["gcs_endpoint"], project=state["localcloud"]["project"],
-                           state_dir=Path(state["var_dir"]) / "localcloud",
-                           time_scale=float(state["localcloud"].get("time_scale", 1.0)))
+    cloud = dev.LocalCloud(
+        process=None,
+        api_endpoint=state["localcloud"]["api_endpoint"],  # type: ignore[arg-type]
+        gcs_endpoint=state["localcloud"]["gcs_endpoint"],
+        project=state["localcloud"]["project"],
+        state_dir=Path(state["var_dir"]) / "localcloud",
+        time_scale=float(state["localcloud"].get("time_scale", 1.0)),
+    )
     env = dev.airflow_env(Path(state["airflow_home"]), cloud)
-    keep = {"AIRFLOW__CORE__DAGS_FOLDER", "AIRFLOW__CORE__PLUGINS_FOLDER", "AIRFLOW__CORE__LOAD_EXAMPLES",
-            "AIRFLOW__CORE__UNIT_TEST_MODE", "AIRFLOW__API__HOST"}
+    keep = {
+        "AIRFLOW__CORE__DAGS_FOLDER",
+        "AIRFLOW__CORE__PLUGINS_FOLDER",
+        "AIRFLOW__CORE__LOAD_EXAMPLES",
+        "AIRFLOW__CORE__UNIT_TEST_MODE",
+        "AIRFLOW__API__HOST",
+    }
     env = {k: v for k, v in env.items() if not k.startswith("AIRFLOW__") or k in keep}
     env["AIRFLOW_CONFIG"] = str(Path(state["airflow_home"]) / "airflow.cfg")
     env["PYTHONUNBUFFERED"] = "1"
@@ -338,9 +429,25 @@ def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subproc
     ready_file.write_text("")
     with open(ready_file, "ab") as out, open(state_dir / "localcloud.log", "ab") as err:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "interlude_localcloud", "--port", str(port), "--gcs-port", str(free_port()),
-             "--scenario", str(scenario_path), "--state-dir", str(state_dir)],
-            stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True, cwd=str(ROOT))
+            [
+                sys.executable,
+                "-m",
+                "interlude_localcloud",
+                "--port",
+                str(port),
+                "--gcs-port",
+                str(free_port()),
+                "--scenario",
+                str(scenario_path),
+                "--state-dir",
+                str(state_dir),
+            ],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(ROOT),
+        )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for line in ready_file.read_text().splitlines():
@@ -349,9 +456,12 @@ def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subproc
             except json.JSONDecodeError:
                 continue
             if ready.get("ready"):
-                return proc, {"api_endpoint": ready["api_endpoint"], "gcs_endpoint": ready["gcs_endpoint"],
-                              "project": ready.get("project", "interlude-local"),
-                              "time_scale": float(ready.get("time_scale", 1.0))}
+                return proc, {
+                    "api_endpoint": ready["api_endpoint"],
+                    "gcs_endpoint": ready["gcs_endpoint"],
+                    "project": ready.get("project", "interlude-local"),
+                    "time_scale": float(ready.get("time_scale", 1.0)),
+                }
         if proc.poll() is not None:
             raise RuntimeError(f"local cloud exited with {proc.returncode}; see {state_dir / 'localcloud.log'}")
         time.sleep(0.2)
@@ -375,8 +485,9 @@ def api_token(state: dict[str, Any]) -> str:
     import requests
 
     auth = state["auth"]
-    resp = requests.post(f"{state['base_url']}/auth/token", json={"username": auth["username"],
-                                                                    "password": auth["password"]}, timeout=30)
+    resp = requests.post(
+        f"{state['base_url']}/auth/token", json={"username": auth["username"], "password": auth["password"]}, timeout=30
+    )
     resp.raise_for_status()
     return str(resp.json()["access_token"])
 
@@ -426,11 +537,13 @@ def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]]
                     raise OSError("not healthy yet")
                 stage = "DAG parsed"
                 token = api_token(state)
-            resp = requests.get(f"{base}/api/v2/dags/{DAG_ID}", headers={"Authorization": f"Bearer {token}"},
-                                timeout=10)
+            resp = requests.get(
+                f"{base}/api/v2/dags/{DAG_ID}", headers={"Authorization": f"Bearer {token}"}, timeout=10
+            )
             if resp.status_code == 200:
-                errors = requests.get(f"{base}/api/v2/importErrors", headers={"Authorization": f"Bearer {token}"},
-                                      timeout=10).json()
+                errors = requests.get(
+                    f"{base}/api/v2/importErrors", headers={"Authorization": f"Bearer {token}"}, timeout=10
+                ).json()
                 if errors.get("total_entries"):
                     raise RuntimeError(f"DAG import errors: {errors['import_errors']}")
                 return
@@ -441,9 +554,18 @@ def _wait_ready(state: dict[str, Any], procs: dict[str, subprocess.Popen[bytes]]
 
 
 # ---------------------------------------------------------------------------------------------- up / down
-def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port: int = 0, redis_port: int = 0,
-       api_port: int = 0,
-       localcloud_port: int = 0, bucket: str = "interlude-local", timeout: float = 180.0) -> dict[str, Any]:
+def up(
+    var_dir: Path,
+    *,
+    scenario: str = "default",
+    pool_slots: int = 2,
+    pg_port: int = 0,
+    redis_port: int = 0,
+    api_port: int = 0,
+    localcloud_port: int = 0,
+    bucket: str = "interlude-local",
+    timeout: float = 180.0,
+) -> dict[str, Any]:
     """Start everything; return (and write) the state. On failure, stop what was started and raise."""
     from interlude import dev
 
@@ -458,11 +580,18 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
     api_port, localcloud_port = api_port or free_port(), localcloud_port or free_port()
     password = secrets.token_urlsafe(16)
     state: dict[str, Any] = {
-        "var_dir": str(var_dir), "airflow_home": str(home), "dag_id": DAG_ID, "bucket": bucket,
+        "var_dir": str(var_dir),
+        "airflow_home": str(home),
+        "dag_id": DAG_ID,
+        "bucket": bucket,
         "ports": {"postgres": pg_port, "redis": redis_port, "api": api_port, "localcloud": localcloud_port},
         "base_url": f"http://127.0.0.1:{api_port}",
         "auth": {"username": ADMIN_USER, "password": password, "token_url": f"http://127.0.0.1:{api_port}/auth/token"},
-        "pids": {}, "started": {}, "commands": {}, "logs": {}, "postgres_dir": str(var_dir / "postgres"),
+        "pids": {},
+        "started": {},
+        "commands": {},
+        "logs": {},
+        "postgres_dir": str(var_dir / "postgres"),
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
@@ -470,8 +599,21 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
         start_postgres(var_dir / "postgres", pg_port, db_password(var_dir))
         log(f"redis on 127.0.0.1:{redis_port}")
         (var_dir / "redis").mkdir(exist_ok=True)
-        redis_cmd = ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "",
-                     "--appendonly", "no", "--protected-mode", "yes", "--dir", str(var_dir / "redis")]
+        redis_cmd = [
+            "redis-server",
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(redis_port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--protected-mode",
+            "yes",
+            "--dir",
+            str(var_dir / "redis"),
+        ]
         procs["redis"] = spawn("redis", redis_cmd, dict(os.environ), logs)
         state["pids"]["redis"] = procs["redis"].pid
         state["started"]["redis"] = start_time(procs["redis"].pid)
@@ -487,21 +629,49 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
         write_secret(password_file, json.dumps({ADMIN_USER: password}))
         from cryptography.fernet import Fernet
 
-        write_airflow_cfg(home, pg_port=pg_port, redis_port=redis_port, api_port=api_port,
-                          secret=secrets.token_urlsafe(32), jwt_secret=jwt_secret(),
-                          fernet_key=Fernet.generate_key().decode(), password_file=password_file,
-                          db_password=db_password(var_dir))
+        write_airflow_cfg(
+            home,
+            pg_port=pg_port,
+            redis_port=redis_port,
+            api_port=api_port,
+            secret=secrets.token_urlsafe(32),
+            jwt_secret=jwt_secret(),
+            fernet_key=Fernet.generate_key().decode(),
+            password_file=password_file,
+            db_password=db_password(var_dir),
+        )
         env = component_env(state)
         log("airflow db migrate")
         with open(logs / "db-migrate.log", "wb") as out:
-            subprocess.run([airflow_bin(), "db", "migrate"], env=env, check=True, stdout=out,
-                           stderr=subprocess.STDOUT, cwd=str(ROOT))
+            subprocess.run(
+                [airflow_bin(), "db", "migrate"],
+                env=env,
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=str(ROOT),
+            )
             # The pool stands for accelerator quota: deferred tasks (a stage waiting on its machine) hold it.
-            subprocess.run([airflow_bin(), "pools", "set", ACCELERATOR_POOL, str(pool_slots),
-                            "Accelerators Interlude may hold at once", "--include-deferred"], env=env, check=True,
-                           stdout=out, stderr=subprocess.STDOUT, cwd=str(ROOT))
-        dev.ensure_bucket(dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud"),  # type: ignore[arg-type]
-                          bucket)
+            subprocess.run(
+                [
+                    airflow_bin(),
+                    "pools",
+                    "set",
+                    ACCELERATOR_POOL,
+                    str(pool_slots),
+                    "Accelerators Interlude may hold at once",
+                    "--include-deferred",
+                ],
+                env=env,
+                check=True,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=str(ROOT),
+            )
+        dev.ensure_bucket(
+            dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud"),  # type: ignore[arg-type]
+            bucket,
+        )
         af = airflow_bin()
         commands = {
             "api-server": [af, "api-server", "--host", "127.0.0.1", "--port", str(api_port)],
@@ -520,9 +690,13 @@ def up(var_dir: Path, *, scenario: str = "default", pool_slots: int = 2, pg_port
             write_state(var_dir, state)
             if name == "api-server":
                 _warm_execution_api(state, procs, timeout)
-        state["logs"].update({"redis": str(logs / "redis.log"),
-                              "localcloud": str(var_dir / "localcloud" / "localcloud.log"),
-                              "postgres": str(var_dir / "postgres" / "postgres.log")})
+        state["logs"].update(
+            {
+                "redis": str(logs / "redis.log"),
+                "localcloud": str(var_dir / "localcloud" / "localcloud.log"),
+                "postgres": str(var_dir / "postgres" / "postgres.log"),
+            }
+        )
         _wait_ready(state, procs, timeout)
         state["ready_at"] = time.time()
         write_state(var_dir, state)
@@ -559,8 +733,13 @@ def status(var_dir: Path) -> dict[str, Any]:
         return {"running": False}
     alive = {name: pid_alive(int(pid)) for name, pid in state["pids"].items() if pid}
     pg = (Path(state["postgres_dir"]) / "data" / "postmaster.pid").exists()
-    return {"running": all(alive.values()) and pg, "processes": alive, "postgres": pg,
-            "base_url": state["base_url"], "ports": state["ports"]}
+    return {
+        "running": all(alive.values()) and pg,
+        "processes": alive,
+        "postgres": pg,
+        "base_url": state["base_url"],
+        "ports": state["ports"],
+    }
 
 
 def compose_env(path: Path) -> bool:
@@ -573,15 +752,20 @@ def compose_env(path: Path) -> bool:
         return False
     from cryptography.fernet import Fernet
 
-    values = {"POSTGRES_PASSWORD": secrets.token_hex(24), "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
-              "AIRFLOW_JWT_SECRET": jwt_secret(), "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32)}
+    values = {
+        "POSTGRES_PASSWORD": secrets.token_hex(24),
+        "AIRFLOW_FERNET_KEY": Fernet.generate_key().decode(),
+        "AIRFLOW_JWT_SECRET": jwt_secret(),
+        "AIRFLOW_API_SECRET_KEY": secrets.token_urlsafe(32),
+    }
     write_secret(path, "".join(f"{k}={v}\n" for k, v in values.items()))
     return True
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("command", choices=["up", "down", "status", "compose-env"])
     parser.add_argument("--env-file", type=Path, default=ROOT / ".env", help="compose-env: where to write")
     parser.add_argument("--var-dir", type=Path, default=ROOT / "var" / "stack")
@@ -593,8 +777,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bucket", default="interlude-local")
     args = parser.parse_args(argv)
     if args.command == "up":
-        state = up(args.var_dir, scenario=args.scenario, pg_port=args.postgres_port, redis_port=args.redis_port,
-                   api_port=args.api_port, localcloud_port=args.localcloud_port, bucket=args.bucket)
+        state = up(
+            args.var_dir,
+            scenario=args.scenario,
+            pg_port=args.postgres_port,
+            redis_port=args.redis_port,
+            api_port=args.api_port,
+            localcloud_port=args.localcloud_port,
+            bucket=args.bucket,
+        )
         summary = {k: state[k] for k in ("base_url", "ports", "var_dir")}
         print(json.dumps({**summary, "user": ADMIN_USER, "state": str(args.var_dir / STATE_FILE)}))
     elif args.command == "down":

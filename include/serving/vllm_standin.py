@@ -233,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         if self.server.args.enable_log_requests or not self.server.args.disable_log_requests:
             sys.stderr.write(f"INFO {self.address_string()} {format % args}\n")
 
@@ -247,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, payload: dict[str, Any]) -> None:
         self._send(status, json.dumps(payload).encode(), "application/json")
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/health":
             self._send(200, b"", "application/json")
@@ -260,7 +260,7 @@ class Handler(BaseHTTPRequestHandler):
         else:
             self._json(404, {"detail": "Not Found"})
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+    def do_POST(self) -> None:
         if self.path.split("?", 1)[0] != "/v1/completions":
             self._json(404, {"detail": "Not Found"})
             return

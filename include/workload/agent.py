@@ -69,8 +69,11 @@ class Agent:
         body = {"boot_id": boot_id(), "updated_at_epoch": time.time(), **fields}
         try:
             storage_client().bucket(self.bucket).blob(layout.agent_object(self.run_key)).upload_from_string(
-                json.dumps(body, sort_keys=True), content_type="application/json",
-                retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS), timeout=GCS_CALL_SECONDS)
+                json.dumps(body, sort_keys=True),
+                content_type="application/json",
+                retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS),
+                timeout=GCS_CALL_SECONDS,
+            )
         except Exception as exc:  # noqa: BLE001 - reporting must not stop the agent
             print(f"agent: heartbeat not written ({type(exc).__name__}: {exc})", flush=True)
 

@@ -175,15 +175,13 @@ class CheckpointStore:
             match = _STEP_DIR.match(blob.name[len(self.base) :])
             if match:
                 found.setdefault(int(match.group(1)), {})[match.group(2)] = blob
-        return [
-            StepStatus(step=s, committed=COMMITTED in objs, objects=objs) for s, objs in sorted(found.items())
-        ]
+        return [StepStatus(step=s, committed=COMMITTED in objs, objects=objs) for s, objs in sorted(found.items())]
 
     def list(self) -> list[StepStatus]:
         """Alias of :meth:`scan` under the name the contract promises."""
         return self.scan()
 
-    def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:
+    def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:  # noqa: C901 - TODO(issue 12): split
         """Check one committed step; return the checkpoint or the reason it cannot be used."""
         objs = status.objects
         if MANIFEST not in objs:
@@ -417,9 +415,7 @@ class CheckpointStore:
 
     def acknowledge(self, request_id: str, step: int) -> None:
         """Record that the committed ``step`` answers ``request_id`` (written after the commit)."""
-        self._put_json(
-            f"control/ack-{request_id}.json", {"id": request_id, "step": step, "committed_at": now_iso()}
-        )
+        self._put_json(f"control/ack-{request_id}.json", {"id": request_id, "step": step, "committed_at": now_iso()})
 
     def checkpoint_for_request(self, request_id: str) -> int | None:
         """The committed step that answered a request, or None while it is pending."""
@@ -467,9 +463,7 @@ class CheckpointStore:
 
     def read_log(self, tail_chunks: int | None = None) -> str:
         """The stored log, oldest chunk first (optionally only the last ``tail_chunks`` chunks)."""
-        blobs = sorted(
-            self.client.list_blobs(self.bucket_name, prefix=self.base + "log/"), key=lambda b: b.name
-        )
+        blobs = sorted(self.client.list_blobs(self.bucket_name, prefix=self.base + "log/"), key=lambda b: b.name)
         if tail_chunks is not None:
             blobs = blobs[-tail_chunks:]
         return "".join(b.download_as_bytes(retry=DEFAULT_RETRY).decode("utf-8", "replace") for b in blobs)

@@ -159,8 +159,6 @@ class MaintenanceWatcher:
                 failures += 1
                 if failures == 1 and not self._unreachable_logged:
                     self._unreachable_logged = True
-                    self.log(
-                        f"metadata server {self.base_url} unreachable ({exc}); no notices until it answers"
-                    )
+                    self.log(f"metadata server {self.base_url} unreachable ({exc}); no notices until it answers")
                 self._stop.wait(min(30.0, 0.5 * 2**failures))
                 wait = False

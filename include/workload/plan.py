@@ -50,11 +50,20 @@ class StagePlan:
         """Arguments for `python -m interlude_workload.train` (an argv list: never a shell string)."""
         from interlude_workload.startup import trainer_args
 
-        return trainer_args(bucket=bucket, run_key=run_key, stage=self.stage, steps=self.steps,
-                            checkpoint_every=self.checkpoint_every, seed=self.seed,
-                            init_from_stage=self.init_from_stage, data_date=self.data_date,
-                            step_seconds=self.step_seconds, keep=self.keep_checkpoints, fresh=self.fresh_token,
-                            hold_at_step=self.hold_at_step)
+        return trainer_args(
+            bucket=bucket,
+            run_key=run_key,
+            stage=self.stage,
+            steps=self.steps,
+            checkpoint_every=self.checkpoint_every,
+            seed=self.seed,
+            init_from_stage=self.init_from_stage,
+            data_date=self.data_date,
+            step_seconds=self.step_seconds,
+            keep=self.keep_checkpoints,
+            fresh=self.fresh_token,
+            hold_at_step=self.hold_at_step,
+        )
 
 
 def plan_prefix(run_key: str) -> str:
@@ -70,8 +79,9 @@ def write_plan(bucket: str, run_key: str, plan: StagePlan, client: storage.Clien
     return f"gs://{bucket}/{name}"
 
 
-def read_plans(bucket: str, run_key: str, client: storage.Client | None = None, retry: Any = DEFAULT_RETRY
-               ) -> list[StagePlan]:
+def read_plans(
+    bucket: str, run_key: str, client: storage.Client | None = None, retry: Any = DEFAULT_RETRY
+) -> list[StagePlan]:
     """The run's stage plans in order. ``retry``: the storage library's retry (the agent bounds it, to say
     what fails on the serial console sooner than the library's two minutes)."""
     client = client or storage_client()

@@ -209,15 +209,18 @@ class Checkpointer:
         boot = boot_id()
         before = previous.get("boot_id") if previous.get("boot_id") != boot else None
         if before:
-            self.log(f"new boot {boot} (previous boot {before} last reported at "
-                     f"{previous.get('updated_at')}, step {previous.get('step')}, {previous.get('state')})")
+            self.log(
+                f"new boot {boot} (previous boot {before} last reported at "
+                f"{previous.get('updated_at')}, step {previous.get('step')}, {previous.get('state')})"
+            )
         self._set_progress(
             boot_id=boot,
             process_id=self._writer_id,
             boot_started_at=round(boot_started_at(), 3),
             previous_boot_id=before or previous.get("previous_boot_id"),
-            previous_boot_ended_at=previous.get("updated_at_epoch") if before else previous.get(
-                "previous_boot_ended_at"),
+            previous_boot_ended_at=previous.get("updated_at_epoch")
+            if before
+            else previous.get("previous_boot_ended_at"),
             hold_at_step=self.hold_at_step,
             resumed_from=restored.step if restored is not None else 0,
             stage_started_at=float(started_at) if started_at else time.time(),
@@ -320,9 +323,7 @@ class Checkpointer:
         elapsed = time.monotonic() - started
         self._last_committed = step
         how = "committed" if result.written else "already committed"
-        self.log(
-            f"checkpoint step {step} {how} in {elapsed:.3f}s ({reason or 'request'}) {result.checkpoint.uri}"
-        )
+        self.log(f"checkpoint step {step} {how} in {elapsed:.3f}s ({reason or 'request'}) {result.checkpoint.uri}")
         for request_id in sorted(pending):
             self.store.acknowledge(request_id, step)
             self.log(f"control request {request_id} answered with step {step}")
@@ -362,8 +363,11 @@ class Checkpointer:
             drill_hold = self._drill_hold is not None and self._drill_hold == committed
         if not (notice_hold or drill_hold):
             return
-        what = (f"maintenance near ({self._notice.describe()})" if notice_hold
-                else f"drill step {committed}: waiting for the simulated maintenance")
+        what = (
+            f"maintenance near ({self._notice.describe()})"
+            if notice_hold
+            else f"drill step {committed}: waiting for the simulated maintenance"
+        )
         self.log(f"holding at committed step {committed}: {what}")
         self._set_progress(state="holding", held_at=committed)
         deadline = time.monotonic() + self.max_hold_seconds
@@ -532,9 +536,7 @@ class Checkpointer:
         return notice.imminent
 
     def _control_loop(self) -> None:
-        store = CheckpointStore(
-            self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client()
-        )
+        store = CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
         while not self._closing.wait(self.control_poll_seconds):
             try:
                 pending = set(store.pending_requests())

@@ -105,9 +105,7 @@ def trainer_args(
         "--data-dir": data_dir,
         "--fresh": fresh,
         "--step-seconds": repr(float(step_seconds)) if step_seconds else None,
-        "--hold-margin-seconds": repr(float(hold_margin_seconds))
-        if hold_margin_seconds is not None
-        else None,
+        "--hold-margin-seconds": repr(float(hold_margin_seconds)) if hold_margin_seconds is not None else None,
         "--hold-at-step": str(int(hold_at_step)) if hold_at_step is not None else None,
     }
     for flag, value in optional.items():
@@ -142,8 +140,16 @@ def render(
         seed=seed, init_from_stage=init_from_stage, data_date=data_date, data_dir=data_dir,
         step_seconds=step_seconds, keep=keep, fresh=fresh, hold_margin_seconds=hold_margin_seconds,
     )  # fmt: skip
-    return _script(module="interlude_workload.train", args=args, stage=stage, run_key=run_key, python=python,
-                   log_dir=log_dir, env=env, pip_install=pip_install)
+    return _script(
+        module="interlude_workload.train",
+        args=args,
+        stage=stage,
+        run_key=run_key,
+        python=python,
+        log_dir=log_dir,
+        env=env,
+        pip_install=pip_install,
+    )
 
 
 def render_agent(
@@ -163,20 +169,35 @@ def render_agent(
     args = ["--bucket", bucket, "--run-key", run_key, "--idle-poll", repr(float(idle_poll))]
     if fresh_token:
         args += ["--fresh-token", fresh_token]
-    return _script(module="interlude_workload.agent", args=args, stage="all-stages", run_key=run_key,
-                   python=python, log_dir=log_dir, env=env, pip_install=pip_install)
+    return _script(
+        module="interlude_workload.agent",
+        args=args,
+        stage="all-stages",
+        run_key=run_key,
+        python=python,
+        log_dir=log_dir,
+        env=env,
+        pip_install=pip_install,
+    )
 
 
-def _script(*, module: str, args: Sequence[str], stage: str, run_key: str, python: str, log_dir: str,
-            env: Mapping[str, str] | None, pip_install: Sequence[str]) -> str:
+def _script(
+    *,
+    module: str,
+    args: Sequence[str],
+    stage: str,
+    run_key: str,
+    python: str,
+    log_dir: str,
+    env: Mapping[str, str] | None,
+    pip_install: Sequence[str],
+) -> str:
     exports = []
     for name, value in sorted((env or {}).items()):
         if not name.isidentifier():
             raise ValueError(f"bad environment variable name {name!r}")
         exports.append(f"export {name}={shlex.quote(value)}")
-    install = (
-        _INSTALL.format(specs=" ".join(shlex.quote(s) for s in pip_install)) if pip_install else _NO_INSTALL
-    )
+    install = _INSTALL.format(specs=" ".join(shlex.quote(s) for s in pip_install)) if pip_install else _NO_INSTALL
     return _TEMPLATE.format(
         python=shlex.quote(python),
         log_dir=shlex.quote(log_dir),

@@ -32,18 +32,14 @@ STAGE_SEED_OFFSET = {"train": 0, "finetune": 1}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m interlude_workload.train", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m interlude_workload.train", description=__doc__.split("\n")[0])
     parser.add_argument("--bucket", required=True)
     parser.add_argument("--run-key", required=True)
     parser.add_argument("--stage", required=True, choices=["train", "finetune"])
     parser.add_argument("--steps", type=int, required=True, help="total steps of this stage")
     parser.add_argument("--checkpoint-every", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--init-from-stage", default=None, help="take initial weights from this stage's latest"
-    )
+    parser.add_argument("--init-from-stage", default=None, help="take initial weights from this stage's latest")
     parser.add_argument("--data-date", default=None, help="YYYY-MM-DD: fine-tune on this day's slice")
     parser.add_argument("--data-dir", default=None, help="local dir or gs://bucket/prefix with the CSVs")
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pace each step to take this long")
@@ -80,7 +76,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - TODO(issue 12): split
     x, y = data.load(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
     ckpt = Checkpointer(
         args.bucket,

@@ -45,14 +45,18 @@ def failure_lines(task_id: str, try_number: int, exception: BaseException | None
     lines = [f"Interlude: step {task_id!r} failed (try {try_number})."]
     if is_bad_input(exception):
         lines.append(f"  Bad input: {exception}")
-        lines.append("  Nothing was created. Fix the param(s) named above and trigger a new run; clearing this "
-                     "step would fail the same way.")
+        lines.append(
+            "  Nothing was created. Fix the param(s) named above and trigger a new run; clearing this "
+            "step would fail the same way."
+        )
         return lines
     if spec is None:
         lines.append(f"  Cause: {exception}")
         lines.append("  Clear the step to retry it.")
         return lines
-    lines.append(f"  run_key {spec.run_key}  (checkpoints: gs://{spec.bucket}/{naming.checkpoint_prefix(spec.run_key)})")
+    lines.append(
+        f"  run_key {spec.run_key}  (checkpoints: gs://{spec.bucket}/{naming.checkpoint_prefix(spec.run_key)})"
+    )
     if task_id.startswith(BEFORE_MACHINES):
         lines.append(f"  Cause: {exception}")
         lines.append("  No machine was created yet. Clear the step to retry it.")
@@ -62,8 +66,10 @@ def failure_lines(task_id: str, try_number: int, exception: BaseException | None
             lines.append(f"  resume point {stage}: {point}")
     except Exception as exc:  # noqa: BLE001 - a callback must not hide the original failure
         lines.append(f"  resume points unavailable: {exc}")
-    lines.append("  Clear the step to retry: its machine is provisioned again if needed and the stage resumes "
-                 "from its latest committed checkpoint (committed work is never redone).")
+    lines.append(
+        "  Clear the step to retry: its machine is provisioned again if needed and the stage resumes "
+        "from its latest committed checkpoint (committed work is never redone)."
+    )
     return lines
 
 

@@ -144,11 +144,7 @@ class CapacityEntry:
         A reservation's capacity was charged against quota when it was made, so free reserved room is
         usable even when the on-demand quota is used up.
         """
-        return (
-            self.offered
-            and not self.stocked_out
-            and (self.quota != QuotaState.EXHAUSTED or self.reserved > 0)
-        )
+        return self.offered and not self.stocked_out and (self.quota != QuotaState.EXHAUSTED or self.reserved > 0)
 
     def quota_allows(self, count: int) -> bool:
         """On-demand quota is not known to forbid ``count`` more units (unknown = try)."""
@@ -306,9 +302,7 @@ class CapacityReport:
                 )
             )
         widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-        lines = [
-            "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows
-        ]
+        lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
         lines.insert(1, "  ".join("-" * w for w in widths))
         if not self.entries:
             lines.append("(no zone x accelerator pairs probed)")

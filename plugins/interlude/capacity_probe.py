@@ -52,9 +52,7 @@ def _short(name: str) -> str:
     return name.rstrip("/").rsplit("/", 1)[-1]
 
 
-def _quota(
-    quotas: Mapping[str, tuple[float, float]] | None, metric: str | None
-) -> tuple[QuotaState, float | None]:
+def _quota(quotas: Mapping[str, tuple[float, float]] | None, metric: str | None) -> tuple[QuotaState, float | None]:
     if quotas is None or metric is None or metric not in quotas:
         return QuotaState.UNKNOWN, None
     limit, usage = quotas[metric]
@@ -81,8 +79,7 @@ def reservation_rooms(reservations: Iterable[Mapping[str, Any]]) -> dict[str, li
         accelerators = props.get("guestAccelerators") or []
         if accelerators:
             pairs = [
-                (_short(str(a.get("acceleratorType", ""))), int(a.get("acceleratorCount", 0)))
-                for a in accelerators
+                (_short(str(a.get("acceleratorType", ""))), int(a.get("acceleratorCount", 0))) for a in accelerators
             ]
         elif machine_type in GPU_MACHINE_TYPES:
             pairs = [GPU_MACHINE_TYPES[machine_type]]
@@ -118,8 +115,12 @@ def _queued_types(queued_resources: Iterable[Mapping[str, Any]]) -> dict[str, in
 class _Probe:
     """One probe's reads and what they taught: entries, notes, and which families were readable at all."""
 
-    def __init__(self, tpu_hook: TpuCapacitySource | None, compute_hook: ComputeCapacitySource | None,
-                 stockouts: Iterable[tuple[str, str]]) -> None:
+    def __init__(
+        self,
+        tpu_hook: TpuCapacitySource | None,
+        compute_hook: ComputeCapacitySource | None,
+        stockouts: Iterable[tuple[str, str]],
+    ) -> None:
         self.tpu_hook, self.compute_hook = tpu_hook, compute_hook
         self.notes: list[str] = []
         self.offered_reads = {AcceleratorKind.TPU: 0, AcceleratorKind.GPU: 0}
@@ -141,12 +142,20 @@ class _Probe:
             listed = self.read("tpu.list_accelerator_types", self.tpu_hook.list_accelerator_types, zone)
             self.offered_reads[AcceleratorKind.TPU] += listed is not None
             offered = set(listed or ())
-            queued = _queued_types(self.read("tpu.list_queued_resources", self.tpu_hook.list_queued_resources, zone)
-                                   or ())
+            queued = _queued_types(
+                self.read("tpu.list_queued_resources", self.tpu_hook.list_queued_resources, zone) or ()
+            )
         for tpu_type in tpu_types:
-            self.entries.append(CapacityEntry(
-                zone=zone, accelerator_type=tpu_type, kind=AcceleratorKind.TPU, offered=tpu_type in offered,
-                queued=queued.get(tpu_type, 0), stocked_out=(zone, tpu_type) in self.stocked))
+            self.entries.append(
+                CapacityEntry(
+                    zone=zone,
+                    accelerator_type=tpu_type,
+                    kind=AcceleratorKind.TPU,
+                    offered=tpu_type in offered,
+                    queued=queued.get(tpu_type, 0),
+                    stocked_out=(zone, tpu_type) in self.stocked,
+                )
+            )
 
     def gpu_zone(self, zone: str, gpu_types: Sequence[str]) -> None:
         region = region_of(zone)
@@ -166,19 +175,33 @@ class _Probe:
             quota, headroom = _quota(quotas, metric)
             spot_quota, spot_headroom = _quota(quotas, spot_metric)
             type_rooms = tuple(rooms.get(gpu_type, ()))
-            self.entries.append(CapacityEntry(
-                zone=zone, accelerator_type=gpu_type, kind=AcceleratorKind.GPU, offered=gpu_type in offered,
-                quota=quota, quota_metric=metric, quota_headroom=headroom, spot_quota=spot_quota,
-                spot_quota_headroom=spot_headroom, reserved=sum(r.free_vms * r.gpus_per_vm for r in type_rooms),
-                reservations=type_rooms, stocked_out=(zone, gpu_type) in self.stocked))
+            self.entries.append(
+                CapacityEntry(
+                    zone=zone,
+                    accelerator_type=gpu_type,
+                    kind=AcceleratorKind.GPU,
+                    offered=gpu_type in offered,
+                    quota=quota,
+                    quota_metric=metric,
+                    quota_headroom=headroom,
+                    spot_quota=spot_quota,
+                    spot_quota_headroom=spot_headroom,
+                    reserved=sum(r.free_vms * r.gpus_per_vm for r in type_rooms),
+                    reservations=type_rooms,
+                    stocked_out=(zone, gpu_type) in self.stocked,
+                )
+            )
 
     def blind_families(self, zones: Sequence[str], tpu_types: Sequence[str], gpu_types: Sequence[str]) -> list[str]:
         families = (
             (AcceleratorKind.TPU, tpu_types, self.tpu_hook),
             (AcceleratorKind.GPU, gpu_types, self.compute_hook),
         )
-        return [kind.value.upper() for kind, types, hook in families
-                if types and hook is not None and zones and self.offered_reads[kind] == 0]
+        return [
+            kind.value.upper()
+            for kind, types, hook in families
+            if types and hook is not None and zones and self.offered_reads[kind] == 0
+        ]
 
 
 def probe_capacity(

@@ -124,9 +124,7 @@ class Decision:
         if self.leaf == Leaf.WAIT:
             kinds = " or ".join(FAMILY_NAME[k] for k in self.waiting_for)
             return f"{self.model}: wait for {kinds} capacity until {_iso(self.wait_deadline)}"
-        what = f"{self.accelerator_type}" + (
-            f" x{self.count} on {self.machine_type}" if self.machine_type else ""
-        )
+        what = f"{self.accelerator_type}" + (f" x{self.count} on {self.machine_type}" if self.machine_type else "")
         mode = self.mode.value if self.mode else "?"
         head = f"{self.model}: {self.leaf.value} -> {what} in {self.zone} ({mode}"
         head += f", reservation {self.reservation})" if self.reservation else ")"

@@ -40,8 +40,17 @@ from interlude.profiles import Candidate, Conversion, ModelProfile
 
 # Re-exported: callers import the decision's types from here, where the walk that makes them lives.
 __all__ = [
-    "Decision", "Leaf", "Placement", "ProvisioningMode", "Strategy", "TrailStep", "WaitState", "decide",
-    "find_placement", "provisioning_mode", "stuck_report",
+    "Decision",
+    "Leaf",
+    "Placement",
+    "ProvisioningMode",
+    "Strategy",
+    "TrailStep",
+    "WaitState",
+    "decide",
+    "find_placement",
+    "provisioning_mode",
+    "stuck_report",
 ]
 
 
@@ -133,9 +142,7 @@ class _Walk:
         return self.base(
             Leaf.STUCK,
             conversion=conversion,
-            stuck_report=stuck_report(
-                self.report, self.profile, self.strategy, self.trail, self.now, self.wait
-            ),
+            stuck_report=stuck_report(self.report, self.profile, self.strategy, self.trail, self.now, self.wait),
         )
 
 
@@ -268,8 +275,9 @@ def stuck_report(
     return "\n".join(lines)
 
 
-def _candidate_lines(report: CapacityReport, profile: ModelProfile, cand: Candidate, lines: list[str],
-                     hints: list[str]) -> None:
+def _candidate_lines(
+    report: CapacityReport, profile: ModelProfile, cand: Candidate, lines: list[str], hints: list[str]
+) -> None:
     """What was seen for one candidate in every probed zone, and the hints it suggests."""
     entries = report.for_type(cand.accelerator_type)
     if not entries:
@@ -280,8 +288,9 @@ def _candidate_lines(report: CapacityReport, profile: ModelProfile, cand: Candid
         if e.offered and e.quota == QuotaState.EXHAUSTED and e.quota_metric:
             hints.append(f"raise quota {e.quota_metric} in {e.region} (or free some)")
             if not profile.allow_spot and e.spot_quota != QuotaState.EXHAUSTED:
-                hints.append(f"allow spot in the profile ({cand.accelerator_type} spot quota "
-                             f"{e.spot_quota.value} in {e.region})")
+                hints.append(
+                    f"allow spot in the profile ({cand.accelerator_type} spot quota {e.spot_quota.value} in {e.region})"
+                )
         if e.stocked_out:
             hints.append(f"{cand.accelerator_type} stocked out in {e.zone}: retry later or add zones")
     if entries and not any(e.offered for e in entries):

@@ -56,11 +56,26 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
     if not scenario_path.exists():
         scenario_path = SCENARIOS / f"{scenario}.yaml"
     state_dir.mkdir(parents=True, exist_ok=True)
-    log = open(state_dir / "localcloud.log", "a")  # noqa: SIM115 - lives as long as the process
+    log = open(state_dir / "localcloud.log", "a")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interlude_localcloud", "--port", str(port), "--gcs-port", str(gcs_port),
-         "--scenario", str(scenario_path), "--state-dir", str(state_dir)],
-        stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
+        [
+            sys.executable,
+            "-m",
+            "interlude_localcloud",
+            "--port",
+            str(port),
+            "--gcs-port",
+            str(gcs_port),
+            "--scenario",
+            str(scenario_path),
+            "--state-dir",
+            str(state_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdout is not None
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -75,40 +90,57 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
             continue
         if ready.get("ready"):
             project = ready.get("project", "interlude-local")
-            return LocalCloud(proc, ready["api_endpoint"], ready["gcs_endpoint"], project, state_dir,
-                              ready.get("container_endpoint", ready["api_endpoint"]),
-                              float(ready.get("time_scale", 1.0)))
+            return LocalCloud(
+                proc,
+                ready["api_endpoint"],
+                ready["gcs_endpoint"],
+                project,
+                state_dir,
+                ready.get("container_endpoint", ready["api_endpoint"]),
+                float(ready.get("time_scale", 1.0)),
+            )
     proc.kill()
     raise RuntimeError("local cloud did not report ready within 60 s")
 
 
-def connection_extra(project: str, api_endpoint: str, container_endpoint: str = "",
-                     time_scale: float = 1.0) -> dict[str, Any]:
+def connection_extra(
+    project: str, api_endpoint: str, container_endpoint: str = "", time_scale: float = 1.0
+) -> dict[str, Any]:
     """The `google_cloud_default` extras that point every hook at the local cloud (anonymous), with its
     clock (``time_scale``: Google-real seconds per real second)."""
-    return {"is_anonymous": True, "project": project, "tpu_endpoint": api_endpoint,
-            "compute_endpoint": api_endpoint, "container_endpoint": container_endpoint or api_endpoint,
-            "time_scale": time_scale}
+    return {
+        "is_anonymous": True,
+        "project": project,
+        "tpu_endpoint": api_endpoint,
+        "compute_endpoint": api_endpoint,
+        "container_endpoint": container_endpoint or api_endpoint,
+        "time_scale": time_scale,
+    }
 
 
 def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
-    conn = {"conn_type": "google_cloud_platform",
-            "extra": connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint,
-                                      getattr(cloud, "time_scale", 1.0))}
+    conn = {
+        "conn_type": "google_cloud_platform",
+        "extra": connection_extra(
+            cloud.project, cloud.api_endpoint, cloud.container_endpoint, getattr(cloud, "time_scale", 1.0)
+        ),
+    }
     env = dict(os.environ)
-    env.update({
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn),
-        "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint,
-        "GOOGLE_CLOUD_PROJECT": cloud.project,
-        "NO_PROXY": "127.0.0.1,localhost",
-    })
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT": json.dumps(conn),
+            "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint,
+            "GOOGLE_CLOUD_PROJECT": cloud.project,
+            "NO_PROXY": "127.0.0.1,localhost",
+        }
+    )
     return env
 
 
@@ -132,8 +164,13 @@ def ensure_airflow_db(env: dict[str, str]) -> None:
     home = Path(env["AIRFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     if not (home / "airflow.db").exists():
-        subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
 
 @dataclass
@@ -151,8 +188,9 @@ class DagTestResult:
 _FINISHED = re.compile(r"DagRun Finished: dag_id=(?P<dag>[^,]+), .*?run_id=(?P<run>[^,]+), .*?state=(?P<state>\w+)")
 
 
-def dags_test(env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: Path,
-              timeout: float = 900) -> DagTestResult:
+def dags_test(
+    env: dict[str, str], dag_id: str, conf: dict[str, Any], log_path: Path, timeout: float = 900
+) -> DagTestResult:
     """`airflow dags test` with conf; output to log_path. The run's state is read from Airflow's own
     closing line ("DagRun Finished: ... state=..."), which says more than the exit code."""
     cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
@@ -174,8 +212,9 @@ def machines(cloud: LocalCloud) -> list[dict[str, Any]]:
     return list(cloud.admin.machines())
 
 
-def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
-                     run_key: str = "reference-uninterrupted") -> str:
+def reference_digest(
+    cloud: LocalCloud, bucket: str, conf: dict[str, Any], run_key: str = "reference-uninterrupted"
+) -> str:
     """Train + fine-tune uninterrupted on this machine (same seed, data, steps), return the final digest.
 
     The yardstick for "resumed runs lose nothing": a run that went through maintenance must end with
@@ -184,12 +223,37 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any],
     from interlude_workload.checkpoints import CheckpointStore
 
     env = {**os.environ, "STORAGE_EMULATOR_HOST": cloud.gcs_endpoint}
-    common = ["--bucket", bucket, "--run-key", run_key, "--checkpoint-every", str(conf["checkpoint_every"]),
-              "--seed", str(conf.get("seed", 0))]
-    stages: tuple[tuple[str, int, list[str]], ...] = (("train", conf["train_steps"], []),
-              ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]))
+    common = [
+        "--bucket",
+        bucket,
+        "--run-key",
+        run_key,
+        "--checkpoint-every",
+        str(conf["checkpoint_every"]),
+        "--seed",
+        str(conf.get("seed", 0)),
+    ]
+    stages: tuple[tuple[str, int, list[str]], ...] = (
+        ("train", conf["train_steps"], []),
+        ("finetune", conf["finetune_steps"], ["--init-from-stage", "train", "--data-date", conf["data_date"]]),
+    )
     for stage, steps, extra in stages:
-        subprocess.run([sys.executable, "-m", "interlude_workload.train", *common, "--stage", stage,
-                        "--steps", str(steps), *extra], env=env, check=True, capture_output=True, timeout=300)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "interlude_workload.train",
+                *common,
+                "--stage",
+                stage,
+                "--steps",
+                str(steps),
+                *extra,
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
     store = CheckpointStore(bucket, run_key, "finetune", client=gcs_client(cloud))
     return str(store.latest().checkpoint.metrics["digest"])

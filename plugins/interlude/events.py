@@ -27,11 +27,11 @@ def events_prefix(run_key: str) -> str:
 
 def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -> str:
     detected = int(float(event.get("detected_at") or 0) * 1000)
-    name = layout.event_object(run_key, stage, detected, str(event.get("kind", "event")),
-                               str(event.get("event_id") or ""))
+    name = layout.event_object(
+        run_key, stage, detected, str(event.get("kind", "event")), str(event.get("event_id") or "")
+    )
     blob = storage_client().bucket(bucket).blob(name)
-    blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True),
-                            content_type="application/json")
+    blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True), content_type="application/json")
     return f"gs://{bucket}/{name}"
 
 
@@ -42,8 +42,9 @@ def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
     return sorted(loaded, key=lambda e: float(e.get("detected_at") or 0))
 
 
-def build_report(*, run_key: str, machine: dict[str, Any], stages: list[dict[str, Any]],
-                 events: list[dict[str, Any]]) -> dict[str, Any]:
+def build_report(
+    *, run_key: str, machine: dict[str, Any], stages: list[dict[str, Any]], events: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Goodput = productive training time / wall time; badput split by cause.
 
     `stages` carry each stage's start/end (epoch seconds), steps, and mean step time. Productive
@@ -56,8 +57,7 @@ def build_report(*, run_key: str, machine: dict[str, Any], stages: list[dict[str
     step_time = {s["stage"]: float(s.get("mean_step_seconds") or 0.0) for s in stages}
     downtime = sum(float(e.get("downtime_s") or 0.0) for e in events)
     recomputed = sum(int(e.get("steps_recomputed") or 0) for e in events)
-    recompute_s = sum(int(e.get("steps_recomputed") or 0) * step_time.get(e.get("stage", ""), 0.0)
-                      for e in events)
+    recompute_s = sum(int(e.get("steps_recomputed") or 0) * step_time.get(e.get("stage", ""), 0.0) for e in events)
     productive = sum(int(s["steps"]) * step_time.get(s["stage"], 0.0) for s in stages)
     productive = min(productive, wall)
     other = max(wall - productive - downtime - recompute_s, 0.0)
@@ -82,7 +82,8 @@ def build_report(*, run_key: str, machine: dict[str, Any], stages: list[dict[str
 def write_report(bucket: str, run_key: str, report: dict[str, Any]) -> str:
     name = layout.report_object(run_key)
     storage_client().bucket(bucket).blob(name).upload_from_string(
-        json.dumps(report, indent=2, sort_keys=True), content_type="application/json")
+        json.dumps(report, indent=2, sort_keys=True), content_type="application/json"
+    )
     return f"gs://{bucket}/{name}"
 
 
@@ -102,7 +103,9 @@ def render_report(report: dict[str, Any]) -> str:
             f"steps recomputed {e.get('steps_recomputed')}, resumed from {e.get('resumed_from_step')}"
         )
     bad = report["badput_seconds"]
-    lines.append(f"  steps recomputed: {report['steps_recomputed']}   goodput: {report['goodput']:.1%} of "
-                 f"{report['wall_seconds']:.1f}s wall")
+    lines.append(
+        f"  steps recomputed: {report['steps_recomputed']}   goodput: {report['goodput']:.1%} of "
+        f"{report['wall_seconds']:.1f}s wall"
+    )
     lines.append("  badput: " + ", ".join(f"{k} {v:.1f}s" for k, v in bad.items()))
     return "\n".join(lines)

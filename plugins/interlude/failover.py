@@ -100,24 +100,43 @@ def plan_failover(
     decision = decide(excluded(report, (current, *lost)), profile, Strategy(strategy), now)
     trail = tuple(f"{s.question} -> {s.answer}" for s in decision.trail)
     if decision.leaf not in MOVABLE_LEAVES or decision.accelerator_type is None or decision.zone is None:
-        what = "conversion of the model" if decision.leaf in (Leaf.CONVERT_FOR_GPU, Leaf.CONVERT_FOR_TPU) else (
-            "capacity")
-        return Refusal(current, why, f"no other place for this run without {what} ({decision.leaf.value})",
-                       wait=profile.wait_allowed, trail=trail)
+        what = (
+            "conversion of the model" if decision.leaf in (Leaf.CONVERT_FOR_GPU, Leaf.CONVERT_FOR_TPU) else ("capacity")
+        )
+        return Refusal(
+            current,
+            why,
+            f"no other place for this run without {what} ({decision.leaf.value})",
+            wait=profile.wait_allowed,
+            trail=trail,
+        )
     target = Place(decision.zone, decision.accelerator_type)
     cross = target.kind != current.kind
     if cross and (checkpoint_format or "") not in PORTABLE_FORMATS:
         fmt = checkpoint_format or "unknown"
-        return Refusal(current, why, f"the nearest place is {target}, but checkpoint format {fmt!r} does not load "
-                       f"on {target.kind.value.upper()} (portable formats: {', '.join(sorted(PORTABLE_FORMATS))})",
-                       wait=profile.wait_allowed, trail=trail)
+        return Refusal(
+            current,
+            why,
+            f"the nearest place is {target}, but checkpoint format {fmt!r} does not load "
+            f"on {target.kind.value.upper()} (portable formats: {', '.join(sorted(PORTABLE_FORMATS))})",
+            wait=profile.wait_allowed,
+            trail=trail,
+        )
     return Move(current, target, why, decision, cross)
 
 
 def move_event(move: Move, detected_at: float, lost_seconds: float) -> dict[str, Any]:
     """The run report's record of one move: from, to, why, and the time it cost."""
-    return {"kind": "move", "from": str(move.source), "to": str(move.target), "why": move.why.value,
-            "from_zone": move.source.zone, "from_type": move.source.accelerator_type,
-            "event_id": f"move-{int(detected_at * 1000)}",
-            "cross_family": move.cross_family, "detected_at": detected_at, "time_lost_s": round(lost_seconds, 3),
-            "reason": move.reason()}
+    return {
+        "kind": "move",
+        "from": str(move.source),
+        "to": str(move.target),
+        "why": move.why.value,
+        "from_zone": move.source.zone,
+        "from_type": move.source.accelerator_type,
+        "event_id": f"move-{int(detected_at * 1000)}",
+        "cross_family": move.cross_family,
+        "detected_at": detected_at,
+        "time_lost_s": round(lost_seconds, 3),
+        "reason": move.reason(),
+    }

@@ -45,12 +45,17 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
     try:
         data.load(data.default_data_dir(), "finetune", spec.data_date)
     except ValueError as exc:
-        raise RunSpecError([f"data_date: {exc} (set the data_date param, or point INTERLUDE_DATA_DIR at data "
-                            "that covers the run's dates)"]) from exc
+        raise RunSpecError(
+            [
+                f"data_date: {exc} (set the data_date param, or point INTERLUDE_DATA_DIR at data "
+                "that covers the run's dates)"
+            ]
+        ) from exc
     tpu, compute = _hooks()
     preflight.check(spec, compute, storage_client())
-    log.info("Run %s -> run_key %s; checkpoints under gs://%s/%s", run_id, key, spec.bucket,
-             naming.checkpoint_prefix(key))
+    log.info(
+        "Run %s -> run_key %s; checkpoints under gs://%s/%s", run_id, key, spec.bucket, naming.checkpoint_prefix(key)
+    )
     return spec.to_dict()
 
 
@@ -79,8 +84,9 @@ def decide(spec: RunSpec, report: Mapping[str, Any], wait: Any = None) -> dict[s
     from interlude.decisions import decide as walk
     from interlude.profiles import get_profile
 
-    decision = walk(CapacityReport.from_dict(report), get_profile(spec.model_profile), spec.strategy,
-                    dt.datetime.now(dt.UTC), wait)
+    decision = walk(
+        CapacityReport.from_dict(report), get_profile(spec.model_profile), spec.strategy, dt.datetime.now(dt.UTC), wait
+    )
     log.info("%s", decision.trail_text())
     return decision.to_dict()
 
@@ -113,9 +119,18 @@ def _machine(spec: RunSpec, decision: Mapping[str, Any], runtime: str) -> Any:
     from interlude import provisioning
 
     return provisioning.machine_record(
-        dict(decision), runtime, bucket=spec.bucket, run_key=spec.run_key, dag_id=spec.dag_id, run_id=spec.run_id,
-        network=spec.network, subnetwork=spec.subnetwork, service_account=spec.service_account,
-        idle_poll=spec.poll_seconds, fresh_token=spec.fresh_token)
+        dict(decision),
+        runtime,
+        bucket=spec.bucket,
+        run_key=spec.run_key,
+        dag_id=spec.dag_id,
+        run_id=spec.run_id,
+        network=spec.network,
+        subnetwork=spec.subnetwork,
+        service_account=spec.service_account,
+        idle_poll=spec.poll_seconds,
+        fresh_token=spec.fresh_token,
+    )
 
 
 def start_fresh(spec: RunSpec) -> dict[str, int]:
@@ -157,8 +172,13 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
     decision = dict(validated["decision"])
     if spec.spot:
         decision["mode"] = "spot"
-    state = {"decision": decision, "runtime": validated["runtime"], "report": dict(report), "tried": [],
-             "quota_deadline": time.time() + spec.quota_wait_seconds}
+    state = {
+        "decision": decision,
+        "runtime": validated["runtime"],
+        "report": dict(report),
+        "tried": [],
+        "quota_deadline": time.time() + spec.quota_wait_seconds,
+    }
     while True:
         attempt = create_or_queue(spec, state)
         if attempt.quota is not None:
@@ -194,8 +214,12 @@ def _after_stockout(spec: RunSpec, state: dict[str, Any], exc: Exception) -> Non
     state["report"] = current.to_dict()
     new = decide(spec, state["report"])
     if new["leaf"] in ("wait", "stuck"):
-        raise RuntimeError("Out of capacity after stockouts:\n  " + "\n  ".join(state["tried"]) + "\n\n"
-                           + str(new.get("stuck_report") or new)) from exc
+        raise RuntimeError(
+            "Out of capacity after stockouts:\n  "
+            + "\n  ".join(state["tried"])
+            + "\n\n"
+            + str(new.get("stuck_report") or new)
+        ) from exc
     state["runtime"] = validate_runtime(spec, new)["runtime"]
     state["decision"] = {**new, "mode": "spot"} if spec.spot else new
 
@@ -212,8 +236,14 @@ def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
 
     while True:
         machine = _machine(spec, state["decision"], state["runtime"]).to_dict()
-        log.info("Provisioning %s %s in %s (%s, %s)", machine["kind"], machine["name"], machine["zone"],
-                 machine["accelerator_type"], machine["mode"])
+        log.info(
+            "Provisioning %s %s in %s (%s, %s)",
+            machine["kind"],
+            machine["name"],
+            machine["zone"],
+            machine["accelerator_type"],
+            machine["mode"],
+        )
         record_intent(spec, machine)
         try:
             if machine["mode"] == "queued":
@@ -233,7 +263,7 @@ def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
             log.exception("Provisioning %s failed; deleting whatever was created", machine["name"])
             try:
                 provisioning.delete(machine, GCP_CONN_ID)
-            except Exception:  # noqa: BLE001 - the original failure is what the user must see
+            except Exception:
                 log.exception("Clean-up of %s failed too", machine["name"])
             raise
 
@@ -249,9 +279,15 @@ def teardown(spec: RunSpec) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the zones are still swept; the task fails below
         intents, ledger_error = [], f"{type(exc).__name__}: {exc}"
     report = provisioning.teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID, intents)
-    log.info("Deleted %d resource(s) of run %s in zones %s: %s (checkpoints kept under gs://%s/%s)",
-             len(report.deleted), spec.run_key, report.zones, report.deleted, spec.bucket,
-             naming.checkpoint_prefix(spec.run_key))
+    log.info(
+        "Deleted %d resource(s) of run %s in zones %s: %s (checkpoints kept under gs://%s/%s)",
+        len(report.deleted),
+        spec.run_key,
+        report.zones,
+        report.deleted,
+        spec.bucket,
+        naming.checkpoint_prefix(spec.run_key),
+    )
     if ledger_error:
         report.unlisted["(intent records)"] = ledger_error
     if not report.complete:
@@ -283,16 +319,25 @@ def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[s
     for result in stages:
         store = CheckpointStore(spec.bucket, spec.run_key, result["stage"])
         progress = store.read_progress() or {}
-        rows.append({
-            "stage": result["stage"], "steps": result["steps"], "final_uri": result["final_uri"],
-            "started_at": float(progress.get("stage_started_at") or progress.get("started_at") or 0.0),
-            "finished_at": float(progress.get("updated_at_epoch") or time.time()),
-            "mean_step_seconds": float(progress.get("mean_step_seconds") or spec.step_seconds),
-            "digest": (result.get("metrics") or {}).get("digest"),
-        })
-    report = events.build_report(run_key=spec.run_key, machine=dict(machine), stages=rows,
-                                 events=events.load_events(spec.bucket, spec.run_key))
+        rows.append(
+            {
+                "stage": result["stage"],
+                "steps": result["steps"],
+                "final_uri": result["final_uri"],
+                "started_at": float(progress.get("stage_started_at") or progress.get("started_at") or 0.0),
+                "finished_at": float(progress.get("updated_at_epoch") or time.time()),
+                "mean_step_seconds": float(progress.get("mean_step_seconds") or spec.step_seconds),
+                "digest": (result.get("metrics") or {}).get("digest"),
+            }
+        )
+    report = events.build_report(
+        run_key=spec.run_key, machine=dict(machine), stages=rows, events=events.load_events(spec.bucket, spec.run_key)
+    )
     uri = events.write_report(spec.bucket, spec.run_key, report)
     log.info("%s\n  report: %s", events.render_report(report), uri)
-    return {"uri": uri, "steps_recomputed": report["steps_recomputed"], "events": len(report["events"]),
-            "goodput": report["goodput"]}
+    return {
+        "uri": uri,
+        "steps_recomputed": report["steps_recomputed"],
+        "events": len(report["events"]),
+        "goodput": report["goodput"],
+    }

@@ -117,7 +117,10 @@ class StageState:
 
 
 BOOKKEEPING: dict[str, Any] = {
-    "last_step_seen": 0, "progress_mark": None, "progress_seen_at": None, "outage_since": None,
+    "last_step_seen": 0,
+    "progress_mark": None,
+    "progress_seen_at": None,
+    "outage_since": None,
 }
 """Fields that change on ordinary polls: the trigger carries them, they never call the operator."""
 
@@ -213,8 +216,9 @@ def _close(state: StageState, obs: Observation) -> Transition:
         steps_recomputed=max(0, reached - resumed_from),
         downtime_s=round(obs.now - event["down_at"], 3) if event.get("down_at") else 0.0,
     )
-    new = replace(state, phase=Phase.RUNNING, event=None, request_id=None, boot_id=obs.boot_id,
-                  last_step_seen=obs.progress_step)
+    new = replace(
+        state, phase=Phase.RUNNING, event=None, request_id=None, boot_id=obs.boot_id, last_step_seen=obs.progress_step
+    )
     return Transition(new, (Action.RECORD_EVENT,), event)
 
 
@@ -241,10 +245,13 @@ def _maybe_reprovision(state: StageState, obs: Observation, limits: Limits) -> T
 
 def _finish(state: StageState, obs: Observation) -> Transition:
     if state.drill in (Drill.PENDING, Drill.SENT):
-        why = ("the drill could not run: the stage reached its final step before the workload held at drill "
-               f"step {state.drill_step}" if state.drill is Drill.PENDING else
-               f"the drill did not happen: simulateMaintenanceEvent was sent at step {state.drill_step} but no "
-               "maintenance showed before the stage finished")
+        why = (
+            "the drill could not run: the stage reached its final step before the workload held at drill "
+            f"step {state.drill_step}"
+            if state.drill is Drill.PENDING
+            else f"the drill did not happen: simulateMaintenanceEvent was sent at step {state.drill_step} but no "
+            "maintenance showed before the stage finished"
+        )
         return fail(state, why)
     actions: tuple[Action, ...] = (Action.COMPLETE,)
     event = None
@@ -257,8 +264,9 @@ def _finish(state: StageState, obs: Observation) -> Transition:
 def _track(state: StageState, obs: Observation) -> StageState:
     same_boot = state.boot_id is None or obs.boot_id == state.boot_id
     if obs.machine is Machine.READY and same_boot and state.phase not in (Phase.RESUMING, Phase.RECOVERING):
-        state = replace(state, last_step_seen=max(state.last_step_seen, obs.progress_step),
-                        boot_id=state.boot_id or obs.boot_id)
+        state = replace(
+            state, last_step_seen=max(state.last_step_seen, obs.progress_step), boot_id=state.boot_id or obs.boot_id
+        )
     return state
 
 

@@ -22,8 +22,11 @@ _GCE_UP = {"RUNNING"}
 def _notice(raw: dict[str, Any] | None) -> Notice | None:
     if not raw:
         return None
-    return Notice(kind=str(raw.get("type", "UNKNOWN_TYPE")), status=str(raw.get("maintenanceStatus", "PENDING")),
-                  window_start=raw.get("windowStartTime"))
+    return Notice(
+        kind=str(raw.get("type", "UNKNOWN_TYPE")),
+        status=str(raw.get("maintenanceStatus", "PENDING")),
+        window_start=raw.get("windowStartTime"),
+    )
 
 
 def tpu_machine(node: dict[str, Any] | None) -> tuple[Machine, Notice | None]:
@@ -139,15 +142,20 @@ def startup_failure(serial: str, tail_lines: int = 12) -> StartupFailure | None:
     code: int | None = int(ends[-1].group(1)) if ends else None
     if code is None:
         google = _GOOGLE_END.search(serial, last.end())
-        if google is None or "SIGTERM" in serial[last.end():google.start()]:
+        if google is None or "SIGTERM" in serial[last.end() : google.start()]:
             return None
         code = int(google.group(1))
-    lines = [ln for ln in serial[last.start():].splitlines() if ln.strip()]
+    lines = [ln for ln in serial[last.start() :].splitlines() if ln.strip()]
     return StartupFailure(boot=boot, exit_code=code, tail="\n".join(lines[-tail_lines:]))
 
 
-def observation(kind: str, resource: dict[str, Any] | None, facts: StageFacts,
-                now: float | None = None, failure: StartupFailure | None = None) -> Observation:
+def observation(
+    kind: str,
+    resource: dict[str, Any] | None,
+    facts: StageFacts,
+    now: float | None = None,
+    failure: StartupFailure | None = None,
+) -> Observation:
     machine, notice = machine_view(kind, resource)
     progress = facts.progress
     resumed = progress.get("resumed_from")
@@ -187,8 +195,9 @@ def is_outage(exc: BaseException) -> bool:
 
 def unknown(now: float, error: str) -> Observation:
     """The control plane did not answer: nothing is known this poll."""
-    return Observation(now=now, machine=Machine.UNKNOWN, notice=None, committed_step=0, progress_step=0,
-                       api_error=error)
+    return Observation(
+        now=now, machine=Machine.UNKNOWN, notice=None, committed_step=0, progress_step=0, api_error=error
+    )
 
 
 def progress_line(stage: str, progress: dict[str, Any]) -> str:

@@ -52,9 +52,18 @@ def startup_script(bucket: str, run_key: str, idle_poll: float = 1.0, fresh_toke
     return render_agent(bucket=bucket, run_key=run_key, idle_poll=idle_poll, fresh_token=fresh_token)
 
 
-def tpu_node_body(*, accelerator_type: str, runtime: str, mode: str, labels: dict[str, str], script: str,
-                  network: str | None, subnetwork: str | None, service_account: str | None,
-                  reservation: str | None = None) -> dict[str, Any]:
+def tpu_node_body(
+    *,
+    accelerator_type: str,
+    runtime: str,
+    mode: str,
+    labels: dict[str, str],
+    script: str,
+    network: str | None,
+    subnetwork: str | None,
+    service_account: str | None,
+    reservation: str | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {
         "acceleratorType": accelerator_type,
         "runtimeVersion": runtime,
@@ -75,25 +84,41 @@ def tpu_node_body(*, accelerator_type: str, runtime: str, mode: str, labels: dic
     return body
 
 
-def gce_vm_body(*, name: str, zone: str, accelerator_type: str, count: int, machine_type: str, image_family: str,
-                mode: str, labels: dict[str, str], script: str, network: str | None, subnetwork: str | None,
-                service_account: str | None, reservation: str | None = None) -> dict[str, Any]:
+def gce_vm_body(
+    *,
+    name: str,
+    zone: str,
+    accelerator_type: str,
+    count: int,
+    machine_type: str,
+    image_family: str,
+    mode: str,
+    labels: dict[str, str],
+    script: str,
+    network: str | None,
+    subnetwork: str | None,
+    service_account: str | None,
+    reservation: str | None = None,
+) -> dict[str, Any]:
     spot = mode == "spot"
     body: dict[str, Any] = {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{machine_type}",
         "labels": labels,
-        "disks": [{
-            "boot": True,
-            "autoDelete": True,
-            "initializeParams": {
-                "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{image_family}",
-                "diskSizeGb": "200",
-            },
-        }],
+        "disks": [
+            {
+                "boot": True,
+                "autoDelete": True,
+                "initializeParams": {
+                    "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{image_family}",
+                    "diskSizeGb": "200",
+                },
+            }
+        ],
         # No accessConfigs: no external IP. Egress goes through Cloud NAT / Private Google Access.
-        "networkInterfaces": [{k: v for k, v in (("network", network or "global/networks/default"),
-                                                 ("subnetwork", subnetwork)) if v}],
+        "networkInterfaces": [
+            {k: v for k, v in (("network", network or "global/networks/default"), ("subnetwork", subnetwork)) if v}
+        ],
         # GPU VMs cannot live-migrate: they must stop for host maintenance and may come back by themselves.
         "scheduling": {
             "onHostMaintenance": "TERMINATE",
@@ -101,17 +126,22 @@ def gce_vm_body(*, name: str, zone: str, accelerator_type: str, count: int, mach
             "provisioningModel": "SPOT" if spot else "STANDARD",
             **({"instanceTerminationAction": "STOP"} if spot else {}),
         },
-        "metadata": {"items": [{"key": "startup-script", "value": script},
-                               {"key": "install-nvidia-driver", "value": "True"}]},
+        "metadata": {
+            "items": [{"key": "startup-script", "value": script}, {"key": "install-nvidia-driver", "value": "True"}]
+        },
     }
     if machine_type.startswith("n1-"):  # A2/A3/G2/A4 carry their GPUs in the machine type
-        body["guestAccelerators"] = [{"acceleratorType": f"zones/{zone}/acceleratorTypes/{accelerator_type}",
-                                      "acceleratorCount": count}]
+        body["guestAccelerators"] = [
+            {"acceleratorType": f"zones/{zone}/acceleratorTypes/{accelerator_type}", "acceleratorCount": count}
+        ]
     if service_account:
         body["serviceAccounts"] = [{"email": service_account, "scopes": DEFAULT_SCOPES}]
     if reservation:
-        body["reservationAffinity"] = {"consumeReservationType": "SPECIFIC_RESERVATION",
-                                       "key": "compute.googleapis.com/reservation-name", "values": [reservation]}
+        body["reservationAffinity"] = {
+            "consumeReservationType": "SPECIFIC_RESERVATION",
+            "key": "compute.googleapis.com/reservation-name",
+            "values": [reservation],
+        }
     return body
 
 
@@ -121,10 +151,20 @@ DAG_ID_METADATA = "interlude-dag-id"
 sweeper asks Airflow for that run's state. The label `interlude-run` (the run key) must match them."""
 
 
-def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_key: str, dag_id: str,
-                    run_id: str = "", network: str | None = None, subnetwork: str | None = None,
-                    service_account: str | None = None, idle_poll: float = 1.0,
-                    fresh_token: str | None = None) -> MachineRecord:
+def machine_record(
+    decision: dict[str, Any],
+    runtime: str,
+    *,
+    bucket: str,
+    run_key: str,
+    dag_id: str,
+    run_id: str = "",
+    network: str | None = None,
+    subnetwork: str | None = None,
+    service_account: str | None = None,
+    idle_poll: float = 1.0,
+    fresh_token: str | None = None,
+) -> MachineRecord:
     """Build the create machine for the accelerator a decision names."""
     script = startup_script(bucket, run_key, idle_poll, fresh_token)
     owner = {DAG_ID_METADATA: dag_id, RUN_ID_METADATA: run_id}
@@ -134,17 +174,37 @@ def machine_record(decision: dict[str, Any], runtime: str, *, bucket: str, run_k
     reservation = decision.get("reservation")
     if decision["kind"] == "tpu":
         name = naming.resource_name(run_key, "tpu")
-        body = tpu_node_body(accelerator_type=accel, runtime=runtime, mode=mode, labels=labels, script=script,
-                             network=network, subnetwork=subnetwork, service_account=service_account,
-                             reservation=reservation)
+        body = tpu_node_body(
+            accelerator_type=accel,
+            runtime=runtime,
+            mode=mode,
+            labels=labels,
+            script=script,
+            network=network,
+            subnetwork=subnetwork,
+            service_account=service_account,
+            reservation=reservation,
+        )
         body["metadata"].update(owner)
         return MachineRecord("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
     name = naming.resource_name(run_key, "vm")
     count = int(decision.get("count") or 1)
     machine_type = decision.get("machine_type") or "n1-standard-8"
-    body = gce_vm_body(name=name, zone=zone, accelerator_type=accel, count=count, machine_type=machine_type,
-                       image_family=runtime, mode=mode, labels=labels, script=script, network=network,
-                       subnetwork=subnetwork, service_account=service_account, reservation=reservation)
+    body = gce_vm_body(
+        name=name,
+        zone=zone,
+        accelerator_type=accel,
+        count=count,
+        machine_type=machine_type,
+        image_family=runtime,
+        mode=mode,
+        labels=labels,
+        script=script,
+        network=network,
+        subnetwork=subnetwork,
+        service_account=service_account,
+        reservation=reservation,
+    )
     body["metadata"]["items"] += [{"key": k, "value": v} for k, v in owner.items()]
     return MachineRecord("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
 

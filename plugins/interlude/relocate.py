@@ -59,8 +59,11 @@ def checkpoint_format(spec: RunSpec) -> str:
 def _lost_places(spec: RunSpec) -> list[Place]:
     from interlude import events
 
-    return [Place(str(e["from_zone"]), str(e["from_type"])) for e in events.load_events(spec.bucket, spec.run_key)
-            if e.get("kind") == "move" and e.get("from_zone")]
+    return [
+        Place(str(e["from_zone"]), str(e["from_type"]))
+        for e in events.load_events(spec.bucket, spec.run_key)
+        if e.get("kind") == "move" and e.get("from_zone")
+    ]
 
 
 def _plan(spec: RunSpec, machine: dict[str, Any], why: Why, lost: list[Place]) -> Move | Refusal:
@@ -69,9 +72,16 @@ def _plan(spec: RunSpec, machine: dict[str, Any], why: Why, lost: list[Place]) -
     from interlude.profiles import get_profile
 
     report = CapacityReport.from_dict(lifecycle.evaluate_capacity(spec))
-    return plan_failover(report, get_profile(spec.model_profile), spec.strategy,
-                         Place(machine["zone"], machine["accelerator_type"]), why, checkpoint_format(spec),
-                         dt.datetime.now(dt.UTC), lost)
+    return plan_failover(
+        report,
+        get_profile(spec.model_profile),
+        spec.strategy,
+        Place(machine["zone"], machine["accelerator_type"]),
+        why,
+        checkpoint_format(spec),
+        dt.datetime.now(dt.UTC),
+        lost,
+    )
 
 
 def _provision(spec: RunSpec, move: Move, gcp_conn_id: str | None) -> dict[str, Any]:
@@ -108,7 +118,8 @@ def relocate(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
             lost.append(plan.target)
             continue
         storage_client().bucket(spec.bucket).blob(layout.machine_object(spec.run_key)).upload_from_string(
-            json.dumps(record, sort_keys=True), content_type="application/json")
+            json.dumps(record, sort_keys=True), content_type="application/json"
+        )
         event = move_event(plan, started, time.time() - started)
         events.record_event(spec.bucket, spec.run_key, stage, event)
         log.warning("Moved: %s (%.1fs to provision)", event["reason"], event["time_lost_s"])

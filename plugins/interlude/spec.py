@@ -77,56 +77,84 @@ class RunSpec:
     """
 
     # -- params (the trigger form) -------------------------------------------------------------------
-    model_profile: str = _param(PROFILES[0], {"type": "string", "enum": list(PROFILES)},
-                                "What the model runs on and what converting it would cost.")
-    strategy: str = _param(STRATEGIES[0], {"type": "string", "enum": list(STRATEGIES)},
-                           "Which decision tree to walk.")
-    zones: tuple[str, ...] = _param(DEFAULT_ZONES, {"type": "array", "items": {"type": "string"}, "minItems": 1},
-                                    "Candidate zones, in order of preference.")
-    framework: str = _param(FRAMEWORKS[0], {"type": "string", "enum": list(FRAMEWORKS)},
-                            "The training framework, checked against the chosen hardware.")
+    model_profile: str = _param(
+        PROFILES[0],
+        {"type": "string", "enum": list(PROFILES)},
+        "What the model runs on and what converting it would cost.",
+    )
+    strategy: str = _param(STRATEGIES[0], {"type": "string", "enum": list(STRATEGIES)}, "Which decision tree to walk.")
+    zones: tuple[str, ...] = _param(
+        DEFAULT_ZONES,
+        {"type": "array", "items": {"type": "string"}, "minItems": 1},
+        "Candidate zones, in order of preference.",
+    )
+    framework: str = _param(
+        FRAMEWORKS[0],
+        {"type": "string", "enum": list(FRAMEWORKS)},
+        "The training framework, checked against the chosen hardware.",
+    )
     framework_version: str | None = _optional("Framework version; empty = any supported version.")
     tpu_runtime_version: str | None = _optional("TPU software version; empty = the one recommended for the TPU.")
     gpu_image: str | None = _optional("GPU VM image family; empty = the one recommended for the GPU.")
-    bucket: str = _param("interlude-local", {"type": "string", "minLength": 3, "maxLength": 63},
-                         "GCS bucket for checkpoints, events and the report (must exist and be writable).")
+    bucket: str = _param(
+        "interlude-local",
+        {"type": "string", "minLength": 3, "maxLength": 63},
+        "GCS bucket for checkpoints, events and the report (must exist and be writable).",
+    )
     train_steps: int = _param(60, {"type": "integer", "minimum": 1, "maximum": MAX_STEPS}, "Training steps.")
     finetune_steps: int = _param(30, {"type": "integer", "minimum": 1, "maximum": MAX_STEPS}, "Fine-tuning steps.")
-    checkpoint_every: int = _param(10, {"type": "integer", "minimum": 1, "maximum": MAX_STEPS},
-                                   "Periodic checkpoint interval, in steps.")
-    seed: int = _param(0, {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}, "Seed: same seed, same weights.")
-    step_seconds: float = _param(0.1, {"type": "number", "minimum": 0, "maximum": 60},
-                                 "Pacing of the reference trainer (seconds per step).")
-    data_date: str | None = _optional(
-        "Fine-tuning data slice (YYYY-MM-DD); empty = the run's data interval start."
+    checkpoint_every: int = _param(
+        10, {"type": "integer", "minimum": 1, "maximum": MAX_STEPS}, "Periodic checkpoint interval, in steps."
     )
-    spot: bool = _param(False, {"type": "boolean"},
-                        "Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints).")
-    resume_policy: str = _param(RESUME_POLICIES[0], {"type": "string", "enum": list(RESUME_POLICIES)},
-                                "auto: resume from the latest committed checkpoints; fresh: start over "
-                                "(a reprocessing backfill reuses run ids). Retries of a step always resume.")
+    seed: int = _param(0, {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}, "Seed: same seed, same weights.")
+    step_seconds: float = _param(
+        0.1, {"type": "number", "minimum": 0, "maximum": 60}, "Pacing of the reference trainer (seconds per step)."
+    )
+    data_date: str | None = _optional("Fine-tuning data slice (YYYY-MM-DD); empty = the run's data interval start.")
+    spot: bool = _param(
+        False, {"type": "boolean"}, "Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints)."
+    )
+    resume_policy: str = _param(
+        RESUME_POLICIES[0],
+        {"type": "string", "enum": list(RESUME_POLICIES)},
+        "auto: resume from the latest committed checkpoints; fresh: start over "
+        "(a reprocessing backfill reuses run ids). Retries of a step always resume.",
+    )
     plan_only: bool = _param(False, {"type": "boolean"}, "Stop after validation; create nothing.")
     require_conversion_approval: bool = _param(
-        False, {"type": "boolean"},
+        False,
+        {"type": "boolean"},
         "When the tree chooses to convert the model to the other accelerator family, wait for a person to "
         "approve the effort estimate (Required actions) before going on.",
     )
-    drill_maintenance: bool = _param(False, {"type": "boolean"},
-                                     "Rehearse maintenance in each stage (simulateMaintenanceEvent).")
-    poll_seconds: float = _param(1.0, {"type": "number", "minimum": 0.1, "maximum": 3600},
-                                 "How often triggers look at the machine and the checkpoints.")
-    restart_timeout_seconds: float = _param(120.0, {"type": "number", "minimum": 1, "maximum": 86400},
-                                            "How long a machine may stay down before it is re-provisioned.")
+    drill_maintenance: bool = _param(
+        False, {"type": "boolean"}, "Rehearse maintenance in each stage (simulateMaintenanceEvent)."
+    )
+    poll_seconds: float = _param(
+        1.0,
+        {"type": "number", "minimum": 0.1, "maximum": 3600},
+        "How often triggers look at the machine and the checkpoints.",
+    )
+    restart_timeout_seconds: float = _param(
+        120.0,
+        {"type": "number", "minimum": 1, "maximum": 86400},
+        "How long a machine may stay down before it is re-provisioned.",
+    )
     stall_timeout_seconds: float = _param(
-        600.0, {"type": "number", "minimum": 10, "maximum": 86400},
+        600.0,
+        {"type": "number", "minimum": 10, "maximum": 86400},
         "A READY machine whose workload makes no progress for this long is restarted once, then the stage fails.",
     )
     api_outage_budget_seconds: float = _param(
-        900.0, {"type": "number", "minimum": 0, "maximum": 86400},
+        900.0,
+        {"type": "number", "minimum": 0, "maximum": 86400},
         "How long the cloud's control plane may fail to answer before a stage gives up (the workload keeps running).",
     )
-    quota_wait_seconds: float = _param(600.0, {"type": "number", "minimum": 0, "maximum": 7 * 86400},
-                                       "How long provisioning waits for quota to free up before failing.")
+    quota_wait_seconds: float = _param(
+        600.0,
+        {"type": "number", "minimum": 0, "maximum": 7 * 86400},
+        "How long provisioning waits for quota to free up before failing.",
+    )
     network: str | None = _optional("VPC network (name or global/networks/NAME); empty = default.")
     subnetwork: str | None = _optional("Subnetwork (name or regions/REGION/subnetworks/NAME); empty = default.")
     service_account: str | None = _optional("Service account email for the machine; empty = the default one.")
@@ -269,8 +297,10 @@ def bucket_problem(bucket: str) -> str | None:
     Dotted names (domain-verified buckets, up to 222 chars) are refused: they need a verified domain.
     """
     if not BUCKET_RE.match(bucket) or ".." in bucket or "." in bucket:
-        return (f"bucket: {bucket!r} is not a valid bucket name (3-63 of a-z, 0-9, '-', '_', starting and ending "
-                "with a letter or digit)")
+        return (
+            f"bucket: {bucket!r} is not a valid bucket name (3-63 of a-z, 0-9, '-', '_', starting and ending "
+            "with a letter or digit)"
+        )
     if bucket.startswith("goog") or "google" in bucket or "g00gle" in bucket:
         return f"bucket: {bucket!r}: names starting with 'goog' or containing 'google' are reserved by GCS"
     try:
@@ -289,10 +319,14 @@ def _shape_problems(spec: RunSpec) -> list[str]:
         out.append("zones: a zone is listed twice")
     if (problem := bucket_problem(spec.bucket)) is not None:
         out.append(problem)
-    shapes = (("network", spec.network, NETWORK_RE), ("subnetwork", spec.subnetwork, SUBNETWORK_RE),
-              ("service_account", spec.service_account, SERVICE_ACCOUNT_RE),
-              ("tpu_runtime_version", spec.tpu_runtime_version, RUNTIME_RE), ("gpu_image", spec.gpu_image, NAME_RE),
-              ("framework_version", spec.framework_version, VERSION_RE))
+    shapes = (
+        ("network", spec.network, NETWORK_RE),
+        ("subnetwork", spec.subnetwork, SUBNETWORK_RE),
+        ("service_account", spec.service_account, SERVICE_ACCOUNT_RE),
+        ("tpu_runtime_version", spec.tpu_runtime_version, RUNTIME_RE),
+        ("gpu_image", spec.gpu_image, NAME_RE),
+        ("framework_version", spec.framework_version, VERSION_RE),
+    )
     for name, value, pattern in shapes:
         if value is not None and not pattern.match(value):
             out.append(f"{name}: {value!r} does not have the shape Google expects")

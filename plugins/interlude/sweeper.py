@@ -71,8 +71,9 @@ def labelled(kind: str, zone: str, item: Mapping[str, Any]) -> Labelled | None:
         return None
     meta = _metadata(kind, body)
     name = str(item.get("name") or "").rsplit("/", 1)[-1]
-    return Labelled(kind, zone, name, labels["interlude-run"], meta.get(DAG_ID_METADATA) or None,
-                    meta.get(RUN_ID_METADATA) or None)
+    return Labelled(
+        kind, zone, name, labels["interlude-run"], meta.get(DAG_ID_METADATA) or None, meta.get(RUN_ID_METADATA) or None
+    )
 
 
 def verdict(machine: Labelled, state: str | None) -> Verdict:

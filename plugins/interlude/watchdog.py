@@ -34,9 +34,12 @@ from interlude.maintenance import (
 def outage(state: StageState, obs: Observation, limits: Limits) -> Transition:
     since = state.outage_since if state.outage_since is not None else obs.now
     if obs.now - since > limits.api_outage_budget:
-        return fail(state, f"the control plane did not answer for {obs.now - since:.0f}s "
-                           f"(api_outage_budget_seconds={limits.api_outage_budget:.0f}); last error: {obs.api_error}. "
-                           "The machine may still be running: teardown deletes it")
+        return fail(
+            state,
+            f"the control plane did not answer for {obs.now - since:.0f}s "
+            f"(api_outage_budget_seconds={limits.api_outage_budget:.0f}); last error: {obs.api_error}. "
+            "The machine may still be running: teardown deletes it",
+        )
     return Transition(replace(state, outage_since=since))
 
 
@@ -72,9 +75,15 @@ def _restart_or_fail(state: StageState, obs: Observation, why: str, failure_id: 
     if state.workload_restarts >= 1:
         return fail(state, f"{why}, also after restarting the workload once")
     event = {**open_event("workload_restart", obs, state, None), "reason": why}
-    new = replace(state, phase=Phase.RECOVERING, event=event, request_id=None,
-                  workload_restarts=state.workload_restarts + 1, restarted_for=failure_id,
-                  progress_seen_at=obs.now)
+    new = replace(
+        state,
+        phase=Phase.RECOVERING,
+        event=event,
+        request_id=None,
+        workload_restarts=state.workload_restarts + 1,
+        restarted_for=failure_id,
+        progress_seen_at=obs.now,
+    )
     return Transition(new, (Action.RESTART_WORKLOAD,))
 
 
@@ -83,13 +92,16 @@ def guard(state: StageState, obs: Observation, limits: Limits) -> Transition | N
     if obs.machine is not Machine.READY:
         return None
     if obs.startup_failure and obs.notice is None and obs.startup_boot != state.restarted_for:
-        return _restart_or_fail(state, obs, f"the machine's startup script ended: {obs.startup_failure}",
-                                obs.startup_boot)
+        return _restart_or_fail(
+            state, obs, f"the machine's startup script ended: {obs.startup_failure}", obs.startup_boot
+        )
     stalled = obs.now - (obs.now if state.progress_seen_at is None else state.progress_seen_at)
     if stalled > limits.stall_timeout + (NOTICE_GRACE if obs.notice is not None else 0.0):
-        why = (f"no progress for {stalled:.0f}s on a READY machine (stall_timeout_seconds="
-               f"{limits.stall_timeout:.0f}; the workload last showed step {obs.progress_step}, "
-               f"state {obs.workload_state})")
+        why = (
+            f"no progress for {stalled:.0f}s on a READY machine (stall_timeout_seconds="
+            f"{limits.stall_timeout:.0f}; the workload last showed step {obs.progress_step}, "
+            f"state {obs.workload_state})"
+        )
         return _restart_or_fail(state, obs, why, state.restarted_for)
     return _drill(state, obs, limits)
 
@@ -103,8 +115,11 @@ def _drill(state: StageState, obs: Observation, limits: Limits) -> Transition | 
     if state.drill is Drill.SENT and state.event is None and state.drill_sent_at is not None:
         waited = obs.now - state.drill_sent_at
         if waited > limits.drill_timeout:
-            return fail(state, f"the drill did not happen: simulateMaintenanceEvent was sent at step "
-                               f"{state.drill_step} but no maintenance showed within {waited:.0f}s")
+            return fail(
+                state,
+                f"the drill did not happen: simulateMaintenanceEvent was sent at step "
+                f"{state.drill_step} but no maintenance showed within {waited:.0f}s",
+            )
     return None
 
 

@@ -34,8 +34,24 @@ def _processes_mentioning(text: str) -> list[str]:
 
 
 def test_twenty_triggers_poll_in_a_real_triggerer() -> None:
-    cmd = [sys.executable, str(SCRIPT), "--machines", "20", "--seconds", "6", "--poll-interval", "2",
-           "--idle-seconds", "2", "--settle", "1", "--gcs-state", "progress", "--startup-timeout", "60"]
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        "--machines",
+        "20",
+        "--seconds",
+        "6",
+        "--poll-interval",
+        "2",
+        "--idle-seconds",
+        "2",
+        "--settle",
+        "1",
+        "--gcs-state",
+        "progress",
+        "--startup-timeout",
+        "60",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))

@@ -11,8 +11,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILES = sorted((ROOT / "dags").glob("*.py"))
-HEAVY = ["google.cloud.tpu_v2", "google.cloud.compute_v1", "google.cloud.storage", "googleapiclient.discovery",
-         "numpy", "interlude.hooks.tpu", "interlude.hooks.compute"]
+HEAVY = [
+    "google.cloud.tpu_v2",
+    "google.cloud.compute_v1",
+    "google.cloud.storage",
+    "googleapiclient.discovery",
+    "numpy",
+    "interlude.hooks.tpu",
+    "interlude.hooks.compute",
+]
 
 PROBE = r"""
 import json, sys, time
@@ -31,11 +38,21 @@ print(json.dumps({
 
 
 def _parse(tmp_path: Path, path: Path) -> dict:
-    env = {"AIRFLOW_HOME": str(tmp_path), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-           "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"), "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-           "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", PROBE, str(path), json.dumps(HEAVY)], env=env, capture_output=True,
-                         text=True, timeout=120, check=True)
+    env = {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "PATH": "/usr/bin:/bin",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(path), json.dumps(HEAVY)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

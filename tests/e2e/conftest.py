@@ -41,13 +41,15 @@ class DagRunResult:
     seconds: float = 0.0
     extra: dict[str, Any] = field(default_factory=dict)
 
-    CHOOSE_LEAVES = ("tpu", "gpu", "smaller_gpu", "convert_for_gpu", "convert_for_tpu", "wait_for_capacity",
-                     "stuck")
+    CHOOSE_LEAVES = ("tpu", "gpu", "smaller_gpu", "convert_for_gpu", "convert_for_tpu", "wait_for_capacity", "stuck")
 
     def taken(self) -> set[str]:
         """The leaves of the `choose` group that ran (success or failed), i.e. the branch the run took."""
-        return {f"choose.{leaf}" for leaf in self.CHOOSE_LEAVES
-                if self.states.get(f"choose.{leaf}") in ("success", "failed")}
+        return {
+            f"choose.{leaf}"
+            for leaf in self.CHOOSE_LEAVES
+            if self.states.get(f"choose.{leaf}") in ("success", "failed")
+        }
 
     def machines(self) -> list[dict[str, Any]]:
         return self.cloud.admin.machines()
@@ -57,16 +59,18 @@ class DagRunResult:
 
 
 class RunDag(Protocol):
-    def __call__(self, scenario: str | Path, conf: dict[str, Any], timeout: float = ...,
-                 ensure_bucket: bool = ...) -> DagRunResult: ...
+    def __call__(
+        self, scenario: str | Path, conf: dict[str, Any], timeout: float = ..., ensure_bucket: bool = ...
+    ) -> DagRunResult: ...
 
 
 @pytest.fixture(scope="session")
 def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`airflow db migrate` once per session; each test copies the result (migrating takes ~10 s)."""
     home = tmp_path_factory.mktemp("airflow-template")
-    offline = SimpleNamespace(project="interlude-local", api_endpoint="http://127.0.0.1:9",
-                              gcs_endpoint="http://127.0.0.1:9")
+    offline = SimpleNamespace(
+        project="interlude-local", api_endpoint="http://127.0.0.1:9", gcs_endpoint="http://127.0.0.1:9"
+    )
     env = dev.airflow_env(home, offline)  # type: ignore[arg-type]  # only reads the three attributes
     dev.ensure_airflow_db(env)
     return home / "airflow.db"
@@ -74,8 +78,9 @@ def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def task_states(db: Path, dag_id: str, run_id: str) -> dict[str, str | None]:
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?",
-                            (dag_id, run_id)).fetchall()
+        rows = conn.execute(
+            "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = ?", (dag_id, run_id)
+        ).fetchall()
     return {task_id: state for task_id, state in rows}
 
 
@@ -95,8 +100,9 @@ def run_dag(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[RunDag]:
     """
     clouds: list[dev.LocalCloud] = []
 
-    def run(scenario: str | Path, conf: dict[str, Any], timeout: float = 300,
-            ensure_bucket: bool = True) -> DagRunResult:
+    def run(
+        scenario: str | Path, conf: dict[str, Any], timeout: float = 300, ensure_bucket: bool = True
+    ) -> DagRunResult:
         cloud = dev.start_localcloud(scenario, tmp_path / f"cloud-{len(clouds)}")
         clouds.append(cloud)
         home = tmp_path / f"airflow-{len(clouds)}"
@@ -117,9 +123,15 @@ def run_dag(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[RunDag]:
         db = home / "airflow.db"
         state = run_state(db, DAG_ID, result.run_id)
         assert state == result.state, f"DB says {state}, the closing log line says {result.state}"
-        return DagRunResult(exit_code=result.returncode, run_id=result.run_id, state=state,
-                            states=task_states(db, DAG_ID, result.run_id), log=result.log, cloud=cloud,
-                            seconds=seconds)
+        return DagRunResult(
+            exit_code=result.returncode,
+            run_id=result.run_id,
+            state=state,
+            states=task_states(db, DAG_ID, result.run_id),
+            log=result.log,
+            cloud=cloud,
+            seconds=seconds,
+        )
 
     try:
         yield run

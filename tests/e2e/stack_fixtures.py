@@ -75,16 +75,22 @@ class AirflowApi:
     def task_instance(self, run_id: str, task_id: str, dag_id: str = DAG_ID) -> dict[str, Any]:
         return dict(self.call("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
 
-    def wait_run(self, run_id: str, timeout: float, *, dag_id: str = DAG_ID,
-                 until: Callable[[dict[str, Any]], bool] | None = None,
-                 on_poll: Callable[[dict[str, dict[str, Any]]], None] | None = None) -> dict[str, Any]:
+    def wait_run(
+        self,
+        run_id: str,
+        timeout: float,
+        *,
+        dag_id: str = DAG_ID,
+        until: Callable[[dict[str, Any]], bool] | None = None,
+        on_poll: Callable[[dict[str, dict[str, Any]]], None] | None = None,
+    ) -> dict[str, Any]:
         """Poll until the run is terminal (or `until(run)` holds); on_poll sees the task instances."""
         deadline = time.monotonic() + timeout
         while True:
             run = self.run(run_id, dag_id)
             if on_poll is not None:
                 on_poll(self.task_instances(run_id, dag_id))
-            if (until(run) if until else run["state"] in TERMINAL):
+            if until(run) if until else run["state"] in TERMINAL:
                 return run
             if time.monotonic() > deadline:
                 states = {t: ti["state"] for t, ti in self.task_instances(run_id, dag_id).items()}
@@ -104,8 +110,9 @@ class Stack:
         return Path(self.state["logs"][name]).read_text(errors="replace")
 
     def task_logs(self, run_id: str, task_id: str) -> list[Path]:
-        base = (Path(self.state["airflow_home"]) / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}"
-                / f"task_id={task_id}")
+        base = (
+            Path(self.state["airflow_home"]) / "logs" / f"dag_id={DAG_ID}" / f"run_id={run_id}" / f"task_id={task_id}"
+        )
         return sorted(base.glob("*.log")) if base.exists() else []
 
     def machines(self) -> list[dict[str, Any]]:
@@ -128,9 +135,11 @@ def _scenario(var_dir: Path) -> Path:
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
     data["zones"][GPU_ONLY_ZONE] = {
         "region": "us-east1",
-        "gpu": {"accelerator_types": ["nvidia-h100-80gb", "nvidia-l4"],
-                "machine_types": ["a3-highgpu-8g", "g2-standard-8"],
-                "capacity": {"nvidia-h100-80gb": {"on_demand": 16, "spot": 16}, "nvidia-l4": {"on_demand": 8}}},
+        "gpu": {
+            "accelerator_types": ["nvidia-h100-80gb", "nvidia-l4"],
+            "machine_types": ["a3-highgpu-8g", "g2-standard-8"],
+            "capacity": {"nvidia-h100-80gb": {"on_demand": 16, "spot": 16}, "nvidia-l4": {"on_demand": 8}},
+        },
     }
     data["regions"]["us-east1"] = {"quotas": {"NVIDIA_L4_GPUS": 8, "CPUS": 1200}}
     path = var_dir / "scenario.yaml"

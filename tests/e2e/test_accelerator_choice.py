@@ -100,8 +100,9 @@ def test_nothing_available_fails_stuck_with_report(run_dag: RunDag, tmp_path: Pa
         for zone in raw["zones"].values():
             zone.setdefault("tpu", {})["accelerator_types"] = []
             if "gpu" in zone:
-                zone["gpu"]["accelerator_types"] = [t for t in zone["gpu"]["accelerator_types"]
-                                                    if t != "nvidia-h100-80gb"]
+                zone["gpu"]["accelerator_types"] = [
+                    t for t in zone["gpu"]["accelerator_types"] if t != "nvidia-h100-80gb"
+                ]
         for region in raw["regions"].values():
             region["quotas"] = {k: 0 for k in region["quotas"]}
 
@@ -115,10 +116,13 @@ def test_nothing_available_fails_stuck_with_report(run_dag: RunDag, tmp_path: Pa
     assert result.states["choose.stuck"] == "failed"
     assert result.states["validate_runtime"] == "upstream_failed"
     assert result.states["provision"] == "upstream_failed"
-    for text in ("No accelerator can be had for this run.",
-                 "No accelerator for model 'cuda-kernels-gpu-only' (strategy tpu_first)",
-                 "May the run wait for capacity? -> no: the profile does not allow waiting",
-                 "Capacity seen per candidate:", "us-central1-a: not offered"):
+    for text in (
+        "No accelerator can be had for this run.",
+        "No accelerator for model 'cuda-kernels-gpu-only' (strategy tpu_first)",
+        "May the run wait for capacity? -> no: the profile does not allow waiting",
+        "Capacity seen per candidate:",
+        "us-central1-a: not offered",
+    ):
         assert text in result.log, text
     assert_nothing_created(result)
 
@@ -140,8 +144,10 @@ def test_nothing_in_stock_fails_in_provisioning_and_leaves_nothing(run_dag: RunD
     """The shipped scenario: everything offered, nothing in stock. The probe cannot see stock, so the tree
     picks a GPU; the create stocks out, the tree is walked again without it until nothing is left, and
     the run fails with the stockouts and the stuck report. No machine is left behind."""
-    result = run_dag("nothing_available", {"model_profile": "cuda-kernels-gpu-only", "framework": "pytorch",
-                                           "zones": ["us-central1-a"]})
+    result = run_dag(
+        "nothing_available",
+        {"model_profile": "cuda-kernels-gpu-only", "framework": "pytorch", "zones": ["us-central1-a"]},
+    )
 
     assert result.state == "failed"
     assert result.exit_code != 0
@@ -158,8 +164,9 @@ def test_tpu_only_model_without_tpus_converts_for_gpu_without_approval_by_defaul
     """A TPU-only model, no TPU offered, GPUs free: the tree converts it for GPU (with the effort estimate
     in the log). `require_conversion_approval` defaults to false, so the approval task is skipped and the
     run goes on to validation: `dags test` never reaches the human-in-the-loop task."""
-    result = run_dag("tpu_short_gpu_free", {"plan_only": True, "zones": ["us-central1-a"],
-                                            "model_profile": "maxtext-tpu-only"})
+    result = run_dag(
+        "tpu_short_gpu_free", {"plan_only": True, "zones": ["us-central1-a"], "model_profile": "maxtext-tpu-only"}
+    )
 
     assert result.state == "success", result.log[-3000:]
     assert_branch(result, "convert_for_gpu")
@@ -174,8 +181,11 @@ def test_tpu_only_model_without_tpus_converts_for_gpu_without_approval_by_defaul
 
 def test_bad_input_fails_the_first_task_naming_the_params(run_dag: RunDag) -> None:
     """Refused in resolve_run, before any cloud call that creates; the failure message talks about params."""
-    result = run_dag("default", {"bucket": "--help", "network": "vpc\nINFO forged log line",
-                                 "zones": ["mars-north1-z"]}, ensure_bucket=False)
+    result = run_dag(
+        "default",
+        {"bucket": "--help", "network": "vpc\nINFO forged log line", "zones": ["mars-north1-z"]},
+        ensure_bucket=False,
+    )
 
     assert result.state == "failed", result.log[-3000:]
     assert result.states["resolve_run"] == "failed", result.states
@@ -193,8 +203,9 @@ def test_bad_input_fails_the_first_task_naming_the_params(run_dag: RunDag) -> No
 
 
 def test_unknown_zone_and_missing_bucket_are_refused_by_the_cloud_checks(run_dag: RunDag) -> None:
-    result = run_dag("default", {"bucket": "no-such-bucket-here", "zones": ["mars-north1-z", "us-central1-a"]},
-                     ensure_bucket=False)
+    result = run_dag(
+        "default", {"bucket": "no-such-bucket-here", "zones": ["mars-north1-z", "us-central1-a"]}, ensure_bucket=False
+    )
 
     assert result.states["resolve_run"] == "failed", result.states
     assert "zones: 'mars-north1-z' does not exist for this project" in result.log

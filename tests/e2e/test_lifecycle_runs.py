@@ -22,8 +22,16 @@ from interlude import dev, naming
 pytestmark = pytest.mark.e2e
 DAG_ID = "interlude_training"
 BUCKET = "interlude-e2e"
-BASE = {"train_steps": 80, "finetune_steps": 60, "checkpoint_every": 10, "step_seconds": 0.1, "seed": 7,
-        "data_date": "2024-01-15", "bucket": BUCKET, "poll_seconds": 0.5}
+BASE = {
+    "train_steps": 80,
+    "finetune_steps": 60,
+    "checkpoint_every": 10,
+    "step_seconds": 0.1,
+    "seed": 7,
+    "data_date": "2024-01-15",
+    "bucket": BUCKET,
+    "poll_seconds": 0.5,
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,9 +93,14 @@ def _store(cloud: dev.LocalCloud, run_key: str, stage: str) -> Any:
     return CheckpointStore(BUCKET, run_key, stage)
 
 
-def _watch(cloud: dev.LocalCloud, when: Callable[[dict[str, Any], int], bool],
-           act: Callable[[dict[str, Any]], None], timeout: float = 240) -> threading.Thread:
+def _watch(
+    cloud: dev.LocalCloud,
+    when: Callable[[dict[str, Any], int], bool],
+    act: Callable[[dict[str, Any]], None],
+    timeout: float = 240,
+) -> threading.Thread:
     """In the background: once a machine exists and its train progress satisfies `when`, act once."""
+
     def loop() -> None:
         deadline = time.monotonic() + timeout
         admin = cloud.admin
@@ -144,8 +157,9 @@ def test_gpu_drill_gets_its_notice_first_and_loses_nothing(gpu_stack, tmp_path: 
     assert result.succeeded, result.log[-4000:]
     report = dev.read_report(cloud, BUCKET, run_key)
     assert report is not None
-    assert report["events"] and all(e["kind"] == "maintenance" and e["notice_type"] == "SCHEDULED"
-                                     for e in report["events"]), report["events"]
+    assert report["events"] and all(
+        e["kind"] == "maintenance" and e["notice_type"] == "SCHEDULED" for e in report["events"]
+    ), report["events"]
     assert report["steps_recomputed"] == 0
     # The cloud's own log: for each GPU VM, the notice came before the maintenance started.
     events = cloud.admin.events()
@@ -209,8 +223,7 @@ def test_a_failed_stage_still_tears_down_and_fails_the_run(stack, tmp_path: Path
 
     def deny_next_list(m: dict[str, Any]) -> None:
         # The trigger's next look at the zone is refused: watching fails, the stage fails.
-        cloud.admin.inject_fault(r"^/v2/projects/[^/]+/locations/[^/]+/nodes$", status=403, count=1,
-                                               method="GET")
+        cloud.admin.inject_fault(r"^/v2/projects/[^/]+/locations/[^/]+/nodes$", status=403, count=1, method="GET")
 
     watcher = _watch(cloud, lambda m, step: step >= 15, deny_next_list)
     result, run_key = _run(stack, tmp_path, train_steps=200)
@@ -233,8 +246,9 @@ def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_d
         (home / "airflow.db").write_bytes(airflow_db.read_bytes())
         dev.ensure_bucket(cloud, BUCKET)
         squatter = TpuHook(gcp_conn_id=None, tpu_endpoint=cloud.api_endpoint, project_id=cloud.project)
-        squatter.create_node("us-central2-b", "someone-else", {"acceleratorType": "v6e-8",
-                                                               "runtimeVersion": "v2-alpha-tpuv6e"})
+        squatter.create_node(
+            "us-central2-b", "someone-else", {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"}
+        )
         conf = {**BASE, "zones": ["us-central2-b"], "train_steps": 20, "finetune_steps": 10, "checkpoint_every": 5}
         result = dev.dags_test(dev.airflow_env(home, cloud), DAG_ID, conf, tmp_path / "dags-test.log", timeout=600)
         assert result.succeeded, result.log[-4000:]
@@ -249,15 +263,19 @@ def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_d
 def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_path: Path) -> None:
     """maxtext-tpu-only prefers queued resources: the TPU comes through one, and teardown removes both."""
     cloud, _ = stack
-    result, run_key = _run(stack, tmp_path, model_profile="maxtext-tpu-only", train_steps=20, finetune_steps=10,
-                           checkpoint_every=5)
+    result, run_key = _run(
+        stack, tmp_path, model_profile="maxtext-tpu-only", train_steps=20, finetune_steps=10, checkpoint_every=5
+    )
     assert result.succeeded, result.log[-4000:]
     assert "Queued resource" in result.log or "(v6e-8, queued)" in result.log
 
     events = cloud.admin.events()
     qr = f"{run_key}-tpu-qr"
-    states = [e.get("state") for e in events if e["event"] == "queued_resource_state" and
-              str(e.get("queued_resource", "")).endswith(qr)]
+    states = [
+        e.get("state")
+        for e in events
+        if e["event"] == "queued_resource_state" and str(e.get("queued_resource", "")).endswith(qr)
+    ]
     assert states[-1] == "ACTIVE", states
     assert any(e["event"] == "queued_resource_deleted" and str(e["queued_resource"]).endswith(qr) for e in events)
     assert dev.machines(cloud) == []
@@ -271,10 +289,19 @@ def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: 
 
     zone = "us-central1-a"
     scenario = {
-        "description": "one A100 80GB whose quota is taken", "project": "interlude-local", "time_scale": 3600,
-        "zones": {zone: {"region": "us-central1", "gpu": {
-            "accelerator_types": ["nvidia-a100-80gb"], "machine_types": ["a2-ultragpu-1g"],
-            "capacity": {"nvidia-a100-80gb": {"on_demand": 4}}}}},
+        "description": "one A100 80GB whose quota is taken",
+        "project": "interlude-local",
+        "time_scale": 3600,
+        "zones": {
+            zone: {
+                "region": "us-central1",
+                "gpu": {
+                    "accelerator_types": ["nvidia-a100-80gb"],
+                    "machine_types": ["a2-ultragpu-1g"],
+                    "capacity": {"nvidia-a100-80gb": {"on_demand": 4}},
+                },
+            }
+        },
         "regions": {"us-central1": {"quotas": {"NVIDIA_A100_80GB_GPUS": 1, "CPUS": 100}}},
     }
     path = tmp_path / "a100.yaml"
@@ -287,16 +314,34 @@ def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: 
         dev.ensure_bucket(cloud, BUCKET)
         compute = ComputeHook(gcp_conn_id=None, compute_endpoint=cloud.api_endpoint, project_id=cloud.project)
         squatter = provisioning.gce_vm_body(
-            name="someone-else", zone=zone, accelerator_type="nvidia-a100-80gb", count=1,
-            machine_type="a2-ultragpu-1g", image_family="x", mode="on_demand", labels={}, script="true",
-            network=None, subnetwork=None, service_account=None)
+            name="someone-else",
+            zone=zone,
+            accelerator_type="nvidia-a100-80gb",
+            count=1,
+            machine_type="a2-ultragpu-1g",
+            image_family="x",
+            mode="on_demand",
+            labels={},
+            script="true",
+            network=None,
+            subnetwork=None,
+            service_account=None,
+        )
         compute.insert_instance(zone, squatter)
         log = tmp_path / "dags-test.log"
-        conf = {**BASE, "zones": [zone], "train_steps": 10, "finetune_steps": 5, "checkpoint_every": 5,
-                "poll_seconds": 0.5}
+        conf = {
+            **BASE,
+            "zones": [zone],
+            "train_steps": 10,
+            "finetune_steps": 5,
+            "checkpoint_every": 5,
+            "poll_seconds": 0.5,
+        }
         result: list[dev.DagTestResult] = []
-        runner = threading.Thread(target=lambda: result.append(
-            dev.dags_test(dev.airflow_env(home, cloud), DAG_ID, conf, log, timeout=600)), daemon=True)
+        runner = threading.Thread(
+            target=lambda: result.append(dev.dags_test(dev.airflow_env(home, cloud), DAG_ID, conf, log, timeout=600)),
+            daemon=True,
+        )
         runner.start()
         deadline = time.monotonic() + 180
         while "Waiting for capacity" not in (log.read_text() if log.exists() else ""):

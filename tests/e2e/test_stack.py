@@ -31,8 +31,15 @@ RUN_TIMEOUT = 240.0
 
 
 def base_conf(**overrides: Any) -> dict[str, Any]:
-    conf: dict[str, Any] = {"bucket": BUCKET, "data_date": DATA_DATE, "train_steps": 30, "finetune_steps": 10,
-                            "checkpoint_every": 5, "step_seconds": 0.1, "poll_seconds": 0.5}
+    conf: dict[str, Any] = {
+        "bucket": BUCKET,
+        "data_date": DATA_DATE,
+        "train_steps": 30,
+        "finetune_steps": 10,
+        "checkpoint_every": 5,
+        "step_seconds": 0.1,
+        "poll_seconds": 0.5,
+    }
     conf.update(overrides)
     return conf
 
@@ -104,15 +111,22 @@ def test_triggerer_restart_during_training_still_handles_maintenance(stack: Stac
     from interlude_workload.checkpoints import CheckpointStore
 
     api = stack.api
-    run_id = api.trigger(base_conf(drill_maintenance=True, train_steps=80, finetune_steps=10,
-                                   checkpoint_every=5, step_seconds=0.25))
+    run_id = api.trigger(
+        base_conf(drill_maintenance=True, train_steps=80, finetune_steps=10, checkpoint_every=5, step_seconds=0.25)
+    )
     run_key = naming.run_key(DAG_ID, run_id)
     drill = CheckpointStore(BUCKET, run_key, "train")
     drill_blob = drill.bucket.blob(drill.base + "control/drill.json")
     old_pid = stack.state["pids"]["triggerer"]
     try:
-        api.wait_run(run_id, RUN_TIMEOUT, until=lambda run: run["state"] in ("success", "failed") or (
-            drill_blob.exists() and api.task_instance(run_id, "train")["state"] == "deferred"))
+        api.wait_run(
+            run_id,
+            RUN_TIMEOUT,
+            until=lambda run: (
+                run["state"] in ("success", "failed")
+                or (drill_blob.exists() and api.task_instance(run_id, "train")["state"] == "deferred")
+            ),
+        )
         assert api.task_instance(run_id, "train")["state"] == "deferred", "train finished before the restart"
         step_at_kill = int(progress(run_key, "train").get("step") or 0)
         assert step_at_kill < 80, "training already done: the restart would not land during training"
@@ -141,8 +155,14 @@ def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> N
     run_id = api.trigger(base_conf(train_steps=150, finetune_steps=10, checkpoint_every=10, step_seconds=0.2))
     run_key = naming.run_key(DAG_ID, run_id)
     try:
-        api.wait_run(run_id, RUN_TIMEOUT, until=lambda run: run["state"] in ("success", "failed") or (
-            int(progress(run_key, "train").get("last_checkpoint_step") or 0) >= 20))
+        api.wait_run(
+            run_id,
+            RUN_TIMEOUT,
+            until=lambda run: (
+                run["state"] in ("success", "failed")
+                or (int(progress(run_key, "train").get("last_checkpoint_step") or 0) >= 20)
+            ),
+        )
         killed_at = int(progress(run_key, "train").get("step") or 0)
         assert 20 <= killed_at < 150, killed_at
         api.call("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
@@ -151,9 +171,18 @@ def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> N
         assert api.task_instance(run_id, "teardown")["state"] == "success"
         assert_no_machines_left(stack, run_key)
 
-        api.call("POST", f"dags/{DAG_ID}/clearTaskInstances", json={
-            "dry_run": False, "dag_run_id": run_id, "task_ids": ["train"], "include_downstream": True,
-            "only_failed": False, "reset_dag_runs": True})
+        api.call(
+            "POST",
+            f"dags/{DAG_ID}/clearTaskInstances",
+            json={
+                "dry_run": False,
+                "dag_run_id": run_id,
+                "task_ids": ["train"],
+                "include_downstream": True,
+                "only_failed": False,
+                "reset_dag_runs": True,
+            },
+        )
         run = api.wait_run(run_id, RUN_TIMEOUT, until=lambda run: run["state"] in ("queued", "running"))
         run = api.wait_run(run_id, RUN_TIMEOUT)
         tis = api.task_instances(run_id)
@@ -174,9 +203,19 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
     if details.get("timetable_summary") in (None, "None") or details.get("timetable_description") == "Never":
         pytest.skip(f"{DAG_ID} has schedule=None: a backfill needs a timetable (data interval per date)")
     conf = {k: v for k, v in base_conf(train_steps=10, finetune_steps=5).items() if k != "data_date"}
-    backfill = api.call("POST", "backfills", json={
-        "dag_id": DAG_ID, "from_date": "2024-01-02T00:00:00Z", "to_date": "2024-01-04T00:00:00Z",
-        "run_backwards": False, "dag_run_conf": conf, "reprocess_behavior": "none", "max_active_runs": 3})
+    backfill = api.call(
+        "POST",
+        "backfills",
+        json={
+            "dag_id": DAG_ID,
+            "from_date": "2024-01-02T00:00:00Z",
+            "to_date": "2024-01-04T00:00:00Z",
+            "run_backwards": False,
+            "dag_run_conf": conf,
+            "reprocess_behavior": "none",
+            "max_active_runs": 3,
+        },
+    )
     deadline = time.monotonic() + 3 * RUN_TIMEOUT
     runs: list[dict[str, Any]] = []
     most_used = most_waiting = 0
@@ -184,8 +223,11 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         pool = api.call("GET", "pools/interlude_accelerators")
         most_used = max(most_used, pool["running_slots"] + pool["deferred_slots"])
         most_waiting = max(most_waiting, pool["scheduled_slots"] + pool["queued_slots"])
-        runs = [r for r in api.call("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 100})["dag_runs"]
-                if r.get("run_type") == "backfill" and str(r.get("logical_date", "")).startswith("2024-01-0")]
+        runs = [
+            r
+            for r in api.call("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 100})["dag_runs"]
+            if r.get("run_type") == "backfill" and str(r.get("logical_date", "")).startswith("2024-01-0")
+        ]
         if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
             break
         time.sleep(1)
@@ -204,8 +246,9 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         key = naming.run_key(DAG_ID, run["dag_run_id"])
         assert progress(key, "finetune").get("step") == 5
         assert_no_machines_left(stack, key)
-        spec = api.call("GET", f"dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/resolve_run/xcomEntries/"
-                        "return_value")["value"]
+        spec = api.call(
+            "GET", f"dags/{DAG_ID}/dagRuns/{run['dag_run_id']}/taskInstances/resolve_run/xcomEntries/return_value"
+        )["value"]
         spec = json.loads(spec) if isinstance(spec, str) else spec
         slices.add(spec["data_date"])
         assert spec["data_date"] == str(run["logical_date"])[:10], "each run fine-tunes on its own data slice"
@@ -219,13 +262,17 @@ def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:
     run_id = api.trigger(conf)
     task = "choose.approve_convert_for_gpu"
     waiting = ("deferred", "awaiting_input")
-    api.wait_run(run_id, RUN_TIMEOUT,
-                 until=lambda run: api.task_instances(run_id).get(task, {}).get("state") in waiting)
+    api.wait_run(
+        run_id, RUN_TIMEOUT, until=lambda run: api.task_instances(run_id).get(task, {}).get("state") in waiting
+    )
     pending = api.call("GET", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/-1/hitlDetails")
     assert "person-days" in pending["body"] and pending["options"] == ["Approve", "Reject"]
     assert api.task_instances(run_id)["provision"]["state"] in (None, "none", "scheduled", "queued")
-    api.call("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/-1/hitlDetails",
-             json={"chosen_options": ["Approve"]})
+    api.call(
+        "PATCH",
+        f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/{task}/-1/hitlDetails",
+        json={"chosen_options": ["Approve"]},
+    )
     run = api.wait_run(run_id, RUN_TIMEOUT)
     states = {t: ti["state"] for t, ti in api.task_instances(run_id).items()}
     assert run["state"] == "success", states
@@ -251,8 +298,11 @@ def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack:
         assert stack.api.wait_run(run_id, RUN_TIMEOUT)["state"] == "success"
     for name in ("api-server", "scheduler", "dag-processor", "triggerer", "worker"):
         assert "InsecureKeyLengthWarning" not in stack.log_text(name), name
-    starts = re.findall(r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
-                        r"status_code=(\d+)", stack.log_text("api-server"))
+    starts = re.findall(
+        r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
+        r"status_code=(\d+)",
+        stack.log_text("api-server"),
+    )
     assert starts, "no task-start call in the api-server's log"
     first_us, first_status = starts[0]
     assert first_status == "200" and int(first_us) < 5_000_000, starts[:3]
@@ -275,8 +325,13 @@ def test_no_file_of_the_running_stack_shows_a_secret_to_others(stack: Stack) -> 
     var_dir = Path(stack.state["var_dir"])
     cfg = configparser.ConfigParser(interpolation=None)
     cfg.read(Path(stack.state["airflow_home"]) / "airflow.cfg")
-    values = [cfg["api_auth"]["jwt_secret"], cfg["core"]["fernet_key"], cfg["api"]["secret_key"],
-              stack.state["auth"]["password"], (var_dir / "db-password").read_text().strip()]
+    values = [
+        cfg["api_auth"]["jwt_secret"],
+        cfg["core"]["fernet_key"],
+        cfg["api"]["secret_key"],
+        stack.state["auth"]["password"],
+        (var_dir / "db-password").read_text().strip(),
+    ]
     assert all(len(v) >= 16 for v in values)
     holders = {}
     for dirpath, _, names in os.walk(var_dir):

@@ -21,8 +21,16 @@ from interlude import dev, naming
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-faults"
-BASE: dict[str, Any] = {"train_steps": 60, "finetune_steps": 30, "checkpoint_every": 10, "step_seconds": 0.1,
-                        "seed": 7, "data_date": "2024-01-15", "bucket": BUCKET, "poll_seconds": 0.5}
+BASE: dict[str, Any] = {
+    "train_steps": 60,
+    "finetune_steps": 30,
+    "checkpoint_every": 10,
+    "step_seconds": 0.1,
+    "seed": 7,
+    "data_date": "2024-01-15",
+    "bucket": BUCKET,
+    "poll_seconds": 0.5,
+}
 Stack = tuple[dev.LocalCloud, dict[str, str]]
 
 
@@ -60,12 +68,14 @@ def stage_stack(tmp_path: Path, stage_airflow_db: Path, stage_scenario: Path) ->
         cloud.stop()
 
 
-def run_dag(stack: Stack, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 600,
-            **conf: Any) -> tuple[dev.DagTestResult, str]:
+def run_dag(
+    stack: Stack, tmp_path: Path, env: dict[str, str] | None = None, timeout: float = 600, **conf: Any
+) -> tuple[dev.DagTestResult, str]:
     """`airflow dags test` of the lifecycle DAG; a run that does not finish in `timeout` fails the test."""
     cloud, base_env = stack
-    result = dev.dags_test({**base_env, **(env or {})}, DAG_ID, {**BASE, **conf}, tmp_path / "dags-test.log",
-                           timeout=timeout)
+    result = dev.dags_test(
+        {**base_env, **(env or {})}, DAG_ID, {**BASE, **conf}, tmp_path / "dags-test.log", timeout=timeout
+    )
     assert result.run_id, f"no run finished; log tail:\n{result.log[-3000:]}"
     return result, naming.run_key(DAG_ID, result.run_id)
 
@@ -101,9 +111,14 @@ def final_digest(cloud: dev.LocalCloud, run_key: str) -> str:
     return str(store(cloud, run_key, "finetune").latest().checkpoint.metrics["digest"])
 
 
-def when_training(cloud: dev.LocalCloud, ready: Callable[[dict[str, Any], dict[str, Any]], bool],
-                  act: Callable[[dict[str, Any]], None], timeout: float = 400, stage: str = "train",
-                  times: int = 1) -> threading.Thread:
+def when_training(
+    cloud: dev.LocalCloud,
+    ready: Callable[[dict[str, Any], dict[str, Any]], bool],
+    act: Callable[[dict[str, Any]], None],
+    timeout: float = 400,
+    stage: str = "train",
+    times: int = 1,
+) -> threading.Thread:
     """In the background: when a machine's stage progress satisfies `ready`, act (up to `times` times)."""
     os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
 

@@ -80,7 +80,7 @@ def verify_failures(cloud: dev.LocalCloud, checkpoints: list[Committed]) -> list
         if status is None or not status.committed:
             problems.append(f"{c}: gone")
             continue
-        _, reason = store._verify(status, "full")  # noqa: SLF001 - the same check resume uses
+        _, reason = store._verify(status, "full")
         if reason:
             problems.append(f"{c}: {reason}")
     return problems

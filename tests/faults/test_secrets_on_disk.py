@@ -44,13 +44,28 @@ def laid_out() -> Iterator[dict[str, Any]]:
         stack.start_postgres(var_dir / "postgres", pg_port, password)
         home = var_dir / "airflow"
         admin_password, jwt, fernet, api_secret = "adm-" + os.urandom(8).hex(), stack.jwt_secret(), "f" * 44, "s" * 43
-        password_file = stack.write_secret(home / "simple_auth_manager_passwords.json",
-                                           json.dumps({"admin": admin_password}))
-        stack.write_airflow_cfg(home, pg_port=pg_port, redis_port=1, api_port=2, secret=api_secret, jwt_secret=jwt,
-                                fernet_key=fernet, password_file=password_file, db_password=password)
+        password_file = stack.write_secret(
+            home / "simple_auth_manager_passwords.json", json.dumps({"admin": admin_password})
+        )
+        stack.write_airflow_cfg(
+            home,
+            pg_port=pg_port,
+            redis_port=1,
+            api_port=2,
+            secret=api_secret,
+            jwt_secret=jwt,
+            fernet_key=fernet,
+            password_file=password_file,
+            db_password=password,
+        )
         stack.write_state(var_dir, {"auth": {"username": "admin", "password": admin_password}})
-        yield {"stack": stack, "var_dir": var_dir, "pg_port": pg_port, "db_password": password,
-               "secrets": [password, admin_password, jwt, fernet, api_secret]}
+        yield {
+            "stack": stack,
+            "var_dir": var_dir,
+            "pg_port": pg_port,
+            "db_password": password,
+            "secrets": [password, admin_password, jwt, fernet, api_secret],
+        }
     finally:
         stack.stop_postgres(var_dir / "postgres")
         shutil.rmtree(var_dir, ignore_errors=True)
@@ -90,8 +105,20 @@ def _psql(laid_out: dict[str, Any], host: str, password: str | None) -> subproce
     env["PGPASSFILE"] = os.devnull  # no ~/.pgpass can help
     if password is not None:
         env["PGPASSWORD"] = password
-    cmd = [str(laid_out["stack"].PG_BIN / "psql"), "-h", host, "-p", str(laid_out["pg_port"]), "-U", "airflow",
-           "-d", "airflow", "-w", "-tAc", "SELECT current_user"]
+    cmd = [
+        str(laid_out["stack"].PG_BIN / "psql"),
+        "-h",
+        host,
+        "-p",
+        str(laid_out["pg_port"]),
+        "-U",
+        "airflow",
+        "-d",
+        "airflow",
+        "-w",
+        "-tAc",
+        "SELECT current_user",
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60, stdin=subprocess.DEVNULL)
 
 
@@ -133,6 +160,12 @@ def test_compose_ships_no_secret_and_refuses_to_start_without_one() -> None:
     empty = Path(tempfile.mkdtemp()) / "empty.env"
     empty.write_text("")
     env_vars = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW_", "POSTGRES_", "INTERLUDE_"))}
-    out = subprocess.run([exe, "--env-file", str(empty), "-f", str(COMPOSE), "config", "-q"], capture_output=True,
-                         text=True, env=env_vars, cwd=ROOT, timeout=120)
+    out = subprocess.run(
+        [exe, "--env-file", str(empty), "-f", str(COMPOSE), "config", "-q"],
+        capture_output=True,
+        text=True,
+        env=env_vars,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode != 0 and "compose-env" in out.stderr, out.stderr

@@ -83,8 +83,9 @@ def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack
 def test_non_deferrable_stages_drill_and_finish_with_the_reference_weights(stage_stack, tmp_path: Path) -> None:  # noqa: F811
     """deferrable=False (no triggerer): the worker watches with the same observations and decisions."""
     cloud, _ = stage_stack
-    result, run_key = run_dag(stage_stack, tmp_path, env={"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False"},
-                              drill_maintenance=True)
+    result, run_key = run_dag(
+        stage_stack, tmp_path, env={"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False"}, drill_maintenance=True
+    )
     assert result.succeeded, result.log[-4000:]
     assert "StageTrigger" not in result.log and "DEFERRED" not in result.log, "the stages must not defer"
     by_stage = _events_by_stage(cloud, run_key)

@@ -53,8 +53,10 @@ def test_api_outage_longer_than_the_hooks_retries_is_ridden_out(stage_stack, tmp
     assert dev.machines(cloud) == []
 
 
-def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_tail(stage_stack,  # noqa: F811
-                                                                                      tmp_path: Path) -> None:
+def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_tail(
+    stage_stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """The agent dies and the machine stays READY (nothing left to run the stage): no progress for
     stall_timeout_seconds -> the workload is restarted (stop/start); when it dies again -> the stage fails."""
     cloud, _ = stage_stack
@@ -68,11 +70,17 @@ def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_
     def alive_after(count: int) -> Any:
         def ready(m: dict[str, Any], progress: dict[str, Any]) -> bool:
             boot, step = str(progress.get("boot_id")), int(progress.get("step") or 0)
-            if m.get("pid") and len(killed) == count and boot not in killed and step >= 15 and \
-                    step > int(progress.get("resumed_from") or 0):
+            if (
+                m.get("pid")
+                and len(killed) == count
+                and boot not in killed
+                and step >= 15
+                and step > int(progress.get("resumed_from") or 0)
+            ):
                 seen.append(boot)
                 return True
             return False
+
         return ready
 
     first = when_training(cloud, alive_after(0), kill)
@@ -106,7 +114,9 @@ def _kill_workload(pgid: int) -> int:
 
 
 def test_a_startup_script_that_ended_is_seen_on_the_serial_console_restarted_once_then_fails(
-        stage_stack, tmp_path: Path) -> None:  # noqa: F811
+    stage_stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
     """The agent dies and the startup script ends (GPU VM, read from its serial console): acted on long before
     the stall timeout (left at its default of 10 minutes): one restart, then the stage fails with the tail."""
     cloud, _ = stage_stack
@@ -120,18 +130,25 @@ def test_a_startup_script_that_ended_is_seen_on_the_serial_console_restarted_onc
     def alive_after(count: int) -> Any:
         def ready(m: dict[str, Any], progress: dict[str, Any]) -> bool:
             boot, step = str(progress.get("boot_id")), int(progress.get("step") or 0)
-            if m.get("pid") and len(killed) == count and boot not in killed and step >= 15 and \
-                    step > int(progress.get("resumed_from") or 0):
+            if (
+                m.get("pid")
+                and len(killed) == count
+                and boot not in killed
+                and step >= 15
+                and step > int(progress.get("resumed_from") or 0)
+            ):
                 seen.append(boot)
                 return True
             return False
+
         return ready
 
     first = when_training(cloud, alive_after(0), kill)
     second = when_training(cloud, alive_after(1), kill, timeout=600)
     started = time.monotonic()
-    result, run_key = run_dag(stage_stack, tmp_path, model_profile="cuda-kernels-gpu-only", train_steps=2000,
-                              timeout=500)
+    result, run_key = run_dag(
+        stage_stack, tmp_path, model_profile="cuda-kernels-gpu-only", train_steps=2000, timeout=500
+    )
     first.join(timeout=5)
     second.join(timeout=5)
     assert len(killed) == 2, killed

@@ -51,7 +51,7 @@ def _drain_list_faults(cloud: dev.LocalCloud, zone: str) -> None:
         try:
             tpu.list_nodes(zone)
             return
-        except Exception:  # noqa: BLE001, S112 - an injected fault answering: try again
+        except Exception:  # noqa: BLE001 - an injected fault answering: try again
             continue
 
 
@@ -121,7 +121,7 @@ def test_killed_provision_leaves_an_intent_that_teardown_deletes(cloud, airflow_
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=open(tmp_path / "provision.log", "w"),
-    )  # noqa: SIM115
+    )
     assert proc.stdin is not None
     proc.stdin.write(json.dumps([spec.to_dict(), validated, {"zones": []}]).encode())
     proc.stdin.close()

@@ -28,8 +28,13 @@ from interlude_localcloud.gke.runtime import ClusterRuntime
 
 # TPU machine types -> the accelerator label GKE puts on their nodes
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#availability).
-TPU_MACHINE_PREFIXES = {"ct4p": "tpu-v4-podslice", "ct5lp": "tpu-v5-lite-podslice", "ct5p": "tpu-v5p-slice",
-                        "ct6e": "tpu-v6e-slice", "tpu7x": "tpu7x"}
+TPU_MACHINE_PREFIXES = {
+    "ct4p": "tpu-v4-podslice",
+    "ct5lp": "tpu-v5-lite-podslice",
+    "ct5p": "tpu-v5p-slice",
+    "ct6e": "tpu-v6e-slice",
+    "tpu7x": "tpu7x",
+}
 NAMESPACES = RESOURCES[0]
 _EFFECT_BY_ENUM = {v: k for k, v in EFFECTS.items()}
 DEFAULT_TOPOLOGY = {1: "1x1", 4: "2x2", 8: "2x4"}
@@ -69,7 +74,7 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
     """A NodePool resource (CreateNodePoolRequest.nodePool) -> NodePoolSpec."""
     name = body.get("name") or ""
     if not re.fullmatch(r"[a-z]([-a-z0-9]{0,38}[a-z0-9])?", name):
-        raise invalid(f"Invalid node pool name \"{name}\".")
+        raise invalid(f'Invalid node pool name "{name}".')
     config = body.get("config") or {}
     machine_type = config.get("machineType") or "e2-medium"
     accels = config.get("accelerators") or []
@@ -78,13 +83,23 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
     autoscaling = body.get("autoscaling") or {}
     initial = int(body.get("initialNodeCount", 0))
     zones = list(body.get("locations") or ([location] if location.count("-") == 2 else [f"{location}-a"]))
-    return NodePoolSpec(name=name, machine_type=machine_type, min_nodes=int(autoscaling.get("minNodeCount", 0)),
-                        max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))), initial_nodes=initial,
-                        spot=bool(config.get("spot") or config.get("preemptible")), zones=zones, tpu=tpu, gpu=gpu,
-                        labels=dict(config.get("labels") or {}), autoscaling=bool(autoscaling.get("enabled")),
-                        taints=[Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""),
-                                                                                                 "NoSchedule"))
-                                for t in config.get("taints") or []])
+    return NodePoolSpec(
+        name=name,
+        machine_type=machine_type,
+        min_nodes=int(autoscaling.get("minNodeCount", 0)),
+        max_nodes=int(autoscaling.get("maxNodeCount", max(initial, 1))),
+        initial_nodes=initial,
+        spot=bool(config.get("spot") or config.get("preemptible")),
+        zones=zones,
+        tpu=tpu,
+        gpu=gpu,
+        labels=dict(config.get("labels") or {}),
+        autoscaling=bool(autoscaling.get("enabled")),
+        taints=[
+            Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""), "NoSchedule"))
+            for t in config.get("taints") or []
+        ],
+    )
 
 
 class Gke:
@@ -97,8 +112,9 @@ class Gke:
         self.operations: dict[tuple[str, str], dict[str, Any]] = {}  # (location, name) -> Operation
         for spec in specs:
             kube = KubeApiServer(spec, state_dir)
-            self.clusters[(spec.location, spec.name)] = ClusterState(spec, cloud.scenario.project, kube, rfc3339(),
-                                                                     cloud.new_id())
+            self.clusters[(spec.location, spec.name)] = ClusterState(
+                spec, cloud.scenario.project, kube, rfc3339(), cloud.new_id()
+            )
 
     def start(self) -> None:
         for c in self.clusters.values():
@@ -119,8 +135,7 @@ class Gke:
             gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")
             if gcs:
                 env["STORAGE_EMULATOR_HOST"] = str(gcs)
-            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env,
-                                       self._free_units)
+            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env, self._free_units)
             c.runtime.start()
 
     def _free_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
@@ -150,14 +165,22 @@ class Gke:
         return p
 
     # operations -------------------------------------------------------------------------------
-    def _operation(self, c: ClusterState, op_type: str, target: str, delay: float,
-                   finish: Callable[[], None]) -> dict[str, Any]:
+    def _operation(
+        self, c: ClusterState, op_type: str, target: str, delay: float, finish: Callable[[], None]
+    ) -> dict[str, Any]:
         name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
         loc = c.spec.location
         base = f"https://container.googleapis.com/v1/projects/{c.project}/locations/{loc}"
-        op: dict[str, Any] = {"name": name, "zone": loc, "location": loc, "operationType": op_type,
-                              "status": "RUNNING", "selfLink": f"{base}/operations/{name}",
-                              "targetLink": f"{base}/clusters/{c.spec.name}/{target}", "startTime": rfc3339()}
+        op: dict[str, Any] = {
+            "name": name,
+            "zone": loc,
+            "location": loc,
+            "operationType": op_type,
+            "status": "RUNNING",
+            "selfLink": f"{base}/operations/{name}",
+            "targetLink": f"{base}/clusters/{c.spec.name}/{target}",
+            "startTime": rfc3339(),
+        }
         self.operations[(loc, name)] = op
 
         def done() -> None:
@@ -178,8 +201,9 @@ class Gke:
     def create_pool(self, c: ClusterState, body: dict[str, Any]) -> dict[str, Any]:
         spec = pool_from_request(body, c.spec.location)
         if spec.name in c.pools:
-            raise already_exists(f"projects/{c.project}/locations/{c.spec.location}/clusters/{c.spec.name}"
-                                 f"/nodePools/{spec.name}")
+            raise already_exists(
+                f"projects/{c.project}/locations/{c.spec.location}/clusters/{c.spec.name}/nodePools/{spec.name}"
+            )
         state = PoolState(spec, spec.initial_nodes, rfc3339(), status="PROVISIONING")
         c.pools[spec.name] = state
 
@@ -187,21 +211,23 @@ class Gke:
             state.status = "RUNNING"
             nodes.sync_pool(c.kube.store, c.spec.name, spec, state.size, c.spec.kubernetes_version)
 
-        return self._operation(c, "CREATE_NODE_POOL", f"nodePools/{spec.name}",
-                               self.cloud.scenario.delay("gke_node_pool_create"), finish)
+        return self._operation(
+            c, "CREATE_NODE_POOL", f"nodePools/{spec.name}", self.cloud.scenario.delay("gke_node_pool_create"), finish
+        )
 
     def delete_pool(self, c: ClusterState, name: str) -> dict[str, Any]:
         state = self.pool(c, name)
         if state.status == "STOPPING":
-            raise ApiError(400, f"Node pool \"{name}\" is being deleted.", "FAILED_PRECONDITION")
+            raise ApiError(400, f'Node pool "{name}" is being deleted.', "FAILED_PRECONDITION")
         state.status = "STOPPING"
 
         def finish() -> None:
             c.pools.pop(name, None)
             nodes.sync_pool(c.kube.store, c.spec.name, state.spec, 0, c.spec.kubernetes_version)
 
-        return self._operation(c, "DELETE_NODE_POOL", f"nodePools/{name}",
-                               self.cloud.scenario.delay("gke_node_pool_delete"), finish)
+        return self._operation(
+            c, "DELETE_NODE_POOL", f"nodePools/{name}", self.cloud.scenario.delay("gke_node_pool_delete"), finish
+        )
 
     def set_size(self, c: ClusterState, name: str, count: int) -> dict[str, Any]:
         state = self.pool(c, name)
@@ -214,5 +240,6 @@ class Gke:
             state.status = "RUNNING"
             nodes.sync_pool(c.kube.store, c.spec.name, state.spec, count, c.spec.kubernetes_version)
 
-        return self._operation(c, "SET_NODE_POOL_SIZE", f"nodePools/{name}",
-                               self.cloud.scenario.delay("gke_resize"), finish)
+        return self._operation(
+            c, "SET_NODE_POOL_SIZE", f"nodePools/{name}", self.cloud.scenario.delay("gke_resize"), finish
+        )

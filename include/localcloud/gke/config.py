@@ -76,8 +76,21 @@ class ClusterSpec:
         return f"{major}.{minor}"
 
 
-_POOL_KEYS = {"name", "machine_type", "min_nodes", "max_nodes", "initial_nodes", "spot", "zones", "tpu",
-              "gpu", "labels", "taints", "compute_class", "autoscaling"}
+_POOL_KEYS = {
+    "name",
+    "machine_type",
+    "min_nodes",
+    "max_nodes",
+    "initial_nodes",
+    "spot",
+    "zones",
+    "tpu",
+    "gpu",
+    "labels",
+    "taints",
+    "compute_class",
+    "autoscaling",
+}
 
 
 def _pool_labels_taints(raw: dict[str, Any]) -> tuple[dict[str, str], list[Taint]]:
@@ -85,8 +98,10 @@ def _pool_labels_taints(raw: dict[str, Any]) -> tuple[dict[str, str], list[Taint
     and the NoSchedule taint cloud.google.com/compute-class=X
     (https://cloud.google.com/kubernetes-engine/docs/how-to/create-manage-compute-classes)."""
     labels = {str(k): str(v) for k, v in (raw.get("labels") or {}).items()}
-    taints = [Taint(str(t["key"]), str(t.get("value", "")), str(t.get("effect", "NoSchedule")))
-              for t in raw.get("taints") or []]
+    taints = [
+        Taint(str(t["key"]), str(t.get("value", "")), str(t.get("effect", "NoSchedule")))
+        for t in raw.get("taints") or []
+    ]
     if raw.get("compute_class"):
         cc = str(raw["compute_class"])
         labels[COMPUTE_CLASS_KEY] = cc
@@ -106,13 +121,18 @@ def _pool(raw: dict[str, Any], location: str) -> NodePoolSpec:
     zones = list(raw.get("zones") or ([location] if location.count("-") == 2 else [f"{location}-a"]))
     labels, taints = _pool_labels_taints(raw)
     return NodePoolSpec(
-        name=str(raw["name"]), machine_type=str(raw["machine_type"]),
-        min_nodes=int(raw.get("min_nodes", 0)), max_nodes=int(raw.get("max_nodes", 3)),
-        initial_nodes=int(raw.get("initial_nodes", raw.get("min_nodes", 0))), spot=bool(raw.get("spot", False)),
+        name=str(raw["name"]),
+        machine_type=str(raw["machine_type"]),
+        min_nodes=int(raw.get("min_nodes", 0)),
+        max_nodes=int(raw.get("max_nodes", 3)),
+        initial_nodes=int(raw.get("initial_nodes", raw.get("min_nodes", 0))),
+        spot=bool(raw.get("spot", False)),
         zones=zones,
         tpu=TpuSpec(str(tpu["accelerator"]), str(tpu["topology"]), int(tpu.get("chips", 4))) if tpu else None,
         gpu=GpuSpec(str(gpu["type"]), int(gpu.get("count", 1))) if gpu else None,
-        labels=labels, taints=taints, autoscaling=bool(raw.get("autoscaling", False)),
+        labels=labels,
+        taints=taints,
+        autoscaling=bool(raw.get("autoscaling", False)),
     )
 
 
@@ -126,12 +146,17 @@ def parse_gke(raw: dict[str, Any] | None) -> list[ClusterSpec]:
     out: list[ClusterSpec] = []
     for c in raw.get("clusters") or []:
         location = str(c["location"])
-        out.append(ClusterSpec(
-            name=str(c["name"]), location=location,
-            kubernetes_version=str(c.get("kubernetes_version", DEFAULT_K8S_VERSION)),
-            node_pools=[_pool(p, location) for p in c.get("node_pools") or []],
-            images={str(k): {str(n): [str(a) for a in argv] for n, argv in (v or {}).items()}
-                    for k, v in (raw.get("images") or {}).items()},
-            run=bool(raw.get("run", False)),
-        ))
+        out.append(
+            ClusterSpec(
+                name=str(c["name"]),
+                location=location,
+                kubernetes_version=str(c.get("kubernetes_version", DEFAULT_K8S_VERSION)),
+                node_pools=[_pool(p, location) for p in c.get("node_pools") or []],
+                images={
+                    str(k): {str(n): [str(a) for a in argv] for n, argv in (v or {}).items()}
+                    for k, v in (raw.get("images") or {}).items()
+                },
+                run=bool(raw.get("run", False)),
+            )
+        )
     return out

@@ -27,22 +27,40 @@ def _base(c: ClusterState) -> str:
 
 def render_pool(c: ClusterState, p: PoolState) -> dict[str, Any]:
     s = p.spec
-    config: dict[str, Any] = {"machineType": s.machine_type, "diskSizeGb": 100, "diskType": "pd-balanced",
-                              "imageType": "COS_CONTAINERD", "labels": dict(s.labels), "spot": s.spot,
-                              "oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"]}
+    config: dict[str, Any] = {
+        "machineType": s.machine_type,
+        "diskSizeGb": 100,
+        "diskType": "pd-balanced",
+        "imageType": "COS_CONTAINERD",
+        "labels": dict(s.labels),
+        "spot": s.spot,
+        "oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"],
+    }
     if s.taints:
         config["taints"] = [{"key": t.key, "value": t.value, "effect": EFFECTS[t.effect]} for t in s.taints]
     if s.gpu:
         config["accelerators"] = [{"acceleratorCount": str(s.gpu.count), "acceleratorType": s.gpu.type}]
     pool: dict[str, Any] = {
-        "name": s.name, "config": config, "initialNodeCount": s.initial_nodes, "locations": list(s.zones),
-        "autoscaling": {"enabled": True, "minNodeCount": s.min_nodes, "maxNodeCount": s.max_nodes,
-                        "locationPolicy": "ANY" if s.spot else "BALANCED"},
-        "management": {"autoRepair": True, "autoUpgrade": True}, "status": p.status,
-        "version": c.spec.kubernetes_version, "podIpv4CidrSize": 24,
+        "name": s.name,
+        "config": config,
+        "initialNodeCount": s.initial_nodes,
+        "locations": list(s.zones),
+        "autoscaling": {
+            "enabled": True,
+            "minNodeCount": s.min_nodes,
+            "maxNodeCount": s.max_nodes,
+            "locationPolicy": "ANY" if s.spot else "BALANCED",
+        },
+        "management": {"autoRepair": True, "autoUpgrade": True},
+        "status": p.status,
+        "version": c.spec.kubernetes_version,
+        "podIpv4CidrSize": 24,
         "selfLink": f"{_base(c)}/clusters/{c.spec.name}/nodePools/{s.name}",
-        "instanceGroupUrls": [f"https://www.googleapis.com/compute/v1/projects/{c.project}/zones/{z}/"
-                              f"instanceGroupManagers/gke-{c.spec.name}-{s.name}-grp" for z in s.zones],
+        "instanceGroupUrls": [
+            f"https://www.googleapis.com/compute/v1/projects/{c.project}/zones/{z}/"
+            f"instanceGroupManagers/gke-{c.spec.name}-{s.name}-grp"
+            for z in s.zones
+        ],
         "etag": f"{abs(hash((s.name, p.size, p.status))):x}",
     }
     if s.tpu:
@@ -54,14 +72,25 @@ def render_cluster(c: ClusterState) -> dict[str, Any]:
     pools = list(c.pools.values())
     zones = sorted({z for p in pools for z in p.spec.zones})
     return {
-        "name": c.spec.name, "id": c.id, "location": c.spec.location, "zone": c.spec.location,
-        "locations": zones, "endpoint": c.kube.endpoint, "status": "RUNNING",
+        "name": c.spec.name,
+        "id": c.id,
+        "location": c.spec.location,
+        "zone": c.spec.location,
+        "locations": zones,
+        "endpoint": c.kube.endpoint,
+        "status": "RUNNING",
         "masterAuth": {"clusterCaCertificate": c.kube.tls.ca_base64},
-        "currentMasterVersion": c.spec.kubernetes_version, "currentNodeVersion": c.spec.kubernetes_version,
-        "initialClusterVersion": c.spec.kubernetes_version, "createTime": c.created,
-        "selfLink": f"{_base(c)}/clusters/{c.spec.name}", "network": "default", "subnetwork": "default",
-        "currentNodeCount": sum(p.size for p in pools), "nodePools": [render_pool(c, p) for p in pools],
-        "releaseChannel": {"channel": "REGULAR"}, "clusterIpv4Cidr": "10.8.0.0/14",
+        "currentMasterVersion": c.spec.kubernetes_version,
+        "currentNodeVersion": c.spec.kubernetes_version,
+        "initialClusterVersion": c.spec.kubernetes_version,
+        "createTime": c.created,
+        "selfLink": f"{_base(c)}/clusters/{c.spec.name}",
+        "network": "default",
+        "subnetwork": "default",
+        "currentNodeCount": sum(p.size for p in pools),
+        "nodePools": [render_pool(c, p) for p in pools],
+        "releaseChannel": {"channel": "REGULAR"},
+        "clusterIpv4Cidr": "10.8.0.0/14",
         "servicesIpv4Cidr": "34.118.224.0/20",
     }
 
@@ -88,8 +117,11 @@ class ContainerApi:
     def list_clusters(self, req: Request) -> Response:
         p = req.params
         with self.cloud.lock:
-            out = [render_cluster(c) for (loc, _), c in sorted(self.gke.clusters.items())
-                   if c.project == p["project"] and p["location"] in ("-", loc)]
+            out = [
+                render_cluster(c)
+                for (loc, _), c in sorted(self.gke.clusters.items())
+                if c.project == p["project"] and p["location"] in ("-", loc)
+            ]
         return Response({"clusters": out}, "ListClustersResponse")
 
     def get_cluster(self, req: Request) -> Response:
@@ -122,8 +154,9 @@ class ContainerApi:
         if "nodeCount" not in body:
             raise invalid("Invalid JSON payload received. nodeCount is required.")
         with self.cloud.lock:
-            return Response(self.gke.set_size(self._cluster(req), req.params["pool"], int(body["nodeCount"])),
-                            "Operation")
+            return Response(
+                self.gke.set_size(self._cluster(req), req.params["pool"], int(body["nodeCount"])), "Operation"
+            )
 
     def get_operation(self, req: Request) -> Response:
         p = req.params

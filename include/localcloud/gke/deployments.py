@@ -118,13 +118,26 @@ class DeploymentController:
         template = json.loads(json.dumps((d.get("spec") or {}).get("template") or {}))
         meta = template.get("metadata") or {}
         name = f"{d['metadata']['name']}-{h}-{''.join(secrets.choice(_ALPHABET) for _ in range(5))}"
-        pod = {"apiVersion": "v1", "kind": "Pod",
-               "metadata": {"name": name, "labels": {**(meta.get("labels") or {}), HASH_LABEL: h},
-                            "annotations": dict(meta.get("annotations") or {}),
-                            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
-                                                 "name": d["metadata"]["name"], "uid": d["metadata"]["uid"],
-                                                 "controller": True, "blockOwnerDeletion": True}]},
-               "spec": template.get("spec") or {}}
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "labels": {**(meta.get("labels") or {}), HASH_LABEL: h},
+                "annotations": dict(meta.get("annotations") or {}),
+                "ownerReferences": [
+                    {
+                        "apiVersion": "apps/v1",
+                        "kind": "Deployment",
+                        "name": d["metadata"]["name"],
+                        "uid": d["metadata"]["uid"],
+                        "controller": True,
+                        "blockOwnerDeletion": True,
+                    }
+                ],
+            },
+            "spec": template.get("spec") or {},
+        }
         defaults.apply(PODS, pod)
         self.store.create(PODS, d["metadata"]["namespace"], pod)
 
@@ -141,14 +154,15 @@ class DeploymentController:
                 self._delete(p)
             for _ in range(replicas - len(new)):
                 self._create_pod(d, h)
-            for p in sorted(new, key=is_ready)[:max(len(new) - replicas, 0)]:
+            for p in sorted(new, key=is_ready)[: max(len(new) - replicas, 0)]:
                 self._delete(p)
         else:
             self._roll(d, h, replicas, new, old)
         self._write_status(d, h)
 
-    def _roll(self, d: dict[str, Any], h: str, replicas: int, new: list[dict[str, Any]],
-              old: list[dict[str, Any]]) -> None:
+    def _roll(
+        self, d: dict[str, Any], h: str, replicas: int, new: list[dict[str, Any]], old: list[dict[str, Any]]
+    ) -> None:
         surge, unavailable = surge_and_unavailable(d.get("spec") or {})
         # Scale the new pods up within the surge budget.
         room = min(replicas + surge - len(new) - len(old), replicas - len(new))
@@ -160,10 +174,10 @@ class DeploymentController:
         old = [p for p in old if is_ready(p)]
         ready = sum(is_ready(p) for p in new) + len(old)
         budget = ready - (replicas - unavailable)
-        for p in old[:max(budget, 0)]:
+        for p in old[: max(budget, 0)]:
             self._delete(p)
         extra = len(new) - replicas
-        for p in sorted(new, key=is_ready)[:max(extra, 0)]:
+        for p in sorted(new, key=is_ready)[: max(extra, 0)]:
             self._delete(p)
 
     def _write_status(self, d: dict[str, Any], h: str) -> None:
@@ -174,13 +188,22 @@ class DeploymentController:
         ready = sum(is_ready(p) for p in pods)
         available = ready >= replicas - surge_and_unavailable(d.get("spec") or {})[1]
         status: dict[str, Any] = {
-            "observedGeneration": d["metadata"].get("generation", 1), "replicas": len(pods),
-            "updatedReplicas": len(updated), "readyReplicas": ready, "availableReplicas": ready,
+            "observedGeneration": d["metadata"].get("generation", 1),
+            "replicas": len(pods),
+            "updatedReplicas": len(updated),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
             "unavailableReplicas": max(len(pods) - ready, 0) if len(pods) >= replicas else replicas - ready,
-            "conditions": [{"type": "Available", "status": "True" if available else "False",
-                            "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
-                            "message": "Deployment has minimum availability." if available
-                            else "Deployment does not have minimum availability."}],
+            "conditions": [
+                {
+                    "type": "Available",
+                    "status": "True" if available else "False",
+                    "reason": "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
+                    "message": "Deployment has minimum availability."
+                    if available
+                    else "Deployment does not have minimum availability.",
+                }
+            ],
         }
         for k in ("readyReplicas", "availableReplicas", "unavailableReplicas", "updatedReplicas", "replicas"):
             if status[k] == 0:

@@ -91,8 +91,10 @@ class KubeApi:
         if not isinstance(obj, dict):
             raise bad_request("the object provided is unrecognized or malformed")
         if obj.get("kind") not in (None, t.rt.kind) or obj.get("apiVersion") not in (None, t.rt.api_version):
-            raise bad_request(f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
-                              f"API version ({t.rt.api_version})")
+            raise bad_request(
+                f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
+                f"API version ({t.rt.api_version})"
+            )
         meta = obj.setdefault("metadata", {}) or {}
         obj["metadata"] = meta
         body_ns = meta.get("namespace")
@@ -114,7 +116,7 @@ class KubeApi:
             lines = self.store.logs.get((t.namespace or "", t.name), [])
             tail = q.get("tailLines")
             if tail:
-                lines = lines[-int(tail):] if int(tail) > 0 else []
+                lines = lines[-int(tail) :] if int(tail) > 0 else []
             return PlainTextResponse("".join(line if line.endswith("\n") else line + "\n" for line in lines))
         if t.name:
             return JSONResponse(self.store.get(t.rt, t.namespace or "", t.name))
@@ -130,9 +132,10 @@ class KubeApi:
         if limit and start + limit < len(items):
             meta["continue"] = base64.b64encode(json.dumps({"start": start + limit, "rv": rv}).encode()).decode()
             meta["remainingItemCount"] = len(items) - start - limit
-        items = items[start:start + limit] if limit else items[start:]
-        return JSONResponse({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version, "metadata": meta,
-                             "items": items})
+        items = items[start : start + limit] if limit else items[start:]
+        return JSONResponse(
+            {"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version, "metadata": meta, "items": items}
+        )
 
     async def create(self, t: Target, request: Request) -> Response:
         if t.name and t.sub == "binding":
@@ -174,13 +177,19 @@ class KubeApi:
             return self._scale(t, lambda cur: patching.merge_patch(cur, body))
         if ctype == "application/apply-patch+yaml":
             return self._apply(t, body, request)
-        patcher = {"application/merge-patch+json": patching.merge_patch,
-                   "application/strategic-merge-patch+json": patching.strategic_merge,
-                   "application/json-patch+json": patching.json_patch}.get(ctype)
+        patcher = {
+            "application/merge-patch+json": patching.merge_patch,
+            "application/strategic-merge-patch+json": patching.strategic_merge,
+            "application/json-patch+json": patching.json_patch,
+        }.get(ctype)
         if patcher is None:
-            raise KubeError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                            "accepted media types include: application/json-patch+json, application/merge-patch+json, "
-                            "application/apply-patch+yaml, application/strategic-merge-patch+json")
+            raise KubeError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - "
+                "accepted media types include: application/json-patch+json, application/merge-patch+json, "
+                "application/apply-patch+yaml, application/strategic-merge-patch+json",
+            )
         headers: dict[str, str] = {}
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
@@ -223,8 +232,12 @@ class KubeApi:
 
         def mutate(pod: dict[str, Any]) -> dict[str, Any]:
             if pod["spec"].get("nodeName"):
-                raise KubeError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{t.name}": pod '
-                                f'{t.name} is already assigned to node "{pod["spec"]["nodeName"]}"')
+                raise KubeError(
+                    409,
+                    "Conflict",
+                    f'Operation cannot be fulfilled on pods/binding "{t.name}": pod '
+                    f'{t.name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                )
             pod["spec"]["nodeName"] = node
             current = (pod.get("status") or {}).get("conditions") or []
             conditions = [c for c in current if c.get("type") != "PodScheduled"]
@@ -232,8 +245,9 @@ class KubeApi:
             return pod
 
         self.store.update(t.rt, t.namespace or "", t.name, mutate, "binding")
-        return JSONResponse({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
-                            status_code=201)
+        return JSONResponse(
+            {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, status_code=201
+        )
 
     def _scale(self, t: Target, new_scale: Any) -> Response:
         updated = self.store.update(t.rt, t.namespace or "", t.name, scale.apply_scale(new_scale))
@@ -245,8 +259,14 @@ class KubeApi:
             pred = selectors.label_selector(request.query_params.get("labelSelector"))
             items, _ = self.store.list(t.rt, t.namespace, pred)
             gone = [self.store.delete(t.rt, o["metadata"].get("namespace") or "", o["metadata"]["name"]) for o in items]
-            return JSONResponse({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version,
-                                 "metadata": {"resourceVersion": self.store.resource_version}, "items": gone})
+            return JSONResponse(
+                {
+                    "kind": f"{t.rt.kind}List",
+                    "apiVersion": t.rt.api_version,
+                    "metadata": {"resourceVersion": self.store.resource_version},
+                    "items": gone,
+                }
+            )
         obj = self.store.delete(t.rt, ns, t.name)
         if t.rt.plural in _RETURNS_OBJECT_ON_DELETE:
             return JSONResponse(obj)
@@ -262,14 +282,25 @@ def _discovery_routes(app: FastAPI, k8s_version: str, server_address: str) -> No
 
     @app.get("/version")
     async def version() -> dict[str, Any]:
-        return {"major": "1", "minor": minor, "gitVersion": f"v{k8s_version}", "gitTreeState": "clean",
-                "gitCommit": "", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24", "compiler": "gc",
-                "platform": "linux/amd64"}
+        return {
+            "major": "1",
+            "minor": minor,
+            "gitVersion": f"v{k8s_version}",
+            "gitTreeState": "clean",
+            "gitCommit": "",
+            "buildDate": "2025-01-01T00:00:00Z",
+            "goVersion": "go1.24",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
 
     @app.get("/api")
     async def core_versions() -> dict[str, Any]:
-        return {"kind": "APIVersions", "versions": ["v1"],
-                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}]}
+        return {
+            "kind": "APIVersions",
+            "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}],
+        }
 
     @app.get("/apis")
     async def groups() -> dict[str, Any]:

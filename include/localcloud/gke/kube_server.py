@@ -46,13 +46,22 @@ class KubeApiServer:
         self._port = int(self._sock.getsockname()[1])
         self._sock.set_inheritable(False)
         app = build_app(KubeApi(self.store, self.admission, self.spec.kubernetes_version), self.endpoint)
-        config = uvicorn.Config(app, log_level="warning", ssl_certfile=str(self.tls.cert_file),
-                                ssl_keyfile=str(self.tls.key_file), timeout_graceful_shutdown=1,
-                                access_log=False, lifespan="off")
+        config = uvicorn.Config(
+            app,
+            log_level="warning",
+            ssl_certfile=str(self.tls.cert_file),
+            ssl_keyfile=str(self.tls.key_file),
+            timeout_graceful_shutdown=1,
+            access_log=False,
+            lifespan="off",
+        )
         self._server = uvicorn.Server(config)
         sockets = [self._sock]
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._server.serve(sockets=sockets)),  # type: ignore[union-attr]
-                                        name=f"gke-apiserver-{self.spec.name}", daemon=True)
+        self._thread = threading.Thread(
+            target=lambda: asyncio.run(self._server.serve(sockets=sockets)),  # type: ignore[union-attr]
+            name=f"gke-apiserver-{self.spec.name}",
+            daemon=True,
+        )
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started:

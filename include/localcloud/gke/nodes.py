@@ -29,10 +29,15 @@ def node_name(cluster: str, pool: str, index: int) -> str:
 
 def _labels(pool: NodePoolSpec, zone: str, name: str) -> dict[str, str]:
     labels = {
-        POOL_LABEL: pool.name, "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
-        "node.kubernetes.io/instance-type": pool.machine_type, "topology.kubernetes.io/zone": zone,
-        "topology.kubernetes.io/region": zone.rsplit("-", 1)[0], "kubernetes.io/hostname": name,
-        "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", **pool.labels,
+        POOL_LABEL: pool.name,
+        "cloud.google.com/machine-family": pool.machine_type.split("-")[0],
+        "node.kubernetes.io/instance-type": pool.machine_type,
+        "topology.kubernetes.io/zone": zone,
+        "topology.kubernetes.io/region": zone.rsplit("-", 1)[0],
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        **pool.labels,
     }
     if pool.spot:
         labels["cloud.google.com/gke-spot"] = "true"
@@ -64,17 +69,34 @@ def node_object(cluster: str, pool: NodePoolSpec, index: int, version: str) -> d
     if pool.gpu:
         capacity["nvidia.com/gpu"] = str(pool.gpu.count)
     return {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": name, "labels": _labels(pool, zone, name)},
         "spec": {"taints": _taints(pool), "providerID": f"gce://localcloud/{zone}/{name}"},
-        "status": {"capacity": capacity, "allocatable": dict(capacity),
-                   "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                   "message": "kubelet is posting ready status"}],
-                   "nodeInfo": {"kubeletVersion": f"v{version}", "containerRuntimeVersion": "containerd://1.7.24",
-                                "operatingSystem": "linux", "architecture": "amd64",
-                                "osImage": "Container-Optimized OS",
-                                "kernelVersion": "6.6.0", "machineID": "", "systemUUID": "", "bootID": "",
-                                "kubeProxyVersion": f"v{version}"}},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": [
+                {
+                    "type": "Ready",
+                    "status": "True",
+                    "reason": "KubeletReady",
+                    "message": "kubelet is posting ready status",
+                }
+            ],
+            "nodeInfo": {
+                "kubeletVersion": f"v{version}",
+                "containerRuntimeVersion": "containerd://1.7.24",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+                "osImage": "Container-Optimized OS",
+                "kernelVersion": "6.6.0",
+                "machineID": "",
+                "systemUUID": "",
+                "bootID": "",
+                "kubeProxyVersion": f"v{version}",
+            },
+        },
     }
 
 

@@ -24,12 +24,30 @@ Path = tuple[str, ...]
 
 # Patch merge keys of the list fields we use (from the Kubernetes OpenAPI x-kubernetes-patch-merge-key).
 MERGE_KEYS: dict[str, str] = {
-    "containers": "name", "initContainers": "name", "env": "name", "volumes": "name", "volumeMounts": "mountPath",
-    "imagePullSecrets": "name", "conditions": "type", "metrics": "", "taints": "key", "tolerations": "",
+    "containers": "name",
+    "initContainers": "name",
+    "env": "name",
+    "volumes": "name",
+    "volumeMounts": "mountPath",
+    "imagePullSecrets": "name",
+    "conditions": "type",
+    "metrics": "",
+    "taints": "key",
+    "tolerations": "",
 }
 _PORT_KEYS = ("containerPort", "port")
-_IGNORED_META = {"name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
-                 "selfLink", "deletionTimestamp", "generateName"}
+_IGNORED_META = {
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "selfLink",
+    "deletionTimestamp",
+    "generateName",
+}
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -128,8 +146,7 @@ def _json_patch_op(doc: Any, op: dict[str, Any]) -> None:
         _take(doc, path, True)
     elif kind == "test":
         if _take(doc, path, False) != op["value"]:
-            raise bad_request(f"the server rejected our request due to an error in our request: "
-                              f"test failed at {path}")
+            raise bad_request(f"the server rejected our request due to an error in our request: test failed at {path}")
     elif kind in ("copy", "move"):
         _put(doc, path, copy.deepcopy(_take(doc, op["from"], kind == "move")), False)
     else:
@@ -151,6 +168,7 @@ def json_patch(target: Obj, ops: list[dict[str, Any]]) -> Obj:
 
 # server-side apply --------------------------------------------------------------------------
 
+
 def field_paths(obj: Any, prefix: Path = (), field: str = "") -> dict[Path, Any]:
     """Leaf paths (FieldsV1 element names) -> values; keyed list items are `k:{...}` elements."""
     out: dict[Path, Any] = {}
@@ -160,8 +178,11 @@ def field_paths(obj: Any, prefix: Path = (), field: str = "") -> dict[Path, Any]
                 continue
             if prefix == ("f:metadata",) and k in _IGNORED_META:
                 continue
-            out.update(field_paths(v, (*prefix, f"f:{k}"), k) if isinstance(v, (dict, list)) and v
-                       else {(*prefix, f"f:{k}"): v})
+            out.update(
+                field_paths(v, (*prefix, f"f:{k}"), k)
+                if isinstance(v, (dict, list)) and v
+                else {(*prefix, f"f:{k}"): v}
+            )
         return out
     if isinstance(obj, list):
         key = _merge_key(field, obj)
@@ -205,8 +226,9 @@ def _value_at(obj: Any, path: Path) -> Any:
             cur = cur.get(elem[2:]) if isinstance(cur, dict) else None
         else:
             want = json.loads(elem[2:])
-            cur = next((i for i in cur or [] if isinstance(i, dict) and all(i.get(a) == b for a, b in want.items())),
-                       None)
+            cur = next(
+                (i for i in cur or [] if isinstance(i, dict) and all(i.get(a) == b for a, b in want.items())), None
+            )
     return cur
 
 
@@ -230,9 +252,14 @@ def _owned(entry: Obj) -> set[Path]:
 
 
 def _entry(manager: str, operation: str, api_version: str, paths: set[Path], sub: str = "") -> Obj:
-    e = {"manager": manager, "operation": operation, "apiVersion": api_version,
-         "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), "fieldsType": "FieldsV1",
-         "fieldsV1": to_fields_v1(paths)}
+    e = {
+        "manager": manager,
+        "operation": operation,
+        "apiVersion": api_version,
+        "time": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "fieldsType": "FieldsV1",
+        "fieldsV1": to_fields_v1(paths),
+    }
     if sub:
         e["subresource"] = sub
     return e
@@ -263,9 +290,16 @@ def server_side_apply(current: Obj | None, applied: Obj, manager: str, force: bo
     if conflicts:
         noun = "conflict" if len(conflicts) == 1 else "conflicts"
         text = "; ".join(f"{who}: {where}" for who, where in conflicts)
-        raise KubeError(409, "Conflict", f"Apply failed with {len(conflicts)} {noun}: {text}",
-                        {"causes": [{"reason": "FieldManagerConflict", "message": who, "field": where}
-                                    for who, where in conflicts]})
+        raise KubeError(
+            409,
+            "Conflict",
+            f"Apply failed with {len(conflicts)} {noun}: {text}",
+            {
+                "causes": [
+                    {"reason": "FieldManagerConflict", "message": who, "field": where} for who, where in conflicts
+                ]
+            },
+        )
     merged = strategic_merge(base, {k: v for k, v in applied.items() if k != "status"})
     still_owned = set().union(*(_owned(e) for e in others)) if others else set()
     for p in sorted(mine_before - owned_now - still_owned, key=len, reverse=True):

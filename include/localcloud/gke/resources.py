@@ -50,8 +50,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), True),
-    ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",),
-                 ("status",), True),
+    ResourceType(
+        "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), ("status",), True
+    ),
     ResourceType("cloud.google.com", "v1", "computeclasses", "ComputeClass", False, ("cc",), ("status",), True),
 )
 
@@ -77,12 +78,27 @@ def api_resource_list(group: str, version: str) -> dict[str, object]:
     for r in RESOURCES:
         if (r.group, r.version) != (group, version):
             continue
-        out.append({"name": r.plural, "singularName": r.singular, "namespaced": r.namespaced, "kind": r.kind,
-                    "verbs": VERBS, "shortNames": list(r.short_names)})
+        out.append(
+            {
+                "name": r.plural,
+                "singularName": r.singular,
+                "namespaced": r.namespaced,
+                "kind": r.kind,
+                "verbs": VERBS,
+                "shortNames": list(r.short_names),
+            }
+        )
         for sub in r.subresources:
             verbs = {"log": ["get"], "binding": ["create"]}.get(sub, ["get", "patch", "update"])
-            out.append({"name": f"{r.plural}/{sub}", "singularName": "", "namespaced": r.namespaced,
-                        "kind": "Scale" if sub == "scale" else r.kind, "verbs": verbs})
+            out.append(
+                {
+                    "name": f"{r.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": r.namespaced,
+                    "kind": "Scale" if sub == "scale" else r.kind,
+                    "verbs": verbs,
+                }
+            )
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 

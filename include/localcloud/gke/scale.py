@@ -16,12 +16,18 @@ def to_scale(deployment: Obj) -> Obj:
     spec = deployment.get("spec") or {}
     labels = ((spec.get("selector") or {}).get("matchLabels")) or {}
     status = deployment.get("status") or {}
-    return {"kind": "Scale", "apiVersion": "autoscaling/v1",
-            "metadata": {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp")
-                         if k in meta},
-            "spec": {"replicas": int(spec.get("replicas", 1))},
-            "status": {"replicas": int(status.get("replicas", 0)),
-                       "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items()))}}
+    return {
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {
+            k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "creationTimestamp") if k in meta
+        },
+        "spec": {"replicas": int(spec.get("replicas", 1))},
+        "status": {
+            "replicas": int(status.get("replicas", 0)),
+            "selector": ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
+        },
+    }
 
 
 def apply_scale(new_scale: Callable[[Obj], Obj]) -> Callable[[Obj], Obj]:

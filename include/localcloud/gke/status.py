@@ -21,8 +21,15 @@ class KubeError(Exception):
         self.details = details
 
     def status(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                               "message": self.message, "reason": self.reason, "code": self.code}
+        out: dict[str, Any] = {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        }
         if self.details is not None:
             out["details"] = self.details
         return out
@@ -44,8 +51,9 @@ def already_exists(rt: ResourceType, name: str) -> KubeError:
 
 
 def conflict(rt: ResourceType, name: str, why: str) -> KubeError:
-    return KubeError(409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}',
-                     _details(rt, name))
+    return KubeError(
+        409, "Conflict", f'Operation cannot be fulfilled on {rt.qualified} "{name}": {why}', _details(rt, name)
+    )
 
 
 def invalid(rt: ResourceType, name: str, causes: list[dict[str, str]]) -> KubeError:

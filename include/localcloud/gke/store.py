@@ -89,11 +89,15 @@ class Store:
                 raise status.not_found(rt, name)
             return copy.deepcopy(obj)
 
-    def list(self, rt: ResourceType, namespace: str | None,
-             pred: Callable[[Obj], bool] = lambda _o: True) -> tuple[list[Obj], str]:
+    def list(
+        self, rt: ResourceType, namespace: str | None, pred: Callable[[Obj], bool] = lambda _o: True
+    ) -> tuple[list[Obj], str]:
         with self.lock:
-            items = [copy.deepcopy(o) for (q, ns, _), o in sorted(self._objects.items())
-                     if q == rt.qualified and (namespace is None or ns == namespace) and pred(o)]
+            items = [
+                copy.deepcopy(o)
+                for (q, ns, _), o in sorted(self._objects.items())
+                if q == rt.qualified and (namespace is None or ns == namespace) and pred(o)
+            ]
             return items, self.resource_version
 
     def exists(self, rt: ResourceType, namespace: str, name: str) -> bool:
@@ -122,8 +126,9 @@ class Store:
             if key in self._objects:
                 raise status.already_exists(rt, name)
             if rt.namespaced and not self.exists(_NAMESPACES, "", namespace):
-                raise status.KubeError(404, "NotFound", f'namespaces "{namespace}" not found',
-                                       {"name": namespace, "kind": "namespaces"})
+                raise status.KubeError(
+                    404, "NotFound", f'namespaces "{namespace}" not found', {"name": namespace, "kind": "namespaces"}
+                )
             meta["resourceVersion"] = str(self._rv + 1)
             self.validator(rt, obj)
             self._bump(obj)
@@ -131,8 +136,9 @@ class Store:
             self._emit("ADDED", rt, namespace, obj)
             return copy.deepcopy(obj)
 
-    def update(self, rt: ResourceType, namespace: str, name: str, mutate: Callable[[Obj], Obj],
-               subresource: str = "") -> Obj:
+    def update(
+        self, rt: ResourceType, namespace: str, name: str, mutate: Callable[[Obj], Obj], subresource: str = ""
+    ) -> Obj:
         """Replace an object with mutate(current copy); keeps identity, checks resourceVersion, bumps it.
 
         The main resource ignores status changes and `/status` ignores everything else, as the API
@@ -147,8 +153,11 @@ class Store:
             meta = new.setdefault("metadata", {})
             sent_rv = meta.get("resourceVersion")
             if sent_rv and sent_rv != cur["metadata"]["resourceVersion"]:
-                raise status.conflict(rt, name, "the object has been modified; please apply your changes "
-                                      "to the latest version and try again")
+                raise status.conflict(
+                    rt,
+                    name,
+                    "the object has been modified; please apply your changes to the latest version and try again",
+                )
             new = _merge_subresource(cur, new, subresource, "status" in rt.subresources)
             meta = new["metadata"]
             for k in ("uid", "creationTimestamp", "name", "namespace", "generation"):
@@ -180,8 +189,9 @@ class Store:
             return copy.deepcopy(obj)
 
     # watch ---------------------------------------------------------------------------------
-    def watch(self, rt: ResourceType, namespace: str | None, since: str | None,
-              push: Callable[[WatchEvent], None]) -> tuple[list[WatchEvent], Callable[[], None]]:
+    def watch(
+        self, rt: ResourceType, namespace: str | None, since: str | None, push: Callable[[WatchEvent], None]
+    ) -> tuple[list[WatchEvent], Callable[[], None]]:
         """Register push() for live events; return the events to send first and an unsubscribe.
 
         No resourceVersion (or "0"): synthetic ADDED events for the current objects. resourceVersion N:
@@ -190,8 +200,7 @@ class Store:
         with self.lock:
             if not since or since == "0":
                 items, _ = self.list(rt, namespace)
-                first = [WatchEvent("ADDED", rt, (o["metadata"].get("namespace") or ""), o, self._rv)
-                         for o in items]
+                first = [WatchEvent("ADDED", rt, (o["metadata"].get("namespace") or ""), o, self._rv) for o in items]
             else:
                 try:
                     rv = int(since)
@@ -200,8 +209,11 @@ class Store:
                 oldest = self._history[0].rv if self._history else self._rv + 1
                 if rv < oldest - 1 and rv < self._rv:
                     raise status.gone(f"too old resource version: {rv} ({oldest - 1})")
-                first = [e for e in self._history
-                         if e.rv > rv and e.rt == rt and (namespace is None or e.namespace == namespace)]
+                first = [
+                    e
+                    for e in self._history
+                    if e.rv > rv and e.rt == rt and (namespace is None or e.namespace == namespace)
+                ]
             w = _Watcher(rt, namespace, push)
             self._watchers.append(w)
 

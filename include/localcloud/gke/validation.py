@@ -62,21 +62,39 @@ def _cause(e: jsonschema.ValidationError) -> list[dict[str, str]]:
     field = _field(e.absolute_path)
     if e.validator == "required":
         missing = [p for p in e.validator_value if p not in (e.instance or {})]
-        return [{"reason": "FieldValueRequired", "message": "Required value",
-                 "field": f"{field}.{m}" if field else m} for m in missing]
+        return [
+            {"reason": "FieldValueRequired", "message": "Required value", "field": f"{field}.{m}" if field else m}
+            for m in missing
+        ]
     if e.validator == "additionalProperties":
         known = set(e.schema.get("properties") or {})
         extra = sorted(set(e.instance) - known)
-        return [{"reason": "FieldValueInvalid", "message": f'Invalid value: "{x}": field not declared in schema',
-                 "field": f"{field}.{x}" if field else x} for x in extra]
+        return [
+            {
+                "reason": "FieldValueInvalid",
+                "message": f'Invalid value: "{x}": field not declared in schema',
+                "field": f"{field}.{x}" if field else x,
+            }
+            for x in extra
+        ]
     if e.validator in ("enum", "const"):
         allowed = e.validator_value if e.validator == "enum" else [e.validator_value]
-        return [{"reason": "FieldValueNotSupported", "field": field,
-                 "message": f"Unsupported value: {json.dumps(e.instance)}: supported values: "
-                            + ", ".join(json.dumps(a) for a in allowed)}]
+        return [
+            {
+                "reason": "FieldValueNotSupported",
+                "field": field,
+                "message": f"Unsupported value: {json.dumps(e.instance)}: supported values: "
+                + ", ".join(json.dumps(a) for a in allowed),
+            }
+        ]
     if e.validator == "type":
-        return [{"reason": "FieldValueTypeInvalid", "field": field,
-                 "message": f"Invalid value: {json.dumps(e.instance)[:80]}: must be of type {e.validator_value}"}]
+        return [
+            {
+                "reason": "FieldValueTypeInvalid",
+                "field": field,
+                "message": f"Invalid value: {json.dumps(e.instance)[:80]}: must be of type {e.validator_value}",
+            }
+        ]
     return [{"reason": "FieldValueInvalid", "field": field, "message": f"Invalid value: {e.message}"}]
 
 
@@ -115,12 +133,19 @@ class Admission:
         return _prune_unknown(self._validator(rt), obj)
 
     def unknown_fields(self, rt: ResourceType, obj: dict[str, Any]) -> list[str]:
-        return [c["field"] for e in self._validator(rt).iter_errors(obj) if e.validator == "additionalProperties"
-                for c in _cause(e)]
+        return [
+            c["field"]
+            for e in self._validator(rt).iter_errors(obj)
+            if e.validator == "additionalProperties"
+            for c in _cause(e)
+        ]
 
     def __call__(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        causes = [c for e in sorted(self._validator(rt).iter_errors(obj), key=lambda e: list(e.absolute_path))
-                  for c in _cause(e)]
+        causes = [
+            c
+            for e in sorted(self._validator(rt).iter_errors(obj), key=lambda e: list(e.absolute_path))
+            for c in _cause(e)
+        ]
         causes += semantic_causes(rt, obj)
         if causes:
             raise status.invalid(rt, (obj.get("metadata") or {}).get("name") or "", causes)
@@ -129,15 +154,25 @@ class Admission:
 def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[dict[str, str]]:
     name = meta.get("name") or ""
     if not name:
-        return [{"reason": "FieldValueRequired", "message": "Required value: name or generateName is required",
-                 "field": "metadata.name"}]
+        return [
+            {
+                "reason": "FieldValueRequired",
+                "message": "Required value: name or generateName is required",
+                "field": "metadata.name",
+            }
+        ]
     pattern = _DNS1123_LABEL if rt.plural in _LABEL_NAMES else _DNS1123_SUBDOMAIN
     limit = 63 if rt.plural in _LABEL_NAMES else 253
     if not pattern.match(name) or len(name) > limit:
-        return [{"reason": "FieldValueInvalid", "field": "metadata.name",
-                 "message": f'Invalid value: "{name}": a lowercase RFC 1123 name must consist of lower case '
-                            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
-                            "character"}]
+        return [
+            {
+                "reason": "FieldValueInvalid",
+                "field": "metadata.name",
+                "message": f'Invalid value: "{name}": a lowercase RFC 1123 name must consist of lower case '
+                "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric "
+                "character",
+            }
+        ]
     return []
 
 
@@ -145,8 +180,9 @@ def _container_causes(pod_spec: dict[str, Any], base: str) -> list[dict[str, str
     out = []
     for i, c in enumerate(pod_spec.get("containers") or []):
         if isinstance(c, dict) and not c.get("image"):
-            out.append({"reason": "FieldValueRequired", "message": "Required value",
-                        "field": f"{base}.containers[{i}].image"})
+            out.append(
+                {"reason": "FieldValueRequired", "message": "Required value", "field": f"{base}.containers[{i}].image"}
+            )
     return out
 
 
@@ -157,14 +193,29 @@ def _deployment_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     out: list[dict[str, str]] = []
     match = selector.get("matchLabels") or {}
     if not match and not selector.get("matchExpressions"):
-        out.append({"reason": "FieldValueInvalid", "field": "spec.selector",
-                    "message": "Invalid value: v1.LabelSelector{}: empty selector is invalid for deployment"})
+        out.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "spec.selector",
+                "message": "Invalid value: v1.LabelSelector{}: empty selector is invalid for deployment",
+            }
+        )
     elif any(labels.get(k) != v for k, v in match.items()):
-        out.append({"reason": "FieldValueInvalid", "field": "spec.template.metadata.labels",
-                    "message": f"Invalid value: {json.dumps(labels)}: `selector` does not match template `labels`"})
+        out.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "spec.template.metadata.labels",
+                "message": f"Invalid value: {json.dumps(labels)}: `selector` does not match template `labels`",
+            }
+        )
     if int(spec.get("replicas", 1) or 0) < 0:
-        out.append({"reason": "FieldValueInvalid", "field": "spec.replicas",
-                    "message": "Invalid value: must be greater than or equal to 0"})
+        out.append(
+            {
+                "reason": "FieldValueInvalid",
+                "field": "spec.replicas",
+                "message": "Invalid value: must be greater than or equal to 0",
+            }
+        )
     return out + _container_causes(template.get("spec") or {}, "spec.template.spec")
 
 

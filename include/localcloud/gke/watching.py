@@ -51,8 +51,9 @@ class _Selection:
         return None
 
 
-async def stream(store: Store, rt: ResourceType, namespace: str | None, since: str | None, pred: Predicate,
-                 timeout: float) -> AsyncIterator[bytes]:
+async def stream(
+    store: Store, rt: ResourceType, namespace: str | None, since: str | None, pred: Predicate, timeout: float
+) -> AsyncIterator[bytes]:
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[WatchEvent] = asyncio.Queue()
 

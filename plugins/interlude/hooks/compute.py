@@ -178,7 +178,7 @@ class ComputeHook(InterludeGoogleHook):
         except NotFoundError:
             return None
 
-    def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:  # noqa: A002
+    def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:
         """Instances of the zone (optionally Compute ``filter``, e.g. ``labels.run=abc``), raw JSON."""
         return self.rest.list_all(self.instances_url(zone), "items", {"filter": filter} if filter else None)
 
@@ -279,7 +279,7 @@ class AsyncComputeHook(InterludeGoogleAsyncHook):
         except NotFoundError:
             return None
 
-    async def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:  # noqa: A002
+    async def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:
         """Like :meth:`ComputeHook.list_instances`."""
         rest = await self.async_rest()
         hook: ComputeHook = await self.sync_hook()

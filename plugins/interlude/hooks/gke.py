@@ -74,8 +74,9 @@ class LocalAwareGKEKubernetesAsyncHook(GKEKubernetesAsyncHook):
         sync_hook = await self.get_sync_hook()
         credentials = await asyncio.to_thread(sync_hook.get_credentials)
         if isinstance(credentials, TokenCredentials) and credentials.token == ANONYMOUS_BEARER_TOKEN:
-            return async_client.ApiClient(self._get_config(), header_name="Authorization",
-                                          header_value=f"Bearer {ANONYMOUS_BEARER_TOKEN}")
+            return async_client.ApiClient(
+                self._get_config(), header_name="Authorization", header_value=f"Bearer {ANONYMOUS_BEARER_TOKEN}"
+            )
         return await super()._load_config()
 
 
@@ -85,8 +86,14 @@ class GKEHook(ProviderGKEHook):
     :param container_endpoint: overrides the connection extra (e.g. the local cloud's API endpoint).
     """
 
-    def __init__(self, gcp_conn_id: str = "google_cloud_default", location: str | None = None, *,
-                 container_endpoint: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        location: str | None = None,
+        *,
+        container_endpoint: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(gcp_conn_id=gcp_conn_id, location=location, **kwargs)
         self._endpoint_override = container_endpoint
 
@@ -98,7 +105,9 @@ class GKEHook(ProviderGKEHook):
     def get_cluster_manager_client(self) -> ClusterManagerClient:
         if self._client is None and self.container_endpoint:
             self._client = ClusterManagerClient(
-                credentials=self.get_credentials(), client_info=CLIENT_INFO, transport="rest",
+                credentials=self.get_credentials(),
+                client_info=CLIENT_INFO,
+                transport="rest",
                 client_options=ClientOptions(api_endpoint=self.container_endpoint),
             )
         return super().get_cluster_manager_client()
@@ -111,21 +120,26 @@ class GKEHook(ProviderGKEHook):
             import google.auth.transport.requests
 
             creds.refresh(google.auth.transport.requests.Request())
-        return ClusterAccess(f"https://{cluster.endpoint}", cluster.master_auth.cluster_ca_certificate,
-                             str(creds.token))
+        return ClusterAccess(
+            f"https://{cluster.endpoint}", cluster.master_auth.cluster_ca_certificate, str(creds.token)
+        )
 
     def kubernetes_async_hook(self, cluster_name: str, project_id: str | None = None) -> GKEKubernetesAsyncHook:
         """The provider's GKEKubernetesAsyncHook for one cluster (kubernetes_asyncio; `async with hook.get_conn()`)."""
         cluster = self.get_cluster(name=cluster_name, project_id=project_id or self.project_id)
         return LocalAwareGKEKubernetesAsyncHook(
-            cluster_url=f"https://{cluster.endpoint}", ssl_ca_cert=cluster.master_auth.cluster_ca_certificate,
-            gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain,
+            cluster_url=f"https://{cluster.endpoint}",
+            ssl_ca_cert=cluster.master_auth.cluster_ca_certificate,
+            gcp_conn_id=self.gcp_conn_id,
+            impersonation_chain=self.impersonation_chain,
         )
 
     def kubernetes_hook(self, cluster_name: str, project_id: str | None = None) -> GKEKubernetesHook:
         """The provider's GKEKubernetesHook for one cluster (same connection, endpoint and CA from GKE)."""
         cluster = self.get_cluster(name=cluster_name, project_id=project_id or self.project_id)
         return LocalAwareGKEKubernetesHook(
-            cluster_url=f"https://{cluster.endpoint}", ssl_ca_cert=cluster.master_auth.cluster_ca_certificate,
-            gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain,
+            cluster_url=f"https://{cluster.endpoint}",
+            ssl_ca_cert=cluster.master_auth.cluster_ca_certificate,
+            gcp_conn_id=self.gcp_conn_id,
+            impersonation_chain=self.impersonation_chain,
         )

@@ -28,8 +28,16 @@ class WaitForCapacityOperator(BaseOperator):
     template_fields_renderers = {"spec": "json", "decision": "json"}
     ui_color = "#fff3cd"
 
-    def __init__(self, *, spec: Any = None, decision: Any = None, poll_interval: float | None = None,
-                 spec_task_id: str = "resolve_run", decision_task_id: str = "choose.decide", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        spec: Any = None,
+        decision: Any = None,
+        poll_interval: float | None = None,
+        spec_task_id: str = "resolve_run",
+        decision_task_id: str = "choose.decide",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.spec = spec
         self.decision = decision
@@ -48,10 +56,15 @@ class WaitForCapacityOperator(BaseOperator):
             self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
         if self.decision is None:
             self.decision = context["ti"].xcom_pull(task_ids=self.decision_task_id)
-        self.log.info("Waiting for capacity (deadline %s); re-evaluating every %.0fs",
-                      self.decision.get("wait_deadline"), self.poll_interval)
-        self.defer(trigger=CapacityTrigger(spec=self.spec, decision=self.decision, poll_interval=self.poll_interval),
-                   method_name="execute_complete")
+        self.log.info(
+            "Waiting for capacity (deadline %s); re-evaluating every %.0fs",
+            self.decision.get("wait_deadline"),
+            self.poll_interval,
+        )
+        self.defer(
+            trigger=CapacityTrigger(spec=self.spec, decision=self.decision, poll_interval=self.poll_interval),
+            method_name="execute_complete",
+        )
         raise AssertionError("unreachable")  # defer() raises
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
@@ -59,8 +72,10 @@ class WaitForCapacityOperator(BaseOperator):
             raise AirflowException(f"waiting for capacity failed: {event.get('message', event)}")
         decision = event["decision"]
         if decision["leaf"] == "stuck":
-            raise AirflowFailException("Still no capacity at the wait deadline.\n\n"
-                                       + str(decision.get("stuck_report")))
-        self.log.info("Capacity found: %s -> %s in %s", decision["leaf"], decision.get("accelerator_type"),
-                      decision.get("zone"))
+            raise AirflowFailException(
+                "Still no capacity at the wait deadline.\n\n" + str(decision.get("stuck_report"))
+            )
+        self.log.info(
+            "Capacity found: %s -> %s in %s", decision["leaf"], decision.get("accelerator_type"), decision.get("zone")
+        )
         return decision

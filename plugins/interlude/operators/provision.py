@@ -104,6 +104,6 @@ class ProvisionOperator(BaseOperator):
         self.log.error("Queued resource failed (%s); deleting it", event.get("message"))
         try:
             provisioning.delete(machine, self.gcp_conn_id)
-        except Exception:  # noqa: BLE001 - the original failure is what the user must see
+        except Exception:
             self.log.exception("Clean-up of %s failed too (teardown will retry)", machine["name"])
         raise AirflowException(f"provision: queued resource for {machine['name']}: {event.get('message')}")

@@ -50,10 +50,20 @@ class TrainingStageOperator(BaseOperator):
     ui_color = "#d9ecff"
     operator_extra_links = (MachineConsoleLink(), CheckpointsLink())
 
-    def __init__(self, *, stage: str, order: int, machine: Any = None, spec: Any = None,
-                 init_from_stage: str | None = None, spec_task_id: str = "resolve_run",
-                 machine_task_id: str = "provision", gcp_conn_id: str | None = "google_cloud_default",
-                 deferrable: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        stage: str,
+        order: int,
+        machine: Any = None,
+        spec: Any = None,
+        init_from_stage: str | None = None,
+        spec_task_id: str = "resolve_run",
+        machine_task_id: str = "provision",
+        gcp_conn_id: str | None = "google_cloud_default",
+        deferrable: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.machine = machine
         self.spec = spec
@@ -119,8 +129,10 @@ class TrainingStageOperator(BaseOperator):
             provisioned = context["ti"].xcom_pull(task_ids=self.machine_task_id)
             self.machine = current_machine(self.run_spec, provisioned) if self.spec else provisioned
         if not self.spec or not self.machine:
-            raise AirflowException(f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
-                                   f"({self.machine_task_id}) in XCom; clear the whole run")
+            raise AirflowException(
+                f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
+                f"({self.machine_task_id}) in XCom; clear the whole run"
+            )
 
     def _reprovision(self) -> None:
         """Bring the machine back where it was; when that place is gone, move the run (failover)."""
@@ -139,8 +151,12 @@ class TrainingStageOperator(BaseOperator):
             self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
         except RelocationRefused as exc:
             raise AirflowException(str(exc)) from exc
-        self.log.warning("Stage %s continues on %s in %s from its latest committed checkpoint", self.stage,
-                         self.machine["accelerator_type"], self.machine["zone"])
+        self.log.warning(
+            "Stage %s continues on %s in %s from its latest committed checkpoint",
+            self.stage,
+            self.machine["accelerator_type"],
+            self.machine["zone"],
+        )
 
     @functools.cached_property
     def _store(self) -> Any:
@@ -160,26 +176,43 @@ class TrainingStageOperator(BaseOperator):
         if self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).exists():
             return None
         if self.steps < 2:
-            raise AirflowException(f"stage {self.stage}: drill_maintenance needs at least 2 steps (a step to hold "
-                                   f"at before the last); this stage has {self.steps}")
+            raise AirflowException(
+                f"stage {self.stage}: drill_maintenance needs at least 2 steps (a step to hold "
+                f"at before the last); this stage has {self.steps}"
+            )
         return min(self.checkpoint_every, self.steps - 1)
 
     def _plan(self, hold_at_step: int | None) -> Any:
         from interlude_workload.plan import StagePlan
 
         spec = self.run_spec
-        return StagePlan(order=self.order, stage=self.stage, steps=self.steps,
-                         checkpoint_every=self.checkpoint_every, seed=spec.seed, step_seconds=spec.step_seconds,
-                         init_from_stage=self.init_from_stage,
-                         data_date=spec.data_date if self.init_from_stage else None, fresh_token=spec.fresh_token,
-                         hold_at_step=hold_at_step)
+        return StagePlan(
+            order=self.order,
+            stage=self.stage,
+            steps=self.steps,
+            checkpoint_every=self.checkpoint_every,
+            seed=spec.seed,
+            step_seconds=spec.step_seconds,
+            init_from_stage=self.init_from_stage,
+            data_date=spec.data_date if self.init_from_stage else None,
+            fresh_token=spec.fresh_token,
+            hold_at_step=hold_at_step,
+        )
 
     def _trigger(self, state: StageState) -> StageTrigger:
         spec = self.run_spec
-        return StageTrigger(machine=self.machine, bucket=self.bucket, run_key=self.run_key, stage=self.stage,
-                            state=state.to_dict(), restart_timeout=self.restart_timeout,
-                            poll_interval=self.poll_interval, stall_timeout=spec.stall_timeout_seconds,
-                            api_outage_budget=spec.api_outage_budget_seconds, gcp_conn_id=self.gcp_conn_id)
+        return StageTrigger(
+            machine=self.machine,
+            bucket=self.bucket,
+            run_key=self.run_key,
+            stage=self.stage,
+            state=state.to_dict(),
+            restart_timeout=self.restart_timeout,
+            poll_interval=self.poll_interval,
+            stall_timeout=spec.stall_timeout_seconds,
+            api_outage_budget=spec.api_outage_budget_seconds,
+            gcp_conn_id=self.gcp_conn_id,
+        )
 
     def _hooks(self) -> tuple[Any, Any]:
         from interlude.hooks.compute import ComputeHook
@@ -193,12 +226,16 @@ class TrainingStageOperator(BaseOperator):
         from interlude_workload.plan import write_plan
 
         self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
-            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}),
-            content_type="application/json")
+            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}), content_type="application/json"
+        )
         write_plan(self.bucket, self.run_key, self._plan(None))
         zone, name = self.machine["zone"], self.machine["name"]
-        self.log.info("Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
-                      state.drill_step, name, zone)
+        self.log.info(
+            "Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
+            state.drill_step,
+            name,
+            zone,
+        )
         tpu, compute = self._hooks()
         if self.machine["kind"] == "gce_vm":
             compute.simulate_maintenance_event(zone, name)
@@ -237,15 +274,27 @@ class TrainingStageOperator(BaseOperator):
         latest = self._store.latest().checkpoint
         if latest is None or latest.step < self.steps:
             raise AirflowException(f"stage {self.stage} reported done but no committed final checkpoint exists")
-        return {"stage": self.stage, "steps": self.steps, "final_step": latest.step, "final_uri": latest.uri,
-                "metrics": latest.metrics}
+        return {
+            "stage": self.stage,
+            "steps": self.steps,
+            "final_step": latest.step,
+            "final_uri": latest.uri,
+            "metrics": latest.metrics,
+        }
 
     def _record(self, event: dict[str, Any]) -> None:
         uri = events.record_event(self.bucket, self.run_key, self.stage, event)
-        self.log.info("Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
-                      "steps recomputed %s -> %s", event.get("kind"), ", drill" if event.get("drill") else "",
-                      event.get("checkpoint_step"), float(event.get("downtime_s") or 0),
-                      event.get("resumed_from_step"), event.get("steps_recomputed"), uri)
+        self.log.info(
+            "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
+            "steps recomputed %s -> %s",
+            event.get("kind"),
+            ", drill" if event.get("drill") else "",
+            event.get("checkpoint_step"),
+            float(event.get("downtime_s") or 0),
+            event.get("resumed_from_step"),
+            event.get("steps_recomputed"),
+            uri,
+        )
 
     def _act(self, context: Any, payload: dict[str, Any]) -> tuple[StageState, dict[str, Any] | None]:
         """Carry out what the state machine asked for. Returns the state and, when done, the result."""
@@ -253,15 +302,23 @@ class TrainingStageOperator(BaseOperator):
         actions = [Action(a) for a in payload.get("actions", [])]
         if payload.get("progress_line"):
             self.log.info("%s", payload["progress_line"])
-        self.log.info("stage %s: %s%s", self.stage, state.phase.value,
-                      f" -> {', '.join(a.value for a in actions)}" if actions else "")
+        self.log.info(
+            "stage %s: %s%s",
+            self.stage,
+            state.phase.value,
+            f" -> {', '.join(a.value for a in actions)}" if actions else "",
+        )
         for action in actions:
             if action is Action.REQUEST_CHECKPOINT:
                 assert state.request_id
                 notice = (state.event or {}).get("notice_type")
                 self._store.request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
-                self.log.info("Maintenance notice (%s, window %s): checkpoint requested (%s)", notice,
-                              (state.event or {}).get("window_start"), state.request_id)
+                self.log.info(
+                    "Maintenance notice (%s, window %s): checkpoint requested (%s)",
+                    notice,
+                    (state.event or {}).get("window_start"),
+                    state.request_id,
+                )
             elif action is Action.DRILL:
                 self._drill(state)
             elif action is Action.RESTART_WORKLOAD:
@@ -271,8 +328,9 @@ class TrainingStageOperator(BaseOperator):
             elif action is Action.RECORD_EVENT and payload.get("event"):
                 self._record(payload["event"])
             elif action is Action.FAIL:
-                raise AirflowException(f"stage {self.stage} failed: {state.failure}\n"
-                                       f"{self._log_tail(payload.get('log_tail'))}")
+                raise AirflowException(
+                    f"stage {self.stage} failed: {state.failure}\n{self._log_tail(payload.get('log_tail'))}"
+                )
             elif action is Action.COMPLETE:
                 return state, self._summary()
         return state, None
@@ -284,10 +342,15 @@ class TrainingStageOperator(BaseOperator):
         self._bind(context)
         drill_step = self._drill_step()
         uri = write_plan(self.bucket, self.run_key, self._plan(drill_step))
-        self.log.info("Stage %s handed to %s (%s): %s%s", self.stage, self.machine["name"], self.machine["zone"], uri,
-                      f" (maintenance drill at step {drill_step})" if drill_step else "")
-        state = StageState(target_step=self.steps, drill=Drill.PENDING if drill_step else None,
-                           drill_step=drill_step)
+        self.log.info(
+            "Stage %s handed to %s (%s): %s%s",
+            self.stage,
+            self.machine["name"],
+            self.machine["zone"],
+            uri,
+            f" (maintenance drill at step {drill_step})" if drill_step else "",
+        )
+        state = StageState(target_step=self.steps, drill=Drill.PENDING if drill_step else None, drill_step=drill_step)
         if not self.deferrable:
             return self._run_sync(context, state)
         self.defer(trigger=self._trigger(state), method_name="execute_complete")
@@ -331,8 +394,9 @@ class TrainingStageOperator(BaseOperator):
                 state = t.state
             time.sleep(self.poll_interval)
 
-    def _observe_sync(self, get: Any, serial: SyncSerial | None, state: StageState,
-                      trigger: StageTrigger) -> tuple[Observation, dict[str, Any]]:
+    def _observe_sync(
+        self, get: Any, serial: SyncSerial | None, state: StageState, trigger: StageTrigger
+    ) -> tuple[Observation, dict[str, Any]]:
         try:
             resource = get()
             facts = read_stage_facts(self.bucket, self.run_key, self.stage, state.request_id)

@@ -34,8 +34,10 @@ class CapacityTrigger(BaseTrigger):
         self.poll_interval = poll_interval
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (f"{type(self).__module__}.{type(self).__qualname__}",
-                {"spec": self.spec, "decision": self.decision, "poll_interval": self.poll_interval})
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {"spec": self.spec, "decision": self.decision, "poll_interval": self.poll_interval},
+        )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         decision = self.decision

@@ -155,9 +155,7 @@ class CheckpointTrigger(BaseTrigger):
             for rejection in outcome.get("rejected", []):
                 if rejection["step"] not in reported:
                     reported.add(rejection["step"])
-                    self.log.warning(
-                        "rejected %s step %s: %s", self.stage, rejection["step"], rejection["reason"]
-                    )
+                    self.log.warning("rejected %s step %s: %s", self.stage, rejection["step"], rejection["reason"])
             if outcome["status"] != "waiting":
                 yield TriggerEvent(outcome)
                 return

@@ -178,8 +178,9 @@ class StageTrigger(BaseTrigger):
         await asyncio.to_thread(request)
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
-    async def _observe(self, hook: Any, state: StageState, facts: StageFacts | None,
-                       facts_at: float) -> tuple[Observation, StageFacts | None, float]:
+    async def _observe(
+        self, hook: Any, state: StageState, facts: StageFacts | None, facts_at: float
+    ) -> tuple[Observation, StageFacts | None, float]:
         """One look at the machine, GCS and (when quiet) the serial console. An outage is an observation too."""
         try:
             resource = await self._machine(hook)
@@ -187,8 +188,9 @@ class StageTrigger(BaseTrigger):
             # GCS is the expensive look: every poll while anything is happening, else every few.
             calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
             if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
-                facts = await asyncio.to_thread(read_stage_facts, self.bucket, self.run_key, self.stage,
-                                                state.request_id)
+                facts = await asyncio.to_thread(
+                    read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
+                )
                 facts_at = time.monotonic()
             failure = await self._startup_failure(hook) if self.suspect(state, machine, time.time()) else None
             return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
@@ -199,9 +201,14 @@ class StageTrigger(BaseTrigger):
             since = state.outage_since or obs.now
             if time.monotonic() - self._outage_logged >= min(self.log_every, 10.0):
                 self._outage_logged = time.monotonic()
-                self.log.warning("[%s] the control plane did not answer (%s); riding it out: %.0fs of the %.0fs "
-                                 "budget used, the workload keeps running", self.stage, obs.api_error,
-                                 obs.now - since, self.api_outage_budget)
+                self.log.warning(
+                    "[%s] the control plane did not answer (%s); riding it out: %.0fs of the %.0fs "
+                    "budget used, the workload keeps running",
+                    self.stage,
+                    obs.api_error,
+                    obs.now - since,
+                    self.api_outage_budget,
+                )
             return obs, facts, facts_at
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
@@ -217,22 +224,28 @@ class StageTrigger(BaseTrigger):
                 obs, facts, facts_at = await self._observe(hook, state, facts, facts_at)
                 progress = facts.progress if facts is not None else {}
                 if time.monotonic() - last_log >= self.log_every and obs.machine is not Machine.UNKNOWN:
-                    self.log.info("%s  (%s, machine %s)", progress_line(self.stage, progress),
-                                  state.phase.value, obs.machine.value)
+                    self.log.info(
+                        "%s  (%s, machine %s)",
+                        progress_line(self.stage, progress),
+                        state.phase.value,
+                        obs.machine.value,
+                    )
                     last_log = time.monotonic()
                 if state.outage_since is not None and obs.machine is not Machine.UNKNOWN:
-                    self.log.info("[%s] the control plane answers again after %.0fs", self.stage,
-                                  obs.now - state.outage_since)
+                    self.log.info(
+                        "[%s] the control plane answers again after %.0fs", self.stage, obs.now - state.outage_since
+                    )
                 t = next_step(state, obs, limits)
                 if t.differs_from(state):
                     yield TriggerEvent(transition_event(self.stage, t, progress, self._serial, obs))
                     return
                 state = t.state  # carries the running step count and the clocks between polls
                 await asyncio.sleep(self.poll_interval)
-        except Exception as exc:  # noqa: BLE001 - reported to execute_complete, which fails loudly
+        except Exception as exc:
             self.log.exception("stage trigger failed")
-            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"[:1000],
-                                "state": self.state})
+            yield TriggerEvent(
+                {"status": "error", "message": f"{type(exc).__name__}: {exc}"[:1000], "state": self.state}
+            )
         finally:
             close = getattr(hook, "aclose", None)
             if close is not None:
@@ -241,12 +254,17 @@ class StageTrigger(BaseTrigger):
 
 def stage_limits(restart_timeout: float, stall_timeout: float, api_outage_budget: float) -> Limits:
     """The state machine's limits from the run's params (the drill gets as long as a stall)."""
-    return Limits(restart_timeout=restart_timeout, stall_timeout=stall_timeout,
-                  api_outage_budget=api_outage_budget, drill_timeout=max(stall_timeout, restart_timeout))
+    return Limits(
+        restart_timeout=restart_timeout,
+        stall_timeout=stall_timeout,
+        api_outage_budget=api_outage_budget,
+        drill_timeout=max(stall_timeout, restart_timeout),
+    )
 
 
-def transition_event(stage: str, t: Transition, progress: dict[str, Any], serial: str,
-                     obs: Observation) -> dict[str, Any]:
+def transition_event(
+    stage: str, t: Transition, progress: dict[str, Any], serial: str, obs: Observation
+) -> dict[str, Any]:
     """What the operator gets: small and JSON-safe (a progress line, a short log tail only on failure)."""
     payload: dict[str, Any] = {
         "status": "transition",

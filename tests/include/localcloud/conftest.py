@@ -22,18 +22,30 @@ FAST: dict[str, Any] = {
     "zones": {
         ZONE: {
             "region": "us-central1",
-            "tpu": {"accelerator_types": ["v5litepod-8", "v6e-8"],
-                    "runtime_versions": ["v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e"],
-                    "capacity": {"v6e-8": {"on_demand": 4, "spot": 4}, "v5litepod-8": 1}},
-            "gpu": {"accelerator_types": ["nvidia-l4", "nvidia-tesla-t4", "nvidia-h100-80gb"],
-                    "machine_types": ["g2-standard-4", "g2-standard-24", "n1-standard-4", "a3-highgpu-8g"],
-                    "capacity": {"nvidia-l4": {"on_demand": 4, "spot": 4}, "nvidia-tesla-t4": 2,
-                                 "nvidia-h100-80gb": 8}},
+            "tpu": {
+                "accelerator_types": ["v5litepod-8", "v6e-8"],
+                "runtime_versions": ["v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e"],
+                "capacity": {"v6e-8": {"on_demand": 4, "spot": 4}, "v5litepod-8": 1},
+            },
+            "gpu": {
+                "accelerator_types": ["nvidia-l4", "nvidia-tesla-t4", "nvidia-h100-80gb"],
+                "machine_types": ["g2-standard-4", "g2-standard-24", "n1-standard-4", "a3-highgpu-8g"],
+                "capacity": {"nvidia-l4": {"on_demand": 4, "spot": 4}, "nvidia-tesla-t4": 2, "nvidia-h100-80gb": 8},
+            },
         },
     },
     "regions": {"us-central1": {"quotas": {"NVIDIA_L4_GPUS": 3, "NVIDIA_T4_GPUS": 8}}},
-    "delays": {"tpu_create": 360, "tpu_delete": 180, "tpu_start": 360, "tpu_stop": 180, "queue_accept": 180,
-               "gce_create": 360, "gce_delete": 180, "gce_start": 360, "gce_stop": 180},
+    "delays": {
+        "tpu_create": 360,
+        "tpu_delete": 180,
+        "tpu_start": 360,
+        "tpu_stop": 180,
+        "queue_accept": 180,
+        "gce_create": 360,
+        "gce_delete": 180,
+        "gce_start": 360,
+        "gce_stop": 180,
+    },
     "maintenance": {
         "tpu": {"scheduled_notice": 7200, "unscheduled_notice": 1800, "duration": 5400},
         "gce": {"scheduled_notice": 3600, "unscheduled_notice": 1800, "duration": 5400},
@@ -55,8 +67,9 @@ def lc() -> Iterator[RunningLocalCloud]:
 
 @pytest.fixture
 def tpu(lc: RunningLocalCloud) -> tpu_v2.TpuClient:
-    return tpu_v2.TpuClient(transport="rest", client_options={"api_endpoint": lc.api_endpoint},
-                            credentials=AnonymousCredentials())
+    return tpu_v2.TpuClient(
+        transport="rest", client_options={"api_endpoint": lc.api_endpoint}, credentials=AnonymousCredentials()
+    )
 
 
 class Compute:
@@ -85,13 +98,22 @@ def compute(lc: RunningLocalCloud) -> Compute:
     return Compute(lc.api_endpoint, lc.project)
 
 
-def gpu_instance(name: str, machine_type: str = "g2-standard-4", spot: bool = False,
-                 script: str | None = None, labels: dict[str, str] | None = None,
-                 zone: str = ZONE, **sched: Any) -> compute_v1.Instance:
+def gpu_instance(
+    name: str,
+    machine_type: str = "g2-standard-4",
+    spot: bool = False,
+    script: str | None = None,
+    labels: dict[str, str] | None = None,
+    zone: str = ZONE,
+    **sched: Any,
+) -> compute_v1.Instance:
     items = [compute_v1.Items(key="startup-script", value=script)] if script else []
     return compute_v1.Instance(
-        name=name, machine_type=f"zones/{zone}/machineTypes/{machine_type}", labels=labels or {},
-        scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE",
-                                         provisioning_model="SPOT" if spot else "STANDARD", **sched),
+        name=name,
+        machine_type=f"zones/{zone}/machineTypes/{machine_type}",
+        labels=labels or {},
+        scheduling=compute_v1.Scheduling(
+            on_host_maintenance="TERMINATE", provisioning_model="SPOT" if spot else "STANDARD", **sched
+        ),
         metadata=compute_v1.Metadata(items=items),
     )

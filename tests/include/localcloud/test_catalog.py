@@ -13,8 +13,7 @@ from interlude_localcloud import scenario
 from interlude_localcloud.catalog import TPU_RUNTIME_VERSIONS, runtime_versions_for
 
 SAMPLE_TYPE = {"v6e": "v6e-8", "v5litepod": "v5litepod-8", "v5p": "v5p-8", "v4": "v4-8", "v3": "v3-8", "v2": "v2-8"}
-POD_TYPE = {"v6e": "v6e-16", "v5litepod": "v5litepod-16", "v5p": "v5p-16", "v4": "v4-16", "v3": "v3-32",
-            "v2": "v2-32"}
+POD_TYPE = {"v6e": "v6e-16", "v5litepod": "v5litepod-16", "v5p": "v5p-16", "v4": "v4-16", "v3": "v3-32", "v2": "v2-32"}
 
 
 @pytest.mark.parametrize("family", sorted(TPU_RUNTIME_VERSIONS))

@@ -12,9 +12,16 @@ def test_validator_catches_unknown_fields_bad_enums_and_missing_outputs() -> Non
 
 
 def test_valid_node_passes_in_both_encodings() -> None:
-    node = {"name": "projects/p/locations/z/nodes/n", "state": "READY", "health": "HEALTHY",
-            "createTime": "2026-01-01T00:00:00.000Z", "acceleratorType": "v6e-8", "runtimeVersion": "v",
-            "acceleratorConfig": {"type": "V6E", "topology": "2x4"}, "id": "123"}
+    node = {
+        "name": "projects/p/locations/z/nodes/n",
+        "state": "READY",
+        "health": "HEALTHY",
+        "createTime": "2026-01-01T00:00:00.000Z",
+        "acceleratorType": "v6e-8",
+        "runtimeVersion": "v",
+        "acceleratorConfig": {"type": "V6E", "topology": "2x4"},
+        "id": "123",
+    }
     assert discovery.validate("tpu.v2", "Node", node) == []
     numbered = discovery.enums_to_numbers("tpu.v2", "Node", node)
     assert numbered["state"] == 2 and numbered["acceleratorConfig"]["type"] == 11
@@ -63,11 +70,14 @@ def test_served_resources_still_need_their_output_fields() -> None:
     assert listed == ["$.queuedResources[0]: output field 'createTime' of QueuedResource not set"]
     nodes = discovery.validate("tpu.v2", "ListNodesResponse", {"nodes": [QR_TEMPLATE_NODE]})
     assert {e.split(": ")[1] for e in nodes} == {
-        "output field 'name' of Node not set", "output field 'state' of Node not set",
-        "output field 'createTime' of Node not set"}
+        "output field 'name' of Node not set",
+        "output field 'state' of Node not set",
+        "output field 'createTime' of Node not set",
+    }
     instances = discovery.validate("compute.v1", "InstanceList", {"items": [{"name": "vm"}]})
     assert any("output field 'status' of Instance" in e for e in instances)
     # The template is still checked for unknown fields and enum values.
     bad = _queued_resource(tpu={"nodeSpec": [{"nodeId": "n", "node": {**QR_TEMPLATE_NODE, "colour": 1}}]})
     assert discovery.validate("tpu.v2", "QueuedResource", bad) == [
-        "$.tpu.nodeSpec[0].node: unknown field 'colour' in Node"]
+        "$.tpu.nodeSpec[0].node: unknown field 'colour' in Node"
+    ]

@@ -30,19 +30,40 @@ def _alive(pid: int) -> bool:
 def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
     port, gcs_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "interlude_localcloud", "--port", str(port), "--gcs-port", str(gcs_port),
-         "--scenario", "tpu_capacity_one", "--state-dir", str(tmp_path), "--strict"],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "interlude_localcloud",
+            "--port",
+            str(port),
+            "--gcs-port",
+            str(gcs_port),
+            "--scenario",
+            "tpu_capacity_one",
+            "--state-dir",
+            str(tmp_path),
+            "--strict",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         ready = json.loads(proc.stdout.readline())
-        assert ready == {"ready": True, "api_endpoint": f"http://127.0.0.1:{port}",
-                         "gcs_endpoint": f"http://127.0.0.1:{gcs_port}",
-                         "container_endpoint": f"http://127.0.0.1:{port}", "project": "interlude-local",
-                         "time_scale": 3600.0}
+        assert ready == {
+            "ready": True,
+            "api_endpoint": f"http://127.0.0.1:{port}",
+            "gcs_endpoint": f"http://127.0.0.1:{gcs_port}",
+            "container_endpoint": f"http://127.0.0.1:{port}",
+            "project": "interlude-local",
+            "time_scale": 3600.0,
+        }
         api = ready["api_endpoint"]
         base = f"{api}/v2/projects/interlude-local/locations/us-central2-b"
-        body = {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e",
-                "metadata": {"startup-script": "echo $STORAGE_EMULATOR_HOST > env.txt; sleep 300"}}
+        body = {
+            "acceleratorType": "v6e-8",
+            "runtimeVersion": "v2-alpha-tpuv6e",
+            "metadata": {"startup-script": "echo $STORAGE_EMULATOR_HOST > env.txt; sleep 300"},
+        }
         op = requests.post(f"{base}/nodes?nodeId=n1", json=body, timeout=5).json()
         deadline = time.time() + 10
         while not requests.get(f"{api}/v2/{op['name']}", timeout=5).json().get("done"):
@@ -58,8 +79,11 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
             assert time.time() < deadline
             time.sleep(0.05)
         assert env_file.read_text().strip() == ready["gcs_endpoint"]
-        client = storage.Client(project="interlude-local", credentials=AnonymousCredentials(),
-                                client_options={"api_endpoint": ready["gcs_endpoint"]})
+        client = storage.Client(
+            project="interlude-local",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": ready["gcs_endpoint"]},
+        )
         bucket = client.create_bucket("ckpt")
         bucket.blob("a.txt").upload_from_string(b"hello")
         assert client.bucket("ckpt").blob("a.txt").download_as_bytes() == b"hello"

@@ -44,8 +44,7 @@ def lines(p: Path) -> list[str]:
 
 def raw_node(lc: RunningLocalCloud, name: str) -> dict[str, Any]:
     """What a user sees over plain REST (enum names, upcomingMaintenance included)."""
-    return requests.get(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes/{name}",
-                        timeout=5).json()
+    return requests.get(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes/{name}", timeout=5).json()
 
 
 def metadata(lc: RunningLocalCloud, kind: str, name: str, key: str) -> requests.Response:
@@ -54,16 +53,24 @@ def metadata(lc: RunningLocalCloud, kind: str, name: str, key: str) -> requests.
 
 
 def make_node(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient, name: str, spot: bool = False) -> None:
-    node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e",
-                       metadata={"startup-script": SCRIPT},
-                       scheduling_config=tpu_v2.SchedulingConfig(spot=spot))
+    node = tpu_v2.Node(
+        accelerator_type="v6e-8",
+        runtime_version="v2-alpha-tpuv6e",
+        metadata={"startup-script": SCRIPT},
+        scheduling_config=tpu_v2.SchedulingConfig(spot=spot),
+    )
     tpu.create_node(parent=f"projects/{lc.project}/locations/{ZONE}", node_id=name, node=node).result(timeout=10)
     until(lambda: lines(boots_file(lc, "tpu", name)) == ["boot"], what="first boot")
 
 
 def v2alpha1(lc: RunningLocalCloud) -> Any:
-    return build("tpu", "v2alpha1", credentials=AnonymousCredentials(), static_discovery=True,
-                 client_options={"api_endpoint": lc.api_endpoint})
+    return build(
+        "tpu",
+        "v2alpha1",
+        credentials=AnonymousCredentials(),
+        static_discovery=True,
+        client_options={"api_endpoint": lc.api_endpoint},
+    )
 
 
 def test_tpu_scheduled_maintenance_cycle(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
@@ -138,16 +145,33 @@ def test_metadata_wait_for_change(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) 
     assert first.text == "NONE" and first.headers["ETag"]
     assert metadata(lc, "tpu", "w1", "project/project-id").text == lc.project
     assert "startup-script" in metadata(lc, "tpu", "w1", "instance/attributes/").text
-    assert requests.get(f"{lc.api_endpoint}/_machines/tpu-{ZONE}-w1/computeMetadata/v1/instance/name",
-                        timeout=5).status_code == 403
+    assert (
+        requests.get(
+            f"{lc.api_endpoint}/_machines/tpu-{ZONE}-w1/computeMetadata/v1/instance/name", timeout=5
+        ).status_code
+        == 403
+    )
     lc.admin.next_maintenance("UNSCHEDULED", notice_seconds=3600, kind="tpu")
     started = time.time()
     import threading
 
-    threading.Timer(0.3, lambda: v2alpha1(lc).projects().locations().nodes().simulateMaintenanceEvent(
-        name=f"projects/{lc.project}/locations/{ZONE}/nodes/w1", body={}).execute()).start()
-    changed = metadata(lc, "tpu", "w1", f"instance/maintenance-event?wait_for_change=true&timeout_sec=10"
-                                        f"&last_etag={first.headers['ETag']}")
+    threading.Timer(
+        0.3,
+        lambda: (
+            v2alpha1(lc)
+            .projects()
+            .locations()
+            .nodes()
+            .simulateMaintenanceEvent(name=f"projects/{lc.project}/locations/{ZONE}/nodes/w1", body={})
+            .execute()
+        ),
+    ).start()
+    changed = metadata(
+        lc,
+        "tpu",
+        "w1",
+        f"instance/maintenance-event?wait_for_change=true&timeout_sec=10&last_etag={first.headers['ETag']}",
+    )
     assert changed.text == "TERMINATE_ON_HOST_MAINTENANCE" and 0.2 < time.time() - started < 5
 
 
@@ -179,8 +203,13 @@ def test_gpu_drill_without_extended_notifications_has_no_notice(slow_gce: tuple[
     """Google: simulating on a VM that cannot live-migrate terminates (and restarts) it with no notice,
     through STOPPING -> TERMINATED -> STAGING -> RUNNING."""
     lc, compute = slow_gce
-    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
-        "drill1", script=SCRIPT, automatic_restart=True)))
+    compute.wait(
+        compute.instances.insert(
+            project=lc.project,
+            zone=ZONE,
+            instance_resource=gpu_instance("drill1", script=SCRIPT, automatic_restart=True),
+        )
+    )
     until(lambda: lines(boots_file(lc, "gce", "drill1")) == ["boot"], what="first boot")
     compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="drill1")
     assert watch_statuses(compute, "drill1", "RUNNING") == ["STOPPING", "TERMINATED", "STAGING", "RUNNING"]
@@ -188,8 +217,13 @@ def test_gpu_drill_without_extended_notifications_has_no_notice(slow_gce: tuple[
     events = [e["event"] for e in lc.admin.events() if e.get("machine") == f"gce-{ZONE}-drill1"]
     assert "maintenance_notice" not in events and "maintenance_start" in events
     # No automaticRestart: terminated and stays so.
-    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
-        "drill2", script=SCRIPT, automatic_restart=False)))
+    compute.wait(
+        compute.instances.insert(
+            project=lc.project,
+            zone=ZONE,
+            instance_resource=gpu_instance("drill2", script=SCRIPT, automatic_restart=False),
+        )
+    )
     compute.instances.simulate_maintenance_event(project=lc.project, zone=ZONE, instance="drill2")
     until(lambda: not lc.admin.machine("gce", ZONE, "drill2")["holds_capacity"], what="released")
     assert compute.get("drill2").status == "TERMINATED"
@@ -228,11 +262,15 @@ def test_can_reschedule_only_where_google_allows_manual_start(
 
 
 def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, compute: Compute) -> None:
-    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
-        "vm1", script=SCRIPT, automatic_restart=True)))
+    compute.wait(
+        compute.instances.insert(
+            project=lc.project, zone=ZONE, instance_resource=gpu_instance("vm1", script=SCRIPT, automatic_restart=True)
+        )
+    )
     until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot"], what="first boot")
-    compute.instances.simulate_maintenance_event(request={"project": lc.project, "zone": ZONE, "instance": "vm1",
-                                                          "with_extended_notifications": True})
+    compute.instances.simulate_maintenance_event(
+        request={"project": lc.project, "zone": ZONE, "instance": "vm1", "with_extended_notifications": True}
+    )
     up = compute.get("vm1").resource_status.upcoming_maintenance
     assert up.maintenance_status == "PENDING" and up.type_ == "SCHEDULED"
     assert metadata(lc, "gce", "vm1", "instance/upcoming-maintenance?alt=json").json()["type"] == "SCHEDULED"
@@ -244,8 +282,9 @@ def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, com
     until(lambda: lines(boots_file(lc, "gce", "vm1")) == ["boot", "term", "boot"], what="reboot")
     # performMaintenance starts a pending maintenance at once.
     lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")
-    compute.instances.simulate_maintenance_event(request={"project": lc.project, "zone": ZONE, "instance": "vm1",
-                                                          "with_extended_notifications": True})
+    compute.instances.simulate_maintenance_event(
+        request={"project": lc.project, "zone": ZONE, "instance": "vm1", "with_extended_notifications": True}
+    )
     assert compute.get("vm1").resource_status.upcoming_maintenance.can_reschedule is True
     compute.instances.perform_maintenance(project=lc.project, zone=ZONE, instance="vm1")
     assert compute.get("vm1").status in ("STOPPING", "TERMINATED")
@@ -257,8 +296,11 @@ def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, com
     until(lambda: compute.get("vm1").status == "TERMINATED", what="unscheduled down")
     until(lambda: compute.get("vm1").status == "RUNNING", what="unscheduled back")
     # Spot VM preempted: TERMINATED, preempted TRUE, process gone, capacity released.
-    compute.wait(compute.instances.insert(project=lc.project, zone=ZONE, instance_resource=gpu_instance(
-        "spot1", spot=True, script=SCRIPT)))
+    compute.wait(
+        compute.instances.insert(
+            project=lc.project, zone=ZONE, instance_resource=gpu_instance("spot1", spot=True, script=SCRIPT)
+        )
+    )
     until(lambda: lines(boots_file(lc, "gce", "spot1")) == ["boot"], what="spot boot")
     lc.admin.preempt("gce", ZONE, "spot1")
     assert compute.get("spot1").status == "TERMINATED"

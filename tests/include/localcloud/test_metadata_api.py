@@ -30,7 +30,7 @@ KEY = "instance/maintenance-event"
 def _long_polls() -> int:
     """Server threads currently inside the metadata server's GET (found by walking their stacks)."""
     count = 0
-    for frame in sys._current_frames().values():  # noqa: SLF001 - test introspection of the server
+    for frame in sys._current_frames().values():
         f: FrameType | None = frame
         while f is not None:
             if f.f_code is MetadataApi.get.__code__:
@@ -42,8 +42,11 @@ def _long_polls() -> int:
 
 @pytest.fixture
 def node_url(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> Iterator[str]:
-    tpu.create_node(parent=f"projects/{lc.project}/locations/{ZONE}", node_id="poller", node=tpu_v2.Node(
-        accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e")).result(timeout=10)
+    tpu.create_node(
+        parent=f"projects/{lc.project}/locations/{ZONE}",
+        node_id="poller",
+        node=tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"),
+    ).result(timeout=10)
     yield f"{lc.api_endpoint}/_machines/tpu-{ZONE}-poller/computeMetadata/v1/{KEY}"
 
 
@@ -53,8 +56,9 @@ def _etag(url: str) -> str:
     return r.headers["ETag"]
 
 
-def _assert_dropped_quietly(lc: RunningLocalCloud, started: float,
-                            caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]) -> None:
+def _assert_dropped_quietly(
+    lc: RunningLocalCloud, started: float, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     deadline = started + POLL_SECONDS - 1
     while _long_polls() > 0:
         assert time.monotonic() < deadline, "the server kept waiting for a client that is gone"
@@ -65,14 +69,18 @@ def _assert_dropped_quietly(lc: RunningLocalCloud, started: float,
     assert "Exception occurred during processing" not in capfd.readouterr().err
 
 
-def test_killed_long_poller_is_dropped_quietly(lc: RunningLocalCloud, node_url: str,
-                                               caplog: pytest.LogCaptureFixture,
-                                               capfd: pytest.CaptureFixture[str]) -> None:
+def test_killed_long_poller_is_dropped_quietly(
+    lc: RunningLocalCloud, node_url: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     etag = _etag(node_url)
-    poller = subprocess.Popen([sys.executable, "-c", (
-        "import requests, sys\n"
-        "requests.get(sys.argv[1], headers={'Metadata-Flavor': 'Google'}, timeout=60)\n"),
-        f"{node_url}?wait_for_change=true&timeout_sec={POLL_SECONDS}&last_etag={etag}"])
+    poller = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            ("import requests, sys\nrequests.get(sys.argv[1], headers={'Metadata-Flavor': 'Google'}, timeout=60)\n"),
+            f"{node_url}?wait_for_change=true&timeout_sec={POLL_SECONDS}&last_etag={etag}",
+        ]
+    )
     try:
         deadline = time.monotonic() + 10
         while _long_polls() == 0:  # the long-poll has reached the server
@@ -87,21 +95,28 @@ def test_killed_long_poller_is_dropped_quietly(lc: RunningLocalCloud, node_url: 
             poller.wait(timeout=5)
     _assert_dropped_quietly(lc, started, caplog, capfd)
     # The server still serves long-polls: one with a stale ETag answers at once.
-    fresh = requests.get(f"{node_url}?wait_for_change=true&timeout_sec=5&last_etag=stale",
-                         headers={"Metadata-Flavor": "Google"}, timeout=5)
+    fresh = requests.get(
+        f"{node_url}?wait_for_change=true&timeout_sec=5&last_etag=stale",
+        headers={"Metadata-Flavor": "Google"},
+        timeout=5,
+    )
     assert fresh.status_code == 200 and fresh.text == "NONE"
 
 
-def test_reset_connection_is_dropped_quietly(lc: RunningLocalCloud, node_url: str,
-                                             caplog: pytest.LogCaptureFixture,
-                                             capfd: pytest.CaptureFixture[str]) -> None:
+def test_reset_connection_is_dropped_quietly(
+    lc: RunningLocalCloud, node_url: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     """A connection reset (RST, as from a crashed guest kernel) while the answer is pending."""
     etag = _etag(node_url)
     host, port = node_url.split("//", 1)[1].split("/", 1)[0].split(":")
     path = "/" + node_url.split("//", 1)[1].split("/", 1)[1]
     sock = socket.create_connection((host, int(port)), timeout=5)
-    sock.sendall((f"GET {path}?wait_for_change=true&timeout_sec={POLL_SECONDS}&last_etag={etag} HTTP/1.1\r\n"
-                  f"Host: {host}:{port}\r\nMetadata-Flavor: Google\r\n\r\n").encode())
+    sock.sendall(
+        (
+            f"GET {path}?wait_for_change=true&timeout_sec={POLL_SECONDS}&last_etag={etag} HTTP/1.1\r\n"
+            f"Host: {host}:{port}\r\nMetadata-Flavor: Google\r\n\r\n"
+        ).encode()
+    )
     deadline = time.monotonic() + 10
     while _long_polls() == 0:
         assert time.monotonic() < deadline
@@ -113,9 +128,9 @@ def test_reset_connection_is_dropped_quietly(lc: RunningLocalCloud, node_url: st
     _assert_dropped_quietly(lc, started, caplog, capfd)
 
 
-def test_clients_resetting_mid_request_are_not_violations(lc: RunningLocalCloud, node_url: str,
-                                                          caplog: pytest.LogCaptureFixture,
-                                                          capfd: pytest.CaptureFixture[str]) -> None:
+def test_clients_resetting_mid_request_are_not_violations(
+    lc: RunningLocalCloud, node_url: str, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
     """Clients that reset right after sending: the server meets the reset while reading or writing."""
     host, port = node_url.split("//", 1)[1].split("/", 1)[0].split(":")
     path = "/" + node_url.split("//", 1)[1].split("/", 1)[1]

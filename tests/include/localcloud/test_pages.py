@@ -27,11 +27,16 @@ def page(lc: RunningLocalCloud, path: str) -> requests.Response:
 
 
 def test_machine_page_live_then_deleted(cloud: RunningLocalCloud) -> None:
-    tpu = tpu_v2.TpuClient(transport="rest", client_options={"api_endpoint": cloud.api_endpoint},
-                           credentials=AnonymousCredentials())
+    tpu = tpu_v2.TpuClient(
+        transport="rest", client_options={"api_endpoint": cloud.api_endpoint}, credentials=AnonymousCredentials()
+    )
     parent = f"projects/{cloud.project}/locations/{ZONE}"
-    node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"run": "r-1"},
-                       metadata={"startup-script": SCRIPT})
+    node = tpu_v2.Node(
+        accelerator_type="v6e-8",
+        runtime_version="v2-alpha-tpuv6e",
+        labels={"run": "r-1"},
+        metadata={"startup-script": SCRIPT},
+    )
     created = tpu.create_node(parent=parent, node_id="pg1", node=node).result(timeout=30)
     deadline = time.monotonic() + 30
     while True:
@@ -53,12 +58,18 @@ def test_machine_page_live_then_deleted(cloud: RunningLocalCloud) -> None:
 
 
 def test_checkpoint_folder_page_marks_committed_steps(cloud: RunningLocalCloud) -> None:
-    client = storage.Client(project=cloud.project, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": cloud.gcs_endpoint})
+    client = storage.Client(
+        project=cloud.project, credentials=AnonymousCredentials(), client_options={"api_endpoint": cloud.gcs_endpoint}
+    )
     bucket = client.create_bucket("pages-test")
     prefix = "interlude/run-1/train/"
-    for name, data in {"step-00000010/arrays.npz": b"x" * 100, "step-00000010/COMMITTED": b"abc",
-                       "step-00000020/arrays.npz": b"y" * 7, "progress.json": b"{}", "<b>odd</b>.txt": b""}.items():
+    for name, data in {
+        "step-00000010/arrays.npz": b"x" * 100,
+        "step-00000010/COMMITTED": b"abc",
+        "step-00000020/arrays.npz": b"y" * 7,
+        "progress.json": b"{}",
+        "<b>odd</b>.txt": b"",
+    }.items():
         bucket.blob(prefix + name).upload_from_string(data)
     bucket.blob("interlude/run-1/other/x").upload_from_string(b"")
     resp = page(cloud, f"gcs/pages-test/{prefix}")

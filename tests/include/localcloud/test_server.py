@@ -33,14 +33,15 @@ def test_injected_429_says_what_google_says(lc: RunningLocalCloud) -> None:
     lc.admin.inject_fault(r"/instances", status=429, count=1)
     r = requests.get(f"{lc.api_endpoint}/compute/v1/projects/{lc.project}/zones/{ZONE}/instances", timeout=5)
     err = r.json()["error"]
-    assert err["message"].startswith("Quota exceeded for quota metric 'Read requests' and limit 'Read requests "
-                                     "per minute' of service 'compute.googleapis.com' for consumer 'project_number:")
+    assert err["message"].startswith(
+        "Quota exceeded for quota metric 'Read requests' and limit 'Read requests "
+        "per minute' of service 'compute.googleapis.com' for consumer 'project_number:"
+    )
     assert err["errors"][0] == {"domain": "usageLimits", "reason": "rateLimitExceeded", "message": err["message"]}
     assert err["status"] == "RESOURCE_EXHAUSTED"
     assert err["details"][0]["reason"] == "RATE_LIMIT_EXCEEDED"
     lc.admin.inject_fault(r"/nodes", status=429, count=1, method="POST")
-    r = requests.post(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes?nodeId=x", json={},
-                      timeout=5)
+    r = requests.post(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/nodes?nodeId=x", json={}, timeout=5)
     err = r.json()["error"]
     assert r.status_code == 429 and err["status"] == "RESOURCE_EXHAUSTED"
     assert "limit 'Write requests per minute' of service 'tpu.googleapis.com'" in err["message"]
@@ -64,12 +65,16 @@ def test_fifty_concurrent_clients(lc: RunningLocalCloud) -> None:
     def work(i: int) -> int:
         from google.auth.credentials import AnonymousCredentials
 
-        c = tpu_v2.TpuClient(transport="rest", client_options={"api_endpoint": lc.api_endpoint},
-                             credentials=AnonymousCredentials())
+        c = tpu_v2.TpuClient(
+            transport="rest", client_options={"api_endpoint": lc.api_endpoint}, credentials=AnonymousCredentials()
+        )
         if i % 10 == 0:
             try:
-                c.create_node(parent=parent, node_id=f"c{i}", node=tpu_v2.Node(
-                    accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"))
+                c.create_node(
+                    parent=parent,
+                    node_id=f"c{i}",
+                    node=tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"),
+                )
             except exceptions.GoogleAPICallError:
                 return -1
         list(c.list_nodes(parent=parent))
@@ -84,17 +89,18 @@ def test_strict_mode_turns_schema_drift_into_500(lc: RunningLocalCloud) -> None:
     from interlude_localcloud.server import Response
 
     # Break one handler the way a careless change would: an unknown field in a Node.
-    router = lc._lc.server.router  # noqa: SLF001 - the test plays the careless developer
+    router = lc._lc.server.router
     route = next(r for r in router.routes if r.pattern.pattern.endswith("/acceleratorTypes$") and r.doc == "tpu.v2")
     original = route.handler
-    route.handler = lambda req: Response({"acceleratorTypes": [{"name": "x", "type": "y", "color": "red"}]},
-                                         "ListAcceleratorTypesResponse")
+    route.handler = lambda req: Response(
+        {"acceleratorTypes": [{"name": "x", "type": "y", "color": "red"}]}, "ListAcceleratorTypesResponse"
+    )
     try:
         r = requests.get(f"{lc.api_endpoint}/v2/projects/{lc.project}/locations/{ZONE}/acceleratorTypes", timeout=5)
         assert r.status_code == 500 and "unknown field 'color'" in r.json()["error"]["message"]
     finally:
         route.handler = original
-        lc._lc.server.violations.clear()  # noqa: SLF001
+        lc._lc.server.violations.clear()
 
 
 @pytest.mark.parametrize("path", ["/v2/projects/test-proj/locations/us-central1-a/bogus", "/nothing"])
@@ -107,8 +113,14 @@ def test_one_tpu_v2_rest_client_shared_by_32_threads(lc: RunningLocalCloud, tpu:
     """32 threads x 10 rounds of get + list through ONE real tpu_v2 REST client (its session and
     connection pool shared, as an Airflow worker's hook cache shares it): no error, no torn answer."""
     parent = f"projects/{lc.project}/locations/{ZONE}"
-    ops = [tpu.create_node(parent=parent, node_id=f"cc{i}", node=tpu_v2.Node(
-        accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"i": str(i)})) for i in range(3)]
+    ops = [
+        tpu.create_node(
+            parent=parent,
+            node_id=f"cc{i}",
+            node=tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"i": str(i)}),
+        )
+        for i in range(3)
+    ]
     names = [op.result(timeout=10).name for op in ops]
     start = threading.Barrier(32)
 

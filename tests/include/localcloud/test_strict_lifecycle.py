@@ -35,7 +35,7 @@ def until(pred: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
 
 
 def _strict_and_clean(lc: RunningLocalCloud) -> None:
-    assert lc._lc.server is not None and lc._lc.server.strict  # noqa: SLF001 - the mode under test
+    assert lc._lc.server is not None and lc._lc.server.strict
     assert lc.violations == []
     assert lc.admin.violations() == []
 
@@ -48,14 +48,18 @@ def test_tpu_v2_lifecycle_with_the_proto_rest_client(lc: RunningLocalCloud, tpu:
     base = f"{lc.api_endpoint}/v2/{name}"
     assert {t.type_ for t in tpu.list_accelerator_types(parent=parent)} == {"v5litepod-8", "v6e-8"}
     assert tpu.get_runtime_version(name=f"{parent}/runtimeVersions/v2-alpha-tpuv6e").version
-    node = tpu.create_node(parent=parent, node_id="life", node=tpu_v2.Node(
-        accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"run": "life"}))
+    node = tpu.create_node(
+        parent=parent,
+        node_id="life",
+        node=tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", labels={"run": "life"}),
+    )
     node = node.result(timeout=10)
     assert node.state == tpu_v2.Node.State.READY and node.create_time
     assert tpu.stop_node(request={"name": name}).result(timeout=10).state == tpu_v2.Node.State.STOPPED
     assert tpu.start_node(request={"name": name}).result(timeout=10).state == tpu_v2.Node.State.READY
-    patched = tpu.update_node(node=tpu_v2.Node(name=name, labels={"run": "life", "x": "y"}),
-                              update_mask={"paths": ["labels"]}).result(timeout=10)
+    patched = tpu.update_node(
+        node=tpu_v2.Node(name=name, labels={"run": "life", "x": "y"}), update_mask={"paths": ["labels"]}
+    ).result(timeout=10)
     assert patched.labels["x"] == "y"
 
     lc.admin.maintenance("tpu", ZONE, "life", type="UNSCHEDULED")  # 1800 s notice -> 0.5 s real
@@ -68,9 +72,18 @@ def test_tpu_v2_lifecycle_with_the_proto_rest_client(lc: RunningLocalCloud, tpu:
     assert [n.health for n in tpu.list_nodes(parent=parent)] == [tpu_v2.Node.Health.UNHEALTHY_MAINTENANCE]
     until(lambda: tpu.get_node(name=name).state == tpu_v2.Node.State.READY, "READY after maintenance")
 
-    qr = tpu_v2.QueuedResource(spot=tpu_v2.QueuedResource.Spot(), tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
-        tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent, node_id="qnode", node=tpu_v2.Node(
-            accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"))]))
+    qr = tpu_v2.QueuedResource(
+        spot=tpu_v2.QueuedResource.Spot(),
+        tpu=tpu_v2.QueuedResource.Tpu(
+            node_spec=[
+                tpu_v2.QueuedResource.Tpu.NodeSpec(
+                    parent=parent,
+                    node_id="qnode",
+                    node=tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e"),
+                )
+            ]
+        ),
+    )
     created = tpu.create_queued_resource(parent=parent, queued_resource_id="lq", queued_resource=qr)
     assert created.result(timeout=10).tpu.node_spec[0].node.accelerator_type == "v6e-8"
     qr_name = f"{parent}/queuedResources/lq"
@@ -93,20 +106,29 @@ def test_tpu_v2_lifecycle_with_the_proto_rest_client(lc: RunningLocalCloud, tpu:
 def test_tpu_v2alpha1_lifecycle_with_googleapiclient(lc: RunningLocalCloud) -> None:
     """v2alpha1 through the discovery client (enum names): simulate + perform maintenance, queued
     resource, delete."""
-    api = build("tpu", "v2alpha1", credentials=AnonymousCredentials(), static_discovery=True,
-                client_options={"api_endpoint": lc.api_endpoint})
+    api = build(
+        "tpu",
+        "v2alpha1",
+        credentials=AnonymousCredentials(),
+        static_discovery=True,
+        client_options={"api_endpoint": lc.api_endpoint},
+    )
     loc = api.projects().locations()
     parent = f"projects/{lc.project}/locations/{ZONE}"
     name = f"{parent}/nodes/alpha"
 
     def done(op: dict[str, Any]) -> dict[str, Any]:
-        return until(lambda: (o := loc.operations().get(name=op["name"]).execute()).get("done") and o,
-                     f"operation {op['name']}")
+        return until(
+            lambda: (o := loc.operations().get(name=op["name"]).execute()).get("done") and o, f"operation {op['name']}"
+        )
 
     assert loc.acceleratorTypes().list(parent=parent).execute()["acceleratorTypes"]
     assert loc.runtimeVersions().list(parent=parent).execute()["runtimeVersions"]
-    op = loc.nodes().create(parent=parent, nodeId="alpha", body={
-        "acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"}).execute()
+    op = (
+        loc.nodes()
+        .create(parent=parent, nodeId="alpha", body={"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"})
+        .execute()
+    )
     assert done(op)["response"]["state"] == "READY"
 
     lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="tpu")  # stays PENDING
@@ -120,10 +142,26 @@ def test_tpu_v2alpha1_lifecycle_with_googleapiclient(lc: RunningLocalCloud) -> N
     assert "upcomingMaintenance" not in loc.nodes().list(parent=parent).execute()["nodes"][0]
 
     qr_name = f"{parent}/queuedResources/aq"
-    done(loc.queuedResources().create(parent=parent, queuedResourceId="aq", body={
-        "tpu": {"nodeSpec": [{"parent": parent, "nodeId": "aqnode",
-                              "node": {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"}}]},
-        "spot": {}}).execute())
+    done(
+        loc.queuedResources()
+        .create(
+            parent=parent,
+            queuedResourceId="aq",
+            body={
+                "tpu": {
+                    "nodeSpec": [
+                        {
+                            "parent": parent,
+                            "nodeId": "aqnode",
+                            "node": {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"},
+                        }
+                    ]
+                },
+                "spot": {},
+            },
+        )
+        .execute()
+    )
     until(lambda: loc.queuedResources().get(name=qr_name).execute()["state"]["state"] == "ACTIVE", "ACTIVE")
     listed = loc.queuedResources().list(parent=parent).execute()["queuedResources"]
     assert [q["name"] for q in listed] == [qr_name]
@@ -142,12 +180,18 @@ def test_compute_lifecycle_with_google_cloud_compute(lc: RunningLocalCloud, comp
     assert any(m.name == "g2-standard-4" for m in compute.machine_types.list(project=project, zone=ZONE))
     assert compute.regions.get(project=project, region="us-central1").status == "UP"
     script = "echo booted\nwhile true; do sleep 0.1; done\n"
-    op = compute.wait(compute.instances.insert(project=project, zone=ZONE, instance_resource=gpu_instance(
-        "vm", script=script, labels={"run": "life"}, automatic_restart=True)))
+    op = compute.wait(
+        compute.instances.insert(
+            project=project,
+            zone=ZONE,
+            instance_resource=gpu_instance("vm", script=script, labels={"run": "life"}, automatic_restart=True),
+        )
+    )
     assert op.status == compute_v1.Operation.Status.DONE and not op.error.errors
     assert compute.get("vm").status == "RUNNING"
-    listed = compute.instances.list(request=compute_v1.ListInstancesRequest(
-        project=project, zone=ZONE, filter="labels.run = life"))
+    listed = compute.instances.list(
+        request=compute_v1.ListInstancesRequest(project=project, zone=ZONE, filter="labels.run = life")
+    )
     assert [i.name for i in listed] == ["vm"]
     compute.wait(compute.instances.stop(project=project, zone=ZONE, instance="vm"))
     assert compute.get("vm").status == "TERMINATED"
@@ -155,21 +199,25 @@ def test_compute_lifecycle_with_google_cloud_compute(lc: RunningLocalCloud, comp
     assert compute.get("vm").status == "RUNNING"
 
     lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")
-    compute.instances.simulate_maintenance_event(request={"project": project, "zone": ZONE, "instance": "vm",
-                                                          "with_extended_notifications": True})
+    compute.instances.simulate_maintenance_event(
+        request={"project": project, "zone": ZONE, "instance": "vm", "with_extended_notifications": True}
+    )
     assert compute.get("vm").resource_status.upcoming_maintenance.maintenance_status == "PENDING"
     compute.instances.perform_maintenance(project=project, zone=ZONE, instance="vm")
     down = compute.get("vm")
     assert down.status in ("STOPPING", "TERMINATED")
     assert down.resource_status.upcoming_maintenance.maintenance_status == "ONGOING"
     until(lambda: compute.get("vm").status == "RUNNING", "RUNNING after maintenance")
-    until(lambda: "booted" in compute.instances.get_serial_port_output(
-        project=project, zone=ZONE, instance="vm").contents, "serial output")
+    until(
+        lambda: (
+            "booted" in compute.instances.get_serial_port_output(project=project, zone=ZONE, instance="vm").contents
+        ),
+        "serial output",
+    )
 
     compute.wait(compute.instances.delete(project=project, zone=ZONE, instance="vm"))
     with pytest.raises(exceptions.NotFound):
         compute.get("vm")
     assert list(compute.instances.list(project=project, zone=ZONE)) == []
-    assert all(o.status == compute_v1.Operation.Status.DONE
-               for o in compute.ops.list(project=project, zone=ZONE))
+    assert all(o.status == compute_v1.Operation.Status.DONE for o in compute.ops.list(project=project, zone=ZONE))
     _strict_and_clean(lc)

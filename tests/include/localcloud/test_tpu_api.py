@@ -39,8 +39,9 @@ def test_node_create_get_list_delete(lc: RunningLocalCloud, tpu: tpu_v2.TpuClien
 
 def test_enum_numbers_in_requests_and_names_for_plain_rest(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
     # The proto client sends acceleratorConfig.type as the number 11 (V6E) and reads numbers back.
-    node = tpu_v2.Node(runtime_version="v2-alpha-tpuv6e",
-                       accelerator_config=tpu_v2.AcceleratorConfig(type_="V6E", topology="2x4"))
+    node = tpu_v2.Node(
+        runtime_version="v2-alpha-tpuv6e", accelerator_config=tpu_v2.AcceleratorConfig(type_="V6E", topology="2x4")
+    )
     got = tpu.create_node(parent=parent(lc), node_id="cfg", node=node).result(timeout=10)
     assert got.accelerator_type == "v6e-8"
     raw = requests.get(f"{lc.api_endpoint}/v2/{got.name}", timeout=5).json()
@@ -52,7 +53,9 @@ def test_enum_numbers_in_requests_and_names_for_plain_rest(lc: RunningLocalCloud
 def test_catalog(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
     assert [a.type_ for a in tpu.list_accelerator_types(parent=parent(lc))] == ["v5litepod-8", "v6e-8"]
     assert {v.version for v in tpu.list_runtime_versions(parent=parent(lc))} == {
-        "v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e"}
+        "v2-alpha-tpuv5-lite",
+        "v2-alpha-tpuv6e",
+    }
     with pytest.raises(exceptions.NotFound):
         tpu.get_accelerator_type(name=f"{parent(lc)}/acceleratorTypes/v4-8")
 
@@ -63,8 +66,11 @@ def test_google_shaped_errors(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> N
     with pytest.raises(exceptions.NotFound):
         tpu.list_nodes(parent=parent(lc, "mars-central1-a"))
     with pytest.raises(exceptions.BadRequest):
-        tpu.create_node(parent=parent(lc), node_id="bad",
-                        node=tpu_v2.Node(accelerator_type="v9z-8", runtime_version="v2-alpha-tpuv6e"))
+        tpu.create_node(
+            parent=parent(lc),
+            node_id="bad",
+            node=tpu_v2.Node(accelerator_type="v9z-8", runtime_version="v2-alpha-tpuv6e"),
+        )
     tpu.create_node(parent=parent(lc), node_id="dup", node=v6e()).result(timeout=10)
     with pytest.raises(exceptions.Conflict):  # 409 ALREADY_EXISTS, as Google answers it
         tpu.create_node(parent=parent(lc), node_id="dup", node=v6e())
@@ -84,7 +90,7 @@ def test_n_plus_one_create_stocks_out(lc: RunningLocalCloud, tpu: tpu_v2.TpuClie
     op = tpu.create_node(parent=parent(lc), node_id="b", node=node)
     with pytest.raises(exceptions.GoogleAPICallError) as err:
         op.result(timeout=10)
-    assert "There is no more capacity in the zone \"us-central1-a\"" in str(err.value)
+    assert 'There is no more capacity in the zone "us-central1-a"' in str(err.value)
     raw = requests.get(f"{lc.api_endpoint}/v2/{op.operation.name}", timeout=5).json()
     assert raw["done"] is True and raw["error"]["code"] == 8
     with pytest.raises(exceptions.NotFound):
@@ -97,8 +103,11 @@ def test_n_plus_one_create_stocks_out(lc: RunningLocalCloud, tpu: tpu_v2.TpuClie
 def test_queued_resource_waits_then_becomes_active(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
     node = tpu_v2.Node(accelerator_type="v5litepod-8", runtime_version="v2-alpha-tpuv5-lite")
     blocker = tpu.create_node(parent=parent(lc), node_id="blocker", node=node).result(timeout=10)
-    qr = tpu_v2.QueuedResource(tpu=tpu_v2.QueuedResource.Tpu(node_spec=[
-        tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent(lc), node_id="queued-node", node=node)]))
+    qr = tpu_v2.QueuedResource(
+        tpu=tpu_v2.QueuedResource.Tpu(
+            node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent(lc), node_id="queued-node", node=node)]
+        )
+    )
     tpu.create_queued_resource(parent=parent(lc), queued_resource_id="q1", queued_resource=qr).result(timeout=10)
     name = f"{parent(lc)}/queuedResources/q1"
     waiting = tpu_v2.QueuedResourceState.State.WAITING_FOR_RESOURCES
@@ -127,6 +136,7 @@ def test_stop_start_patch(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
     node = tpu.create_node(parent=parent(lc), node_id="s", node=v6e()).result(timeout=10)
     assert tpu.stop_node(request={"name": node.name}).result(timeout=10).state == tpu_v2.Node.State.STOPPED
     assert tpu.start_node(request={"name": node.name}).result(timeout=10).state == tpu_v2.Node.State.READY
-    patched = tpu.update_node(node=tpu_v2.Node(name=node.name, labels={"k": "v"}),
-                              update_mask={"paths": ["labels"]}).result(timeout=10)
+    patched = tpu.update_node(
+        node=tpu_v2.Node(name=node.name, labels={"k": "v"}), update_mask={"paths": ["labels"]}
+    ).result(timeout=10)
     assert patched.labels == {"k": "v"}

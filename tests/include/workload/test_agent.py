@@ -25,8 +25,12 @@ def test_an_unreachable_gcs_is_retried_until_sigterm(tmp_path: Path) -> None:
     log = tmp_path / "agent.log"
     env = {**os.environ, "STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}  # port 9: refused at once
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "interlude_workload.agent", "--bucket", "b", "--run-key", "k",
-                                 "--idle-poll", "0.2"], env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "interlude_workload.agent", "--bucket", "b", "--run-key", "k", "--idle-poll", "0.2"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 120
         while "agent: error #2" not in log.read_text(errors="replace"):  # said, backed off, tried again

@@ -35,15 +35,27 @@ SCENARIO: dict[str, Any] = {
     "project": "wl-proj",
     "time_scale": 600,
     "stop_grace_seconds": 3,
-    "zones": {ZONE: {"region": "us-central1",
-                     "tpu": {"accelerator_types": ["v6e-8"], "runtime_versions": ["v2-alpha-tpuv6e"],
-                             "capacity": {"v6e-8": {"on_demand": 2, "spot": 2}}},
-                     "gpu": {"accelerator_types": ["nvidia-l4"], "machine_types": ["g2-standard-4"],
-                             "capacity": {"nvidia-l4": {"on_demand": 2, "spot": 2}}}}},
+    "zones": {
+        ZONE: {
+            "region": "us-central1",
+            "tpu": {
+                "accelerator_types": ["v6e-8"],
+                "runtime_versions": ["v2-alpha-tpuv6e"],
+                "capacity": {"v6e-8": {"on_demand": 2, "spot": 2}},
+            },
+            "gpu": {
+                "accelerator_types": ["nvidia-l4"],
+                "machine_types": ["g2-standard-4"],
+                "capacity": {"nvidia-l4": {"on_demand": 2, "spot": 2}},
+            },
+        }
+    },
     "regions": {"us-central1": {"quotas": {"NVIDIA_L4_GPUS": 2}}},
     "delays": {"tpu_create": 60, "tpu_delete": 60, "gce_create": 60, "gce_delete": 60},
-    "maintenance": {"tpu": {"scheduled_notice": 1800, "unscheduled_notice": 600, "duration": 600},
-                    "gce": {"scheduled_notice": 1800, "unscheduled_notice": 600, "duration": 600}},
+    "maintenance": {
+        "tpu": {"scheduled_notice": 1800, "unscheduled_notice": 600, "duration": 600},
+        "gce": {"scheduled_notice": 1800, "unscheduled_notice": 600, "duration": 600},
+    },
 }
 
 
@@ -70,16 +82,26 @@ def _stamp(line: str) -> float:
 
 def _start_tpu_node(cloud: RunningLocalCloud, script: str) -> Callable[[], None]:
     """A TPU node running ``script``; returns how to announce maintenance (TPU v2alpha1, discovery client)."""
-    tpu = tpu_v2.TpuClient(transport="rest", client_options={"api_endpoint": cloud.api_endpoint},
-                           credentials=AnonymousCredentials())
+    tpu = tpu_v2.TpuClient(
+        transport="rest", client_options={"api_endpoint": cloud.api_endpoint}, credentials=AnonymousCredentials()
+    )
     parent = f"projects/{cloud.project}/locations/{ZONE}"
-    node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e",
-                       metadata={"startup-script": script})
+    node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e", metadata={"startup-script": script})
     tpu.create_node(parent=parent, node_id="trainer", node=node).result(timeout=30)
-    alpha = build("tpu", "v2alpha1", credentials=AnonymousCredentials(), static_discovery=True,
-                  client_options={"api_endpoint": cloud.api_endpoint})
-    return lambda: alpha.projects().locations().nodes().simulateMaintenanceEvent(
-        name=f"{parent}/nodes/trainer", body={"workerIds": ["0"]}).execute()
+    alpha = build(
+        "tpu",
+        "v2alpha1",
+        credentials=AnonymousCredentials(),
+        static_discovery=True,
+        client_options={"api_endpoint": cloud.api_endpoint},
+    )
+    return lambda: (
+        alpha.projects()
+        .locations()
+        .nodes()
+        .simulateMaintenanceEvent(name=f"{parent}/nodes/trainer", body={"workerIds": ["0"]})
+        .execute()
+    )
 
 
 def _start_gpu_vm(cloud: RunningLocalCloud, script: str) -> Callable[[], None]:
@@ -88,15 +110,17 @@ def _start_gpu_vm(cloud: RunningLocalCloud, script: str) -> Callable[[], None]:
     instances = compute_v1.InstancesClient(client_options=opts, credentials=creds)
     ops = compute_v1.ZoneOperationsClient(client_options=opts, credentials=creds)
     vm = compute_v1.Instance(
-        name="trainer", machine_type=f"zones/{ZONE}/machineTypes/g2-standard-4",
+        name="trainer",
+        machine_type=f"zones/{ZONE}/machineTypes/g2-standard-4",
         scheduling=compute_v1.Scheduling(on_host_maintenance="TERMINATE", automatic_restart=True),
         metadata=compute_v1.Metadata(items=[compute_v1.Items(key="startup-script", value=script)]),
     )
     op = instances.insert(project=cloud.project, zone=ZONE, instance_resource=vm)
     ops.wait(project=cloud.project, zone=ZONE, operation=op.name)  # not op.result(): it polls Google
     # withExtendedNotifications: the notice first, as Google gives it before real GPU maintenance
-    return lambda: instances.simulate_maintenance_event(request={
-        "project": cloud.project, "zone": ZONE, "instance": "trainer", "with_extended_notifications": True})
+    return lambda: instances.simulate_maintenance_event(
+        request={"project": cloud.project, "zone": ZONE, "instance": "trainer", "with_extended_notifications": True}
+    )
 
 
 @pytest.mark.parametrize("start_machine", [_start_tpu_node, _start_gpu_vm], ids=["tpu-node", "gpu-vm"])
@@ -107,8 +131,17 @@ def test_notice_commits_before_the_machine_goes_down_and_nothing_is_recomputed(
 
     bucket = f"wl-{uuid.uuid4().hex[:10]}"
     storage_client().create_bucket(bucket)
-    script = render(bucket=bucket, run_key="mnt", stage="train", steps=STEPS, checkpoint_every=1000, seed=5,
-                    step_seconds=0.04, keep=100, hold_margin_seconds=1.0)
+    script = render(
+        bucket=bucket,
+        run_key="mnt",
+        stage="train",
+        steps=STEPS,
+        checkpoint_every=1000,
+        seed=5,
+        step_seconds=0.04,
+        keep=100,
+        hold_margin_seconds=1.0,
+    )
     announce_maintenance = start_machine(cloud, script)
     store = CheckpointStore(bucket, "mnt", "train")
     until(lambda: int((store.read_progress() or {}).get("step") or 0) >= 15, 30, "training progress")
@@ -116,8 +149,11 @@ def test_notice_commits_before_the_machine_goes_down_and_nothing_is_recomputed(
     announce_maintenance()
 
     until(lambda: any(e["event"] == "maintenance_end" for e in cloud.admin.events()), 30, "maintenance end")
-    final = until(lambda: (c := store.latest().checkpoint) is not None and c.step == STEPS and c, 60,
-                  "final checkpoint after the reboot")
+    final = until(
+        lambda: (c := store.latest().checkpoint) is not None and c.step == STEPS and c,
+        60,
+        "final checkpoint after the reboot",
+    )
     log = until(lambda: (t := store.read_log()) and "final digest" in t and t, 10, "final log chunk")
     events = cloud.admin.events()
     down = next(e["t"] for e in events if e["event"] == "machine_down" and e.get("reason") == "maintenance")

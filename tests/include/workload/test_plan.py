@@ -8,8 +8,17 @@ from interlude_workload.plan import StagePlan
 
 
 def test_trainer_args_carry_every_setting() -> None:
-    plan = StagePlan(order=2, stage="finetune", steps=30, checkpoint_every=10, seed=3, step_seconds=0.1,
-                     init_from_stage="train", data_date="2024-01-15", fresh_token="t1")
+    plan = StagePlan(
+        order=2,
+        stage="finetune",
+        steps=30,
+        checkpoint_every=10,
+        seed=3,
+        step_seconds=0.1,
+        init_from_stage="train",
+        data_date="2024-01-15",
+        fresh_token="t1",
+    )
     args = plan.trainer_args("bucket", "key; rm -rf /")
     assert args[args.index("--run-key") + 1] == "key; rm -rf /"
     assert args[args.index("--fresh") + 1] == "t1"

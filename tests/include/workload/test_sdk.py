@@ -17,8 +17,9 @@ from .trainer_proc import start_trainer, trainer_cmd, wait_for_text
 def _user_loop(bucket: str, total: int, stop_after: int | None = None) -> tuple[np.ndarray, list[str]]:
     """The README's example loop: a user's own model state, checkpointed through the SDK."""
     reasons: list[str] = []
-    with Checkpointer(bucket, "user-run", "train", total_steps=total, checkpoint_every=4, metadata_url=None,
-                      progress_seconds=0.2) as ckpt:
+    with Checkpointer(
+        bucket, "user-run", "train", total_steps=total, checkpoint_every=4, metadata_url=None, progress_seconds=0.2
+    ) as ckpt:
         restored = ckpt.start()
         if restored is None:
             weights, rng, start = np.zeros(3), np.random.default_rng(0), 0

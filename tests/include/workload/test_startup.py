@@ -16,8 +16,12 @@ from .trainer_proc import UNREACHABLE_METADATA, digest_of, wait_for_text
 
 def _env(tmp_path: Path) -> dict[str, str]:
     bin_dir = Path(sys.executable).parent  # as on the local cloud: python3 on PATH is the venv's
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "INTERLUDE_LOG_DIR": str(tmp_path / "logs"),
-            "INTERLUDE_METADATA_URL": UNREACHABLE_METADATA}
+    return {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "INTERLUDE_LOG_DIR": str(tmp_path / "logs"),
+        "INTERLUDE_METADATA_URL": UNREACHABLE_METADATA,
+    }
 
 
 def _script(tmp_path: Path, **kwargs: object) -> Path:
@@ -28,10 +32,20 @@ def _script(tmp_path: Path, **kwargs: object) -> Path:
 
 def test_script_runs_trainer_logs_and_exits_zero(bucket: str, tmp_path: Path) -> None:
     hostile = "tok'en; touch $HOME/pwned `id`"
-    script = _script(tmp_path, bucket=bucket, run_key="boot", stage="train", steps=12, checkpoint_every=5,
-                     seed=3, fresh=hostile, env={"EXTRA": "$(touch pwned)"})
-    done = subprocess.run(["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    script = _script(
+        tmp_path,
+        bucket=bucket,
+        run_key="boot",
+        stage="train",
+        steps=12,
+        checkpoint_every=5,
+        seed=3,
+        fresh=hostile,
+        env={"EXTRA": "$(touch pwned)"},
+    )
+    done = subprocess.run(
+        ["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "logs" / "interlude-boot-train.log").read_text()
     assert "boot: starting train of boot" in log and "trainer finished" in log
@@ -41,11 +55,13 @@ def test_script_runs_trainer_logs_and_exits_zero(bucket: str, tmp_path: Path) ->
 
 
 def test_script_forwards_sigterm_and_returns_trainer_code(bucket: str, tmp_path: Path) -> None:
-    script = _script(tmp_path, bucket=bucket, run_key="term", stage="train", steps=400, checkpoint_every=100,
-                     step_seconds=0.02)
+    script = _script(
+        tmp_path, bucket=bucket, run_key="term", stage="train", steps=400, checkpoint_every=100, step_seconds=0.02
+    )
     log = tmp_path / "logs" / "interlude-term-train.log"
-    proc = subprocess.Popen(["bash", str(script)], env=_env(tmp_path), cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        ["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         (tmp_path / "logs").mkdir(exist_ok=True)
         log.touch()
@@ -64,11 +80,13 @@ def test_script_forwards_sigterm_and_returns_trainer_code(bucket: str, tmp_path:
 
 def test_script_fails_clearly_without_python_or_package(bucket: str, tmp_path: Path) -> None:
     env = _env(tmp_path)
-    missing = _script(tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1,
-                      python="no-such-python")
+    missing = _script(
+        tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1, python="no-such-python"
+    )
     assert subprocess.run(["bash", str(missing)], env=env, cwd=tmp_path, capture_output=True).returncode == 127
-    no_pkg = _script(tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1,
-                     python="/usr/bin/python3")
+    no_pkg = _script(
+        tmp_path, bucket=bucket, run_key="x", stage="train", steps=1, checkpoint_every=1, python="/usr/bin/python3"
+    )
     out = subprocess.run(["bash", str(no_pkg)], env=env, cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode == 3 and "cannot import interlude_workload" in out.stdout
 
@@ -81,8 +99,9 @@ def test_the_script_names_its_boot_and_says_when_it_ends(tmp_path) -> None:
 
     script = render_agent(bucket="b", run_key="k", python="/nonexistent/python3")
     env = {"PATH": "/usr/bin:/bin", "INTERLUDE_LOG_DIR": str(tmp_path), "INTERLUDE_MACHINE_ID": "m"}
-    runs = [subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30)
-            for _ in range(2)]
+    runs = [
+        subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=30) for _ in range(2)
+    ]
     boots = [r.stdout.split("startup: begin: boot ", 1)[1].split()[0] for r in runs]
     assert boots[0] != boots[1], "a new id on every boot"
     for run, boot in zip(runs, boots, strict=True):

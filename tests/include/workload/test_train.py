@@ -21,8 +21,9 @@ def _reference_digest(bucket: str, steps: int = STEPS, seed: int = 7) -> str:
     return digest_of(done.stdout)
 
 
-def _kill_and_resume(bucket: str, run_key: str, log: Path, sig: signal.Signals, rng: random.Random,
-                     kills: int) -> tuple[int, list[int]]:
+def _kill_and_resume(
+    bucket: str, run_key: str, log: Path, sig: signal.Signals, rng: random.Random, kills: int
+) -> tuple[int, list[int]]:
     """Start, kill at a random moment of training, restart; repeat; then let it finish."""
     codes: list[int] = []
     cmd = trainer_cmd(bucket, run_key, "--step-seconds", "0.02", steps=STEPS, every=7)
@@ -71,10 +72,16 @@ def test_sigterm_commits_current_step_and_resume_is_bit_identical(bucket: str, t
     assert code == 0, output[-3000:]
     assert 143 in codes, codes
     assert "stopped by SIGTERM after committing step" in output
-    stopped_steps = [int(line.rsplit(" ", 1)[1]) for line in output.splitlines()
-                     if "stopped by SIGTERM after committing step" in line]
-    resumed = [int(line.split("resume point: step ")[1].split()[0]) for line in output.splitlines()
-               if "resume point: step" in line]
+    stopped_steps = [
+        int(line.rsplit(" ", 1)[1])
+        for line in output.splitlines()
+        if "stopped by SIGTERM after committing step" in line
+    ]
+    resumed = [
+        int(line.split("resume point: step ")[1].split()[0])
+        for line in output.splitlines()
+        if "resume point: step" in line
+    ]
     assert resumed[: len(stopped_steps)] == stopped_steps  # zero steps recomputed after SIGTERM
     assert digest_of(output) == reference
 
@@ -115,11 +122,25 @@ def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None
     assert run_trainer(trainer_cmd(bucket, "ft", steps=20, every=10)).returncode == 0
     digests = []
     for day in ("2024-01-05", "2024-02-20"):
-        out = run_trainer(trainer_cmd(bucket, f"ft-{day[5:7]}", "--init-from-stage", "train",
-                                      stage="finetune", steps=10, every=5))
+        out = run_trainer(
+            trainer_cmd(bucket, f"ft-{day[5:7]}", "--init-from-stage", "train", stage="finetune", steps=10, every=5)
+        )
         assert out.returncode == 2 and "no committed checkpoint in stage train" in out.stdout
-        ft = run_trainer(trainer_cmd(bucket, "ft", "--init-from-stage", "train", "--data-date", day,
-                                     "--fresh", day, stage="finetune", steps=10, every=5))
+        ft = run_trainer(
+            trainer_cmd(
+                bucket,
+                "ft",
+                "--init-from-stage",
+                "train",
+                "--data-date",
+                day,
+                "--fresh",
+                day,
+                stage="finetune",
+                steps=10,
+                every=5,
+            )
+        )
         assert ft.returncode == 0, ft.stdout + ft.stderr
         assert "latest of stage train: step 20" in ft.stdout and f"16 rows dated {day}" in ft.stdout
         digests.append(digest_of(ft.stdout))
@@ -135,9 +156,24 @@ def test_a_day_missing_from_a_real_dataset_is_a_usage_error(bucket: str, tmp_pat
     shutil.copy(data.SAMPLE_DIR / "train.csv", tmp_path / "train.csv")
     shutil.copy(data.SAMPLE_DIR / "finetune.csv", tmp_path / "finetune.csv")
     assert run_trainer(trainer_cmd(bucket, "real", "--data-dir", str(tmp_path), steps=10, every=5)).returncode == 0
-    bad = run_trainer(trainer_cmd(bucket, "real", "--data-dir", str(tmp_path), "--init-from-stage", "train",
-                                  "--data-date", "1999-01-01", stage="finetune", steps=5))
+    bad = run_trainer(
+        trainer_cmd(
+            bucket,
+            "real",
+            "--data-dir",
+            str(tmp_path),
+            "--init-from-stage",
+            "train",
+            "--data-date",
+            "1999-01-01",
+            stage="finetune",
+            steps=5,
+        )
+    )
     assert bad.returncode == 2 and "no rows dated 1999-01-01" in bad.stderr
-    made_up = run_trainer(trainer_cmd(bucket, "real", "--init-from-stage", "train", "--data-date", "1999-01-01",
-                                      stage="finetune", steps=5))
+    made_up = run_trainer(
+        trainer_cmd(
+            bucket, "real", "--init-from-stage", "train", "--data-date", "1999-01-01", stage="finetune", steps=5
+        )
+    )
     assert made_up.returncode == 0 and "16 rows dated 1999-01-01" in made_up.stdout, made_up.stdout + made_up.stderr

@@ -13,11 +13,27 @@ DIGEST = re.compile(r"final digest ([0-9a-f]{64})")
 UNREACHABLE_METADATA = "http://127.0.0.1:9/computeMetadata/v1"  # port 9 (discard): refused at once
 
 
-def trainer_cmd(bucket: str, run_key: str, *extra: str, stage: str = "train", steps: int = 40,
-                every: int = 5, seed: int = 7) -> list[str]:
-    return [sys.executable, "-m", "interlude_workload.train", "--bucket", bucket, "--run-key", run_key,
-            "--stage", stage, "--steps", str(steps), "--checkpoint-every", str(every), "--seed", str(seed),
-            *extra]
+def trainer_cmd(
+    bucket: str, run_key: str, *extra: str, stage: str = "train", steps: int = 40, every: int = 5, seed: int = 7
+) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "interlude_workload.train",
+        "--bucket",
+        bucket,
+        "--run-key",
+        run_key,
+        "--stage",
+        stage,
+        "--steps",
+        str(steps),
+        "--checkpoint-every",
+        str(every),
+        "--seed",
+        str(seed),
+        *extra,
+    ]
 
 
 def trainer_env(**overrides: str) -> dict[str, str]:
@@ -45,8 +61,7 @@ def start_trainer(cmd: list[str], log: Path, **env: str) -> subprocess.Popen[byt
         handle.close()
 
 
-def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 30,
-                  start_at: int = 0) -> bool:
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 30, start_at: int = 0) -> bool:
     """Wait until ``text`` appears in the log after byte ``start_at``; False when the process ended first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

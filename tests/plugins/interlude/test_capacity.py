@@ -155,8 +155,7 @@ def sources() -> tuple[FixedTpu, FixedCompute]:
                     1,
                     accelerators=[
                         {
-                            "acceleratorType": "projects/p/zones/us-central1-a/acceleratorTypes/"
-                            "nvidia-tesla-t4",
+                            "acceleratorType": "projects/p/zones/us-central1-a/acceleratorTypes/nvidia-tesla-t4",
                             "acceleratorCount": 2,
                         }
                     ],
@@ -243,9 +242,7 @@ def test_probe_failures_become_notes_and_honest_answers(sources: tuple[FixedTpu,
     assert not report.get("us-central1-a", "v6e-8").offered
     assert report.get("europe-west4-a", "v6e-8").offered
     assert all(e.quota == QuotaState.UNKNOWN for e in report.entries)
-    assert any(
-        "tpu.list_accelerator_types(us-central1-a) failed: RuntimeError: 503" in n for n in report.notes
-    )
+    assert any("tpu.list_accelerator_types(us-central1-a) failed: RuntimeError: 503" in n for n in report.notes)
     assert any("compute.get_region_quotas(us-central1) failed: PermissionError" in n for n in report.notes)
 
 

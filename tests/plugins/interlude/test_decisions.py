@@ -51,9 +51,7 @@ def report_for(tpu: bool, gpu: bool, small: bool) -> CapacityReport:
     return CapacityReport(
         entries=(
             CapacityEntry(ZONE_T, TPU.accelerator_type, AcceleratorKind.TPU, offered=tpu),
-            CapacityEntry(
-                ZONE_G, GPU.accelerator_type, AcceleratorKind.GPU, offered=True, stocked_out=not gpu
-            ),
+            CapacityEntry(ZONE_G, GPU.accelerator_type, AcceleratorKind.GPU, offered=True, stocked_out=not gpu),
             CapacityEntry(
                 ZONE_G,
                 SMALL.accelerator_type,
@@ -275,9 +273,7 @@ def test_unavailable_reasons_in_answers() -> None:
     d = decide(report_for(tpu=False, gpu=False, small=False), profile, Strategy.GPU_FIRST, NOW)
     answers = {s.question.split("?")[0]: s.answer for s in d.trail}
     assert "stockout met earlier in this run" in answers["Is a GPU available"]
-    assert (
-        "quota NVIDIA_L4_GPUS has 0 free, needs 1; spot not allowed" in answers["Is a smaller GPU available"]
-    )
+    assert "quota NVIDIA_L4_GPUS has 0 free, needs 1; spot not allowed" in answers["Is a smaller GPU available"]
 
 
 def test_wait_deadline_carried_between_walks() -> None:
@@ -337,11 +333,7 @@ def test_reservation_wins_over_earlier_zone() -> None:
 
 def test_reservation_of_another_machine_shape_is_not_used() -> None:
     report = CapacityReport(
-        entries=(
-            _gpu_entry(
-                "us-central1-a", reserved=4, reservations=(ReservationRoom("r", "a3-highgpu-4g", 1, 4),)
-            ),
-        )
+        entries=(_gpu_entry("us-central1-a", reserved=4, reservations=(ReservationRoom("r", "a3-highgpu-4g", 1, 4),)),)
     )
     d = decide(report, _gpu_profile(), Strategy.GPU_FIRST, NOW)
     assert (d.mode, d.reservation) == (ProvisioningMode.ON_DEMAND, None)
@@ -405,9 +397,7 @@ def test_tpu_queued_when_preferred_and_tpu_reservation() -> None:
     profile = replace(profile_for(True, False, False, False, "no_wait"), prefer_queued=True)
     report = CapacityReport(entries=(CapacityEntry(ZONE_T, "v6e-8", AcceleratorKind.TPU, True),))
     assert decide(report, profile, Strategy.TPU_FIRST, NOW).mode == ProvisioningMode.QUEUED
-    reserved = CapacityReport(
-        entries=(CapacityEntry(ZONE_T, "v6e-8", AcceleratorKind.TPU, True, reserved=1),)
-    )
+    reserved = CapacityReport(entries=(CapacityEntry(ZONE_T, "v6e-8", AcceleratorKind.TPU, True, reserved=1),))
     d = decide(reserved, profile, Strategy.TPU_FIRST, NOW)
     assert (d.mode, d.reservation) == (ProvisioningMode.RESERVATION, None)
 
@@ -504,9 +494,7 @@ def test_stuck_report_for_unprobed_and_unoffered_types() -> None:
     d = decide(report_for(False, False, False), profile, Strategy.TPU_FIRST, NOW)
     assert "v6e-8 is offered in none of the probed zones" in d.stuck_report
     other = replace(profile, tpu_candidates=(Candidate("v5p-8"),))
-    assert (
-        "probe v5p-8" in decide(report_for(False, False, False), other, Strategy.TPU_FIRST, NOW).stuck_report
-    )
+    assert "probe v5p-8" in decide(report_for(False, False, False), other, Strategy.TPU_FIRST, NOW).stuck_report
     neither = ModelProfile(name="n", runs_on_tpu=False, runs_on_gpu=False)
     d = decide(report_for(True, True, True), neither, Strategy.GPU_FIRST, NOW)
     assert d.leaf == Leaf.STUCK and "fix the profile" in d.stuck_report

@@ -28,8 +28,11 @@ def world(available: set[Place]) -> CapacityReport:
     entries = []
     for place in PLACES:
         kind = AcceleratorKind.TPU if place.accelerator_type == TPU else AcceleratorKind.GPU
-        entries.append(CapacityEntry(place.zone, place.accelerator_type, kind, offered=place in available,
-                                     quota=QuotaState.UNKNOWN))
+        entries.append(
+            CapacityEntry(
+                place.zone, place.accelerator_type, kind, offered=place in available, quota=QuotaState.UNKNOWN
+            )
+        )
     return CapacityReport(entries=tuple(entries))
 
 
@@ -54,8 +57,14 @@ SUBSETS = [set(c) for n in range(len(PLACES) + 1) for c in itertools.combination
 def test_plan_matches_the_oracle(available: set[Place], current: Place, fmt: str, lost_extra: bool) -> None:
     profile = get_profile("reference-portable")
     # Only profiles whose model runs on both families take the H100 candidate; restrict to our two types.
-    profile = type(profile)(**{**profile.__dict__, "tpu_candidates": profile.tpu_candidates[:1],
-                               "gpu_candidates": profile.gpu_candidates[:1], "smaller_gpus": ()})
+    profile = type(profile)(
+        **{
+            **profile.__dict__,
+            "tpu_candidates": profile.tpu_candidates[:1],
+            "gpu_candidates": profile.gpu_candidates[:1],
+            "smaller_gpus": (),
+        }
+    )
     lost = {Place(ZONES[1], TPU)} if lost_extra else set()
     plan = plan_failover(world(available), profile, "tpu_first", current, Why.STOCKOUT, fmt, NOW, lost)
     expected = oracle(available, lost, current, fmt)
@@ -76,10 +85,20 @@ def test_a_model_that_runs_on_one_family_never_moves_to_the_other() -> None:
     profile = get_profile("maxtext-tpu-only")
     available = {Place(z, GPU) for z in ZONES} | {Place(z, "nvidia-a100-80gb") for z in ZONES}
     entries = [CapacityEntry(p.zone, p.accelerator_type, p.kind, offered=True) for p in available]
-    entries += [CapacityEntry(z, t, AcceleratorKind.TPU, offered=False)
-                for z in ZONES for t in ("v6e-8", "v5litepod-8", "v5p-8")]
-    plan = plan_failover(CapacityReport(entries=tuple(entries)), profile, "tpu_first", Place(ZONES[0], TPU),
-                         Why.GONE_PAST_BUDGET, PORTABLE, NOW)
+    entries += [
+        CapacityEntry(z, t, AcceleratorKind.TPU, offered=False)
+        for z in ZONES
+        for t in ("v6e-8", "v5litepod-8", "v5p-8")
+    ]
+    plan = plan_failover(
+        CapacityReport(entries=tuple(entries)),
+        profile,
+        "tpu_first",
+        Place(ZONES[0], TPU),
+        Why.GONE_PAST_BUDGET,
+        PORTABLE,
+        NOW,
+    )
     assert isinstance(plan, Refusal)
     assert "conversion" in plan.reason and plan.wait is True
 
@@ -89,6 +108,16 @@ def test_the_move_event_says_from_to_why_and_cost() -> None:
     plan = plan_failover(world(set(PLACES)), profile, "tpu_first", Place(ZONES[0], TPU), Why.QUOTA, PORTABLE, NOW)
     assert isinstance(plan, Move)
     event = move_event(plan, detected_at=100.0, lost_seconds=12.3456)
-    assert event == {"kind": "move", "from": f"{TPU} in {ZONES[0]}", "to": f"{TPU} in {ZONES[1]}", "why": "quota",
-                     "from_zone": ZONES[0], "from_type": TPU, "event_id": "move-100000",
-                     "cross_family": False, "detected_at": 100.0, "time_lost_s": 12.346, "reason": plan.reason()}
+    assert event == {
+        "kind": "move",
+        "from": f"{TPU} in {ZONES[0]}",
+        "to": f"{TPU} in {ZONES[1]}",
+        "why": "quota",
+        "from_zone": ZONES[0],
+        "from_type": TPU,
+        "event_id": "move-100000",
+        "cross_family": False,
+        "detected_at": 100.0,
+        "time_lost_s": 12.346,
+        "reason": plan.reason(),
+    }

@@ -19,7 +19,9 @@ PINNED = [
 ids = st.text(min_size=1, max_size=250)
 backfillish = st.builds(
     lambda d, h, s: f"backfill__2026-{d:02d}-01T{h:02d}:{s:02d}:00+00:00",
-    st.integers(1, 12), st.integers(0, 23), st.integers(0, 59),
+    st.integers(1, 12),
+    st.integers(0, 23),
+    st.integers(0, 59),
 )
 
 
@@ -49,8 +51,12 @@ def test_run_key_is_valid_and_stable(dag_id: str, run_id: str) -> None:
 
 def test_no_collisions_in_a_large_sample() -> None:
     # Ids that differ only in characters the slug folds away, or past the truncation point.
-    runs = [f"backfill__2026-11-{d:02d}T{h:02d}:00:00{tz}" for d in range(1, 29) for h in range(24)
-            for tz in ("+00:00", "-00:00", "+01:00")]
+    runs = [
+        f"backfill__2026-11-{d:02d}T{h:02d}:00:00{tz}"
+        for d in range(1, 29)
+        for h in range(24)
+        for tz in ("+00:00", "-00:00", "+01:00")
+    ]
     runs += [f"manual__{'x' * 80}{i}" for i in range(3000)]
     keys = {naming.run_key("interlude_training", r) for r in runs}
     assert len(keys) == len(runs)

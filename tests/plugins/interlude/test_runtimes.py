@@ -361,9 +361,7 @@ def test_framework_too_old_every_generation(accel: str, framework: str, version:
 
 
 def test_framework_max_version(tmp_path: Path) -> None:
-    text = runtimes.DEFAULT_TABLE_PATH.read_text().replace(
-        'jax: {min: "0.2.0"}', 'jax: {min: "0.2.0", max: "0.4.38"}'
-    )
+    text = runtimes.DEFAULT_TABLE_PATH.read_text().replace('jax: {min: "0.2.0"}', 'jax: {min: "0.2.0", max: "0.4.38"}')
     path = tmp_path / "r.yaml"
     path.write_text(text)
     table = RuntimeTable.load(path)
@@ -432,9 +430,7 @@ def test_offered_runtime_versions() -> None:
     _ok(v4)
     assert v4.runtime == "tpu-vm-tf-2.17.0-pjrt"
     assert "using tpu-vm-tf-2.17.0-pjrt" in v4.warnings[0]
-    wrong = validate(
-        "v4-8", "tpu-ubuntu2204-base", "tensorflow", offered_runtime_versions=["tpu-vm-tf-2.17.0-pjrt"]
-    )
+    wrong = validate("v4-8", "tpu-ubuntu2204-base", "tensorflow", offered_runtime_versions=["tpu-vm-tf-2.17.0-pjrt"])
     assert "use tpu-vm-tf-2.17.0-pjrt" in wrong.suggestions
 
 
@@ -518,9 +514,7 @@ def test_gpu_framework_mismatches() -> None:
         validate("nvidia-b200", "common-cu126-ubuntu-2204-nvidia-570", "pytorch", "2.7.0"),
         "pytorch on blackwell needs CUDA >= 12.8",
     )
-    _problem(
-        validate("nvidia-h100-80gb", "", "pytorch", "1.13.1"), "older than NVIDIA H100 80GB (hopper) needs"
-    )
+    _problem(validate("nvidia-h100-80gb", "", "pytorch", "1.13.1"), "older than NVIDIA H100 80GB (hopper) needs")
     _ok(validate("nvidia-tesla-t4", "", "pytorch", "1.13.1"))
     _ok(validate("nvidia-tesla-t4", "", "vllm", "0.6.0", python_version="3.10"))
     _problem(validate("nvidia-l4", "", "vllm", "0.6.0", python_version="3.8"), "vllm needs Python >= 3.9")
@@ -539,9 +533,7 @@ def test_gpu_min_compute_capability(tmp_path: Path) -> None:
 def test_gpu_image_name_without_cuda_and_offered_images() -> None:
     custom = validate("nvidia-l4", "projects/acme/global/images/trainer-v3", "pytorch")
     _ok(custom)
-    assert (
-        "cannot tell the CUDA version of image projects/acme/global/images/trainer-v3" in custom.warnings[0]
-    )
+    assert "cannot tell the CUDA version of image projects/acme/global/images/trainer-v3" in custom.warnings[0]
     _problem(
         validate(
             "nvidia-l4",

@@ -67,58 +67,65 @@ def test_defaults_pass_their_own_checks() -> None:
 
 # -- JSON ------------------------------------------------------------------------------------------------
 def test_json_round_trip_is_exact() -> None:
-    spec = RunSpec.from_params({"zones": ["europe-west4-a"], "network": "vpc-a", "spot": True, "seed": 7},
-                               dag_id="d", run_id="manual__x", run_key="k", fresh_token="t")
+    spec = RunSpec.from_params(
+        {"zones": ["europe-west4-a"], "network": "vpc-a", "spot": True, "seed": 7},
+        dag_id="d",
+        run_id="manual__x",
+        run_key="k",
+        fresh_token="t",
+    )
     again = RunSpec.from_json(spec.to_json())
     assert again == spec
     assert json.loads(spec.to_json())["zones"] == ["europe-west4-a"]
 
 
 def test_empty_strings_mean_not_set() -> None:
-    spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r",
-                               run_key="k")
+    spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r", run_key="k")
     assert spec.gpu_image is None and spec.network is None and spec.data_date is None
 
 
 # -- refusals name the param ------------------------------------------------------------------------------
-@pytest.mark.parametrize(("params", "named"), [
-    ({"train_steps": 10**30}, "train_steps"),
-    ({"finetune_steps": MAX_STEPS + 1}, "finetune_steps"),
-    ({"train_steps": 0}, "train_steps"),
-    ({"checkpoint_every": 100, "train_steps": 50}, "checkpoint_every"),
-    ({"train_steps": "sixty"}, "train_steps"),
-    ({"train_steps": True}, "train_steps"),
-    ({"step_seconds": 1e9}, "step_seconds"),
-    ({"poll_seconds": 0}, "poll_seconds"),
-    ({"spot": "yes"}, "spot"),
-    ({"zones": "us-central1-a"}, "zones"),
-    ({"zones": []}, "zones"),
-    ({"zones": ["mars"]}, "zones"),
-    ({"zones": ["us-central1-a/../../x"]}, "zones"),
-    ({"zones": ["us-central1-a", "us-central1-a"]}, "zones"),
-    ({"bucket": "--help"}, "bucket"),
-    ({"bucket": "..."}, "bucket"),
-    ({"bucket": "bücket"}, "bucket"),
-    ({"bucket": "Upper"}, "bucket"),
-    ({"bucket": "googlebucket"}, "bucket"),
-    ({"bucket": "192.168.5.4"}, "bucket"),
-    ({"network": "not a network"}, "network"),
-    ({"network": "https://evil.example/x"}, "network"),
-    ({"subnetwork": "regions/us/subnetworks/a b"}, "subnetwork"),
-    ({"service_account": "me@example.com"}, "service_account"),
-    ({"gpu_image": "Common CU123"}, "gpu_image"),
-    ({"tpu_runtime_version": "v2 alpha"}, "tpu_runtime_version"),
-    ({"framework_version": "latest"}, "framework_version"),
-    ({"data_date": "2024-02-30"}, "data_date"),
-    ({"data_date": "yesterday"}, "data_date"),
-    ({"model_profile": "gpt-9"}, "model_profile"),
-    ({"strategy": "cheapest"}, "strategy"),
-    ({"resume_policy": "maybe"}, "resume_policy"),
-    ({"network": "vpc\nINFO forged log line"}, "network"),
-    ({"bucket": "ok-bucket\r"}, "bucket"),
-    ({"zones": ["us-central1-a\x1b[31m"]}, "zones"),
-    ({"no_such_param": 1}, "no_such_param"),
-])
+@pytest.mark.parametrize(
+    ("params", "named"),
+    [
+        ({"train_steps": 10**30}, "train_steps"),
+        ({"finetune_steps": MAX_STEPS + 1}, "finetune_steps"),
+        ({"train_steps": 0}, "train_steps"),
+        ({"checkpoint_every": 100, "train_steps": 50}, "checkpoint_every"),
+        ({"train_steps": "sixty"}, "train_steps"),
+        ({"train_steps": True}, "train_steps"),
+        ({"step_seconds": 1e9}, "step_seconds"),
+        ({"poll_seconds": 0}, "poll_seconds"),
+        ({"spot": "yes"}, "spot"),
+        ({"zones": "us-central1-a"}, "zones"),
+        ({"zones": []}, "zones"),
+        ({"zones": ["mars"]}, "zones"),
+        ({"zones": ["us-central1-a/../../x"]}, "zones"),
+        ({"zones": ["us-central1-a", "us-central1-a"]}, "zones"),
+        ({"bucket": "--help"}, "bucket"),
+        ({"bucket": "..."}, "bucket"),
+        ({"bucket": "bücket"}, "bucket"),
+        ({"bucket": "Upper"}, "bucket"),
+        ({"bucket": "googlebucket"}, "bucket"),
+        ({"bucket": "192.168.5.4"}, "bucket"),
+        ({"network": "not a network"}, "network"),
+        ({"network": "https://evil.example/x"}, "network"),
+        ({"subnetwork": "regions/us/subnetworks/a b"}, "subnetwork"),
+        ({"service_account": "me@example.com"}, "service_account"),
+        ({"gpu_image": "Common CU123"}, "gpu_image"),
+        ({"tpu_runtime_version": "v2 alpha"}, "tpu_runtime_version"),
+        ({"framework_version": "latest"}, "framework_version"),
+        ({"data_date": "2024-02-30"}, "data_date"),
+        ({"data_date": "yesterday"}, "data_date"),
+        ({"model_profile": "gpt-9"}, "model_profile"),
+        ({"strategy": "cheapest"}, "strategy"),
+        ({"resume_policy": "maybe"}, "resume_policy"),
+        ({"network": "vpc\nINFO forged log line"}, "network"),
+        ({"bucket": "ok-bucket\r"}, "bucket"),
+        ({"zones": ["us-central1-a\x1b[31m"]}, "zones"),
+        ({"no_such_param": 1}, "no_such_param"),
+    ],
+)
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
     message = _refused(**params)
     assert named in message
@@ -134,8 +141,9 @@ def test_network_shapes_google_accepts(value: str) -> None:
     assert RunSpec.from_params({"network": value}, run_key="k").network == value
 
 
-@pytest.mark.parametrize("value", ["sa-train@my-project.iam.gserviceaccount.com",
-                                   "123456789012-compute@developer.gserviceaccount.com"])
+@pytest.mark.parametrize(
+    "value", ["sa-train@my-project.iam.gserviceaccount.com", "123456789012-compute@developer.gserviceaccount.com"]
+)
 def test_service_account_shapes_google_accepts(value: str) -> None:
     assert RunSpec.from_params({"service_account": value}, run_key="k").service_account == value
 

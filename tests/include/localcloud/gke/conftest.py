@@ -18,17 +18,37 @@ K8S_VERSION = "1.33.5-gke.1080000"
 GKE_SCENARIO: dict[str, Any] = {
     "project": "gke-proj",
     "time_scale": 3600,
-    "gke": {"clusters": [{
-        "name": CLUSTER, "location": LOCATION, "kubernetes_version": K8S_VERSION,
-        "node_pools": [
-            {"name": "tpu-v6e", "machine_type": "ct6e-standard-4t",
-             "tpu": {"accelerator": "tpu-v6e-slice", "topology": "2x2", "chips": 4},
-             "min_nodes": 0, "max_nodes": 2, "initial_nodes": 1, "zones": ["us-central1-b"]},
-            {"name": "l4-spot", "machine_type": "g2-standard-8", "gpu": {"type": "nvidia-l4", "count": 1},
-             "min_nodes": 0, "max_nodes": 4, "initial_nodes": 2, "spot": True, "zones": ["us-central1-a"],
-             "compute_class": "vllm"},
-        ],
-    }]},
+    "gke": {
+        "clusters": [
+            {
+                "name": CLUSTER,
+                "location": LOCATION,
+                "kubernetes_version": K8S_VERSION,
+                "node_pools": [
+                    {
+                        "name": "tpu-v6e",
+                        "machine_type": "ct6e-standard-4t",
+                        "tpu": {"accelerator": "tpu-v6e-slice", "topology": "2x2", "chips": 4},
+                        "min_nodes": 0,
+                        "max_nodes": 2,
+                        "initial_nodes": 1,
+                        "zones": ["us-central1-b"],
+                    },
+                    {
+                        "name": "l4-spot",
+                        "machine_type": "g2-standard-8",
+                        "gpu": {"type": "nvidia-l4", "count": 1},
+                        "min_nodes": 0,
+                        "max_nodes": 4,
+                        "initial_nodes": 2,
+                        "spot": True,
+                        "zones": ["us-central1-a"],
+                        "compute_class": "vllm",
+                    },
+                ],
+            }
+        ]
+    },
 }
 
 

@@ -29,12 +29,14 @@ def until(pred: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
 
 @pytest.fixture(scope="module")
 def cm(gke_lc: RunningLocalCloud) -> container_v1.ClusterManagerClient:
-    return container_v1.ClusterManagerClient(transport="rest", credentials=AnonymousCredentials(),
-                                             client_options={"api_endpoint": gke_lc.container_endpoint})
+    return container_v1.ClusterManagerClient(
+        transport="rest", credentials=AnonymousCredentials(), client_options={"api_endpoint": gke_lc.container_endpoint}
+    )
 
 
-def test_cluster_get_and_list_carry_endpoint_and_ca(gke_lc: RunningLocalCloud,
-                                                   cm: container_v1.ClusterManagerClient) -> None:
+def test_cluster_get_and_list_carry_endpoint_and_ca(
+    gke_lc: RunningLocalCloud, cm: container_v1.ClusterManagerClient
+) -> None:
     name = f"projects/{gke_lc.project}/locations/{LOCATION}/clusters/{CLUSTER}"
     cluster = cm.get_cluster(name=name)
     assert cluster.status == container_v1.Cluster.Status.RUNNING
@@ -65,30 +67,39 @@ def test_node_pool_lifecycle_with_operations(gke_lc: RunningLocalCloud, cm: cont
     assert gpu.config.spot and gpu.config.accelerators[0].accelerator_type == "nvidia-l4"
     assert gpu.autoscaling.max_node_count == 4
     assert [(t.key, t.value, t.effect) for t in gpu.config.taints] == [
-        ("cloud.google.com/compute-class", "vllm", container_v1.NodeTaint.Effect.NO_SCHEDULE)]
+        ("cloud.google.com/compute-class", "vllm", container_v1.NodeTaint.Effect.NO_SCHEDULE)
+    ]
     assert gpu.config.labels["cloud.google.com/compute-class"] == "vllm"
 
-    op = cm.create_node_pool(parent=parent, node_pool=container_v1.NodePool(
-        name="l4-extra", initial_node_count=1, locations=["us-central1-c"],
-        autoscaling=container_v1.NodePoolAutoscaling(enabled=True, min_node_count=0, max_node_count=3),
-        config=container_v1.NodeConfig(machine_type="g2-standard-8", accelerators=[
-            container_v1.AcceleratorConfig(accelerator_count=1, accelerator_type="nvidia-l4")])))
+    op = cm.create_node_pool(
+        parent=parent,
+        node_pool=container_v1.NodePool(
+            name="l4-extra",
+            initial_node_count=1,
+            locations=["us-central1-c"],
+            autoscaling=container_v1.NodePoolAutoscaling(enabled=True, min_node_count=0, max_node_count=3),
+            config=container_v1.NodeConfig(
+                machine_type="g2-standard-8",
+                accelerators=[container_v1.AcceleratorConfig(accelerator_count=1, accelerator_type="nvidia-l4")],
+            ),
+        ),
+    )
     assert op.operation_type == container_v1.Operation.Type.CREATE_NODE_POOL
-    until(lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE,
-          "create operation DONE")
+    until(
+        lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE,
+        "create operation DONE",
+    )
     assert cm.get_node_pool(name=f"{parent}/nodePools/l4-extra").status == container_v1.NodePool.Status.RUNNING
     with pytest.raises(exceptions.Conflict):
         cm.create_node_pool(parent=parent, node_pool=container_v1.NodePool(name="l4-extra"))
 
     op = cm.set_node_pool_size(request={"name": f"{parent}/nodePools/l4-extra", "node_count": 3})
     assert op.operation_type == container_v1.Operation.Type.SET_NODE_POOL_SIZE
-    until(lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE,
-          "resize DONE")
+    until(lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE, "resize DONE")
     assert cm.get_cluster(name=parent).current_node_count == 1 + 2 + 3
 
     op = cm.delete_node_pool(name=f"{parent}/nodePools/l4-extra")
-    until(lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE,
-          "delete DONE")
+    until(lambda: cm.get_operation(name=f"{ops}/{op.name}").status == container_v1.Operation.Status.DONE, "delete DONE")
     with pytest.raises(exceptions.NotFound):
         cm.get_node_pool(name=f"{parent}/nodePools/l4-extra")
     assert {p.name for p in cm.list_node_pools(parent=parent).node_pools} == {"tpu-v6e", "l4-spot"}
@@ -100,5 +111,5 @@ def test_answers_validate_in_strict_mode_and_int_enums(gke_lc: RunningLocalCloud
     assert requests.get(base, timeout=10).json()["status"] == "RUNNING"
     as_int = requests.get(base, params={"$alt": "json;enum-encoding=int"}, timeout=10).json()
     assert as_int["status"] == container_v1.Cluster.Status.RUNNING.value
-    assert gke_lc._lc.server is not None and gke_lc._lc.server.strict  # noqa: SLF001 - the mode under test
+    assert gke_lc._lc.server is not None and gke_lc._lc.server.strict
     assert gke_lc.violations == [] and gke_lc.admin.violations() == []

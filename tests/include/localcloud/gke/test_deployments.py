@@ -46,8 +46,11 @@ def _mark_ready(core: client.CoreV1Api) -> int:
     for pod in _pods(core):
         if not any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
             try:
-                core.patch_namespaced_pod_status(pod.metadata.name, NS, {"status": {
-                    "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+                core.patch_namespaced_pod_status(
+                    pod.metadata.name,
+                    NS,
+                    {"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}},
+                )
                 marked += 1
             except client.ApiException as e:  # the controller deleted it meanwhile
                 if e.status != 404:
@@ -56,17 +59,23 @@ def _mark_ready(core: client.CoreV1Api) -> int:
 
 
 def test_rolling_update_honours_max_surge_and_max_unavailable(
-        core_apps: tuple[client.CoreV1Api, client.AppsV1Api]) -> None:
+    core_apps: tuple[client.CoreV1Api, client.AppsV1Api],
+) -> None:
     core, apps = core_apps
     dep = client.V1Deployment(
         metadata=client.V1ObjectMeta(name="roll"),
         spec=client.V1DeploymentSpec(
-            replicas=4, selector=client.V1LabelSelector(match_labels={"app": "roll"}),
-            strategy=client.V1DeploymentStrategy(type="RollingUpdate", rolling_update=client.V1RollingUpdateDeployment(
-                max_surge=1, max_unavailable=1)),
+            replicas=4,
+            selector=client.V1LabelSelector(match_labels={"app": "roll"}),
+            strategy=client.V1DeploymentStrategy(
+                type="RollingUpdate", rolling_update=client.V1RollingUpdateDeployment(max_surge=1, max_unavailable=1)
+            ),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels={"app": "roll"}),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="example/app:1")]))))
+                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="example/app:1")]),
+            ),
+        ),
+    )
     apps.create_namespaced_deployment(NS, dep)
     pods = until(lambda: (p := _pods(core)) and len(p) == 4 and p, "4 pods")
     owner = pods[0].metadata.owner_references[0]
@@ -74,8 +83,9 @@ def test_rolling_update_honours_max_surge_and_max_unavailable(
     _mark_ready(core)
     until(lambda: apps.read_namespaced_deployment_status("roll", NS).status.ready_replicas == 4, "4 ready")
 
-    apps.patch_namespaced_deployment("roll", NS, {"spec": {"template": {"spec": {
-        "containers": [{"name": "c", "image": "example/app:2"}]}}}})
+    apps.patch_namespaced_deployment(
+        "roll", NS, {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "example/app:2"}]}}}}
+    )
     max_total, min_ready = 0, 4
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -91,8 +101,10 @@ def test_rolling_update_honours_max_surge_and_max_unavailable(
         raise AssertionError(f"rollout did not finish: {[(p.metadata.name, p.spec.containers[0].image) for p in pods]}")
     assert max_total <= 4 + 1
     assert min_ready >= 4 - 1
-    status = until(lambda: (s := apps.read_namespaced_deployment_status("roll", NS).status).updated_replicas == 4
-                   and s, "status updated")
+    status = until(
+        lambda: (s := apps.read_namespaced_deployment_status("roll", NS).status).updated_replicas == 4 and s,
+        "status updated",
+    )
     assert status.observed_generation == 2 and status.available_replicas == 4
 
     # The scale subresource (kubectl scale, HPA): the controller follows it.

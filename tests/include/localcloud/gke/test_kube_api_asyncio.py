@@ -22,18 +22,27 @@ async def _exercise(url: str, ca_file: str, token: str) -> list[tuple[str, str]]
         dep = client.V1Deployment(
             metadata=client.V1ObjectMeta(name="vllm-gpu", labels={"app": "vllm-gpu"}),
             spec=client.V1DeploymentSpec(
-                replicas=1, selector=client.V1LabelSelector(match_labels={"app": "vllm-gpu"}),
+                replicas=1,
+                selector=client.V1LabelSelector(match_labels={"app": "vllm-gpu"}),
                 template=client.V1PodTemplateSpec(
                     metadata=client.V1ObjectMeta(labels={"app": "vllm-gpu"}),
-                    spec=client.V1PodSpec(containers=[
-                        client.V1Container(name="vllm", image="vllm/vllm-openai:v0.11.1")]))))
+                    spec=client.V1PodSpec(
+                        containers=[client.V1Container(name="vllm", image="vllm/vllm-openai:v0.11.1")]
+                    ),
+                ),
+            ),
+        )
         created = await apps.create_namespaced_deployment("async-ns", dep)
         events: list[tuple[str, str]] = []
 
         async def follow() -> None:
             async with watch.Watch() as w:
-                async for ev in w.stream(apps.list_namespaced_deployment, "async-ns", timeout_seconds=5,
-                                         resource_version=created.metadata.resource_version):
+                async for ev in w.stream(
+                    apps.list_namespaced_deployment,
+                    "async-ns",
+                    timeout_seconds=5,
+                    resource_version=created.metadata.resource_version,
+                ):
                     events.append((ev["type"], str(ev["object"].spec.replicas)))
                     if ev["type"] == "DELETED":
                         return
@@ -75,9 +84,13 @@ def test_the_providers_async_kubernetes_hook_lists_pods(gke_lc: RunningLocalClou
     async def scenario() -> list[str]:
         async with hook.get_conn() as api:
             core = client.CoreV1Api(api)
-            await core.create_namespaced_pod("default", client.V1Pod(
-                metadata=client.V1ObjectMeta(name="probe", labels={"job-name": "probe"}),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36")])))
+            await core.create_namespaced_pod(
+                "default",
+                client.V1Pod(
+                    metadata=client.V1ObjectMeta(name="probe", labels={"job-name": "probe"}),
+                    spec=client.V1PodSpec(containers=[client.V1Container(name="c", image="busybox:1.36")]),
+                ),
+            )
         pods = await hook.list_pods(namespace="default", label_selector="job-name=probe")
         return [p.metadata.name for p in pods]
 

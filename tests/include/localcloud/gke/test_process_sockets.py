@@ -32,8 +32,11 @@ def test_every_listening_socket_is_loopback(tmp_path: Path) -> None:
     try:
         extra = connection_extra(cloud.project, cloud.api_endpoint, cloud.container_endpoint)
         assert extra["container_endpoint"] == cloud.api_endpoint
-        cm = container_v1.ClusterManagerClient(transport="rest", credentials=AnonymousCredentials(),
-                                               client_options={"api_endpoint": extra["container_endpoint"]})
+        cm = container_v1.ClusterManagerClient(
+            transport="rest",
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": extra["container_endpoint"]},
+        )
         cluster = cm.get_cluster(name=f"projects/{GKE_SCENARIO['project']}/locations/{LOCATION}/clusters/{CLUSTER}")
         kube_port = int(cluster.endpoint.split(":")[1])
         sockets = _listening(cloud.process.pid)

@@ -20,16 +20,19 @@ def _obj(labels: dict[str, str]) -> dict[str, object]:
     return {"metadata": {"labels": labels}}
 
 
-@pytest.mark.parametrize(("selector", "labels", "match"), [
-    ("app=vllm", {"app": "vllm"}, True),
-    ("app==vllm", {"app": "tgi"}, False),
-    ("app!=vllm", {}, True),
-    ("app in (vllm, tgi),tier", {"app": "tgi", "tier": "x"}, True),
-    ("app in (vllm, tgi),tier", {"app": "tgi"}, False),
-    ("app notin (vllm)", {"app": "tgi"}, True),
-    ("!canary", {"canary": "1"}, False),
-    ("", {"x": "y"}, True),
-])
+@pytest.mark.parametrize(
+    ("selector", "labels", "match"),
+    [
+        ("app=vllm", {"app": "vllm"}, True),
+        ("app==vllm", {"app": "tgi"}, False),
+        ("app!=vllm", {}, True),
+        ("app in (vllm, tgi),tier", {"app": "tgi", "tier": "x"}, True),
+        ("app in (vllm, tgi),tier", {"app": "tgi"}, False),
+        ("app notin (vllm)", {"app": "tgi"}, True),
+        ("!canary", {"canary": "1"}, False),
+        ("", {"x": "y"}, True),
+    ],
+)
 def test_label_selectors(selector: str, labels: dict[str, str], match: bool) -> None:
     assert selectors.label_selector(selector)(_obj(labels)) is match
 
@@ -48,25 +51,40 @@ def test_field_selector() -> None:
 
 def test_merge_patch_rfc7386() -> None:
     assert patching.merge_patch({"a": {"b": 1, "c": 2}, "l": [1, 2]}, {"a": {"b": None, "d": 3}, "l": [3]}) == {
-        "a": {"c": 2, "d": 3}, "l": [3]}
+        "a": {"c": 2, "d": 3},
+        "l": [3],
+    }
 
 
 def test_strategic_merge_by_key_and_directives() -> None:
-    cur = {"containers": [{"name": "a", "image": "1", "ports": [{"containerPort": 80}]}, {"name": "b", "image": "1"}],
-           "tolerations": [{"key": "x"}]}
-    out = patching.strategic_merge(cur, {"containers": [{"name": "a", "image": "2"}, {"name": "b", "$patch": "delete"},
-                                                        {"name": "c", "image": "3"}],
-                                         "tolerations": [{"key": "y"}]})
-    assert out["containers"] == [{"name": "a", "image": "2", "ports": [{"containerPort": 80}]},
-                                 {"name": "c", "image": "3"}]
+    cur = {
+        "containers": [{"name": "a", "image": "1", "ports": [{"containerPort": 80}]}, {"name": "b", "image": "1"}],
+        "tolerations": [{"key": "x"}],
+    }
+    out = patching.strategic_merge(
+        cur,
+        {
+            "containers": [{"name": "a", "image": "2"}, {"name": "b", "$patch": "delete"}, {"name": "c", "image": "3"}],
+            "tolerations": [{"key": "y"}],
+        },
+    )
+    assert out["containers"] == [
+        {"name": "a", "image": "2", "ports": [{"containerPort": 80}]},
+        {"name": "c", "image": "3"},
+    ]
     assert out["tolerations"] == [{"key": "y"}]  # no merge key: the list is replaced
 
 
 def test_json_patch_ops_and_failed_test() -> None:
     doc = {"a": [1, 2], "b": {"c": 1}}
-    assert patching.json_patch(doc, [{"op": "add", "path": "/a/-", "value": 3}, {"op": "remove", "path": "/b/c"},
-                                     {"op": "copy", "from": "/a/0", "path": "/d"}]) == {"a": [1, 2, 3], "b": {},
-                                                                                          "d": 1}
+    assert patching.json_patch(
+        doc,
+        [
+            {"op": "add", "path": "/a/-", "value": 3},
+            {"op": "remove", "path": "/b/c"},
+            {"op": "copy", "from": "/a/0", "path": "/d"},
+        ],
+    ) == {"a": [1, 2, 3], "b": {}, "d": 1}
     with pytest.raises(KubeError) as e:
         patching.json_patch(doc, [{"op": "test", "path": "/b/c", "value": 2}])
     assert e.value.code == 400 and doc == {"a": [1, 2], "b": {"c": 1}}
@@ -94,9 +112,14 @@ def _store() -> tuple[Store, list[WatchEvent]]:
 
 
 def _dep(name: str, replicas: int = 1) -> dict[str, object]:
-    return {"metadata": {"name": name}, "spec": {
-        "replicas": replicas, "selector": {"matchLabels": {"a": "b"}},
-        "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"a": "b"}},
+            "template": {"metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+        },
+    }
 
 
 def test_store_resource_versions_conflicts_and_watch_replay() -> None:
@@ -140,9 +163,12 @@ def test_the_policy_guides_compute_class_passes_admission_and_parses_back() -> N
 
     cc_type = find("cloud.google.com", "v1", "computeclasses")
     assert cc_type is not None
-    manifest = class_manifest(whenUnsatisfiable="ScaleUpAnyway", nodePoolAutoCreation={"enabled": False},
-                              autoscalingPolicy={"consolidationDelayMinutes": 5},
-                              activeMigration={"optimizeRulePriority": True})
+    manifest = class_manifest(
+        whenUnsatisfiable="ScaleUpAnyway",
+        nodePoolAutoCreation={"enabled": False},
+        autoscalingPolicy={"consolidationDelayMinutes": 5},
+        activeMigration={"optimizeRulePriority": True},
+    )
     store = Store(Admission("1.33"))
     stored = store.create(cc_type, "", manifest)
     assert ComputeClass.from_manifest(stored).name == manifest["metadata"]["name"]

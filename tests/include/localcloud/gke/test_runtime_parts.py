@@ -42,7 +42,7 @@ def test_image_globs_pick_local_commands() -> None:
     assert image_commands(images, "docker.io/vllm/vllm-openai:v0.11.0") == {}
 
 
-def test_node_roots_show_the_accelerator_as_the_entrypoints_look_for_it(tmp_path) -> None:  # noqa: ANN001
+def test_node_roots_show_the_accelerator_as_the_entrypoints_look_for_it(tmp_path) -> None:
     tpu = node_host(tmp_path, "tpu-node", {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"})
     gpu = node_host(tmp_path, "gpu-node", {"cloud.google.com/gke-accelerator": "nvidia-l4"})
     assert (tpu.root / "dev" / "vfio" / "0").exists() and tpu.path == ()
@@ -74,7 +74,7 @@ def test_prometheus_series_are_summed_and_adapter_names_mapped() -> None:
 
 def _server(tag: str) -> http.server.ThreadingHTTPServer:
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             body = tag.encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))

@@ -84,4 +84,3 @@ def localcloud() -> Iterator[Any]:
     with running_localcloud(scenario_mod.parse(SCENARIO), strict=True, gcs=False) as lc:
         yield lc
         assert lc.violations == []
-

@@ -219,8 +219,14 @@ def test_time_scale_comes_from_the_connection(tmp_path: Any, monkeypatch: pytest
     """The local cloud's dev env tells Airflow its clock; Google's connection (no extra) runs at 1."""
     from interlude import dev
 
-    cloud = dev.LocalCloud(process=None, api_endpoint="http://127.0.0.1:1", gcs_endpoint="http://127.0.0.1:2",  # type: ignore[arg-type]
-                           project="p", state_dir=tmp_path, time_scale=600.0)
+    cloud = dev.LocalCloud(
+        process=None,
+        api_endpoint="http://127.0.0.1:1",
+        gcs_endpoint="http://127.0.0.1:2",  # type: ignore[arg-type]
+        project="p",
+        state_dir=tmp_path,
+        time_scale=600.0,
+    )
     monkeypatch.setenv("AIRFLOW_CONN_SCALED", dev.airflow_env(tmp_path, cloud)["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
     assert ComputeHook("scaled").time_scale == 600.0
     google = {"conn_type": "google_cloud_platform", "extra": {"is_anonymous": True, "project": "p"}}

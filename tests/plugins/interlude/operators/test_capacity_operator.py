@@ -27,10 +27,15 @@ def cloud() -> Iterator[Any]:
 @pytest.fixture
 def connected(cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """The Google connection points at the local cloud, as dev.airflow_env sets it for every Airflow process."""
-    extra = {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint,
-             "compute_endpoint": cloud.api_endpoint}
-    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform",
-                                                                        "extra": extra}))
+    extra = {
+        "is_anonymous": True,
+        "project": cloud.project,
+        "tpu_endpoint": cloud.api_endpoint,
+        "compute_endpoint": cloud.api_endpoint,
+    }
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+    )
     return cloud
 
 
@@ -40,8 +45,14 @@ def _waiting_decision() -> dict[str, Any]:
     from interlude.decisions import Decision, Leaf, Strategy
 
     started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
-    return Decision(leaf=Leaf.WAIT, strategy=Strategy.TPU_FIRST, model="reference-portable", trail=(),
-                    wait_started_at=started, wait_deadline=started + dt.timedelta(days=3650)).to_dict()
+    return Decision(
+        leaf=Leaf.WAIT,
+        strategy=Strategy.TPU_FIRST,
+        model="reference-portable",
+        trail=(),
+        wait_started_at=started,
+        wait_deadline=started + dt.timedelta(days=3650),
+    ).to_dict()
 
 
 def test_execute_defers_to_the_capacity_trigger_with_the_run_s_poll_interval() -> None:
@@ -81,13 +92,15 @@ def test_execute_complete_fails_loudly() -> None:
     with pytest.raises(AirflowException, match="waiting for capacity failed: boom"):
         op.execute_complete(context={}, event={"status": "error", "message": "boom"})
     with pytest.raises(AirflowFailException, match="Still no capacity at the wait deadline"):
-        op.execute_complete(context={}, event={"status": "decided",
-                                               "decision": {"leaf": "stuck", "stuck_report": "nothing"}})
+        op.execute_complete(
+            context={}, event={"status": "decided", "decision": {"leaf": "stuck", "stuck_report": "nothing"}}
+        )
 
 
 @pytest.mark.parametrize(("setting", "expected"), [(None, True), ("false", False), ("true", True)])
-def test_deferrable_default_follows_the_operators_config(setting: str | None, expected: bool,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_deferrable_default_follows_the_operators_config(
+    setting: str | None, expected: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from interlude.sensors.checkpoint import CommittedCheckpointSensor
 
     if setting is None:

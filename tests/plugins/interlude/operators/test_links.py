@@ -20,16 +20,21 @@ TPU = {"kind": "tpu_node", "zone": "us-central1-a", "name": "run-1-tpu"}
 VM = {"kind": "gce_vm", "zone": "us-east1-b", "name": "run-1-vm"}
 
 
-@pytest.mark.parametrize(("extras", "expected"), [
-    ({"project": "p", "tpu_endpoint": LOCAL, "compute_endpoint": LOCAL}, Target("p", LOCAL)),
-    ({"project": "p", "compute_endpoint": LOCAL + "/"}, Target("p", LOCAL)),
-    ({"extra__google_cloud_platform__project": "p", "extra__google_cloud_platform__tpu_endpoint": LOCAL},
-     Target("p", LOCAL)),
-    ({"project": "p"}, Target("p")),
-    ({"project": "p", "tpu_endpoint": "https://tpu.googleapis.com"}, Target("p")),
-    ({"project": "p", "tpu_endpoint": "https://tpu-myep.p.googleapis.com"}, Target("p")),
-    ({}, Target(None)),
-])
+@pytest.mark.parametrize(
+    ("extras", "expected"),
+    [
+        ({"project": "p", "tpu_endpoint": LOCAL, "compute_endpoint": LOCAL}, Target("p", LOCAL)),
+        ({"project": "p", "compute_endpoint": LOCAL + "/"}, Target("p", LOCAL)),
+        (
+            {"extra__google_cloud_platform__project": "p", "extra__google_cloud_platform__tpu_endpoint": LOCAL},
+            Target("p", LOCAL),
+        ),
+        ({"project": "p"}, Target("p")),
+        ({"project": "p", "tpu_endpoint": "https://tpu.googleapis.com"}, Target("p")),
+        ({"project": "p", "tpu_endpoint": "https://tpu-myep.p.googleapis.com"}, Target("p")),
+        ({}, Target(None)),
+    ],
+)
 def test_target_from_the_connection_extras(extras: dict[str, Any], expected: Target) -> None:
     assert target_from_extras(extras) == expected
 
@@ -51,11 +56,14 @@ def test_links_on_the_local_cloud_open_its_pages() -> None:
 def test_links_on_google_open_the_console_of_the_project() -> None:
     google = Target("my-proj")
     assert machine_url(TPU, google) == (
-        "https://console.cloud.google.com/compute/tpus/details/us-central1-a/run-1-tpu?project=my-proj")
-    assert machine_url(VM, google) == ("https://console.cloud.google.com/compute/instancesDetail/zones/"
-                                       "us-east1-b/instances/run-1-vm?project=my-proj")
+        "https://console.cloud.google.com/compute/tpus/details/us-central1-a/run-1-tpu?project=my-proj"
+    )
+    assert machine_url(VM, google) == (
+        "https://console.cloud.google.com/compute/instancesDetail/zones/us-east1-b/instances/run-1-vm?project=my-proj"
+    )
     assert checkpoints_url("b-1", "interlude/run-1/train/", google) == (
-        "https://console.cloud.google.com/storage/browser/b-1/interlude/run-1/train/?project=my-proj")
+        "https://console.cloud.google.com/storage/browser/b-1/interlude/run-1/train/?project=my-proj"
+    )
 
 
 def test_values_are_quoted_into_the_url() -> None:

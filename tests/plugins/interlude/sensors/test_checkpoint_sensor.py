@@ -33,8 +33,14 @@ def store(gcs: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> CheckpointStore:
 
 def _sensor(store: CheckpointStore, min_step: int, deferrable: bool, **kwargs: object) -> CommittedCheckpointSensor:
     return CommittedCheckpointSensor(
-        task_id=f"wait_{uuid.uuid4().hex[:6]}", bucket=store.bucket_name, run_key=store.run_key,
-        stage=store.stage, min_step=min_step, deferrable=deferrable, poll_interval=0.1, **kwargs,
+        task_id=f"wait_{uuid.uuid4().hex[:6]}",
+        bucket=store.bucket_name,
+        run_key=store.run_key,
+        stage=store.stage,
+        min_step=min_step,
+        deferrable=deferrable,
+        poll_interval=0.1,
+        **kwargs,
     )
 
 
@@ -101,9 +107,24 @@ def test_execute_complete_rejects_anything_but_success(store: CheckpointStore) -
 
 
 def test_sync_sensor_waits_for_a_real_trainer(store: CheckpointStore) -> None:
-    cmd = [sys.executable, "-m", "interlude_workload.train", "--bucket", store.bucket_name, "--run-key",
-           store.run_key, "--stage", "train", "--steps", "30", "--checkpoint-every", "10", "--step-seconds",
-           "0.05", "--no-maintenance-watch"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "interlude_workload.train",
+        "--bucket",
+        store.bucket_name,
+        "--run-key",
+        store.run_key,
+        "--stage",
+        "train",
+        "--steps",
+        "30",
+        "--checkpoint-every",
+        "10",
+        "--step-seconds",
+        "0.05",
+        "--no-maintenance-watch",
+    ]
     proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         started = time.monotonic()

@@ -54,7 +54,7 @@ def _tls(tmp: Path) -> tuple[Path, Path]:
 class _Api(http.server.BaseHTTPRequestHandler):
     nodes: dict[str, dict[str, str]] = {}
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def do_GET(self) -> None:
         name = self.path.removeprefix("/api/v1/nodes/")
         if self.headers.get("Authorization") != f"Bearer {TOKEN}":
             self.send_response(401)

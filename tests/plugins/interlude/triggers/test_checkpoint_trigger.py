@@ -30,8 +30,9 @@ def store(gcs: GcsEmulator, monkeypatch: pytest.MonkeyPatch) -> CheckpointStore:
 
 def _trigger(store: CheckpointStore, min_step: int, **kwargs: Any) -> CheckpointTrigger:
     args: dict[str, Any] = {"stall_timeout": 30.0, "since": time.time(), "poll_interval": 0.05, **kwargs}
-    return CheckpointTrigger(bucket=store.bucket_name, run_key=store.run_key, stage=store.stage,
-                             min_step=min_step, **args)
+    return CheckpointTrigger(
+        bucket=store.bucket_name, run_key=store.run_key, stage=store.stage, min_step=min_step, **args
+    )
 
 
 async def _events(trigger: CheckpointTrigger, timeout: float = 20.0) -> list[dict[str, Any]]:

@@ -10,10 +10,18 @@ from interlude.triggers.stage import StageTrigger, ZoneListCache
 
 
 def test_serialize_round_trips_through_its_dotted_path() -> None:
-    trigger = StageTrigger(machine={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket="b", run_key="k",
-                           stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0,
-                           poll_interval=2.0, stall_timeout=60.0, api_outage_budget=120.0,
-                           gcp_conn_id=None)
+    trigger = StageTrigger(
+        machine={"kind": "tpu_node", "zone": "z", "name": "n"},
+        bucket="b",
+        run_key="k",
+        stage="train",
+        state=StageState(target_step=5).to_dict(),
+        restart_timeout=30.0,
+        poll_interval=2.0,
+        stall_timeout=60.0,
+        api_outage_budget=120.0,
+        gcp_conn_id=None,
+    )
     path, kwargs = trigger.serialize()
     module, _, name = path.rpartition(".")
     again = getattr(importlib.import_module(module), name)(**kwargs)
@@ -42,8 +50,14 @@ def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
 def test_on_kill_asks_the_workload_for_a_checkpoint(bucket: str) -> None:
     from interlude_workload.checkpoints import CheckpointStore
 
-    trigger = StageTrigger(machine={"kind": "tpu_node", "zone": "z", "name": "n"}, bucket=bucket, run_key="k",
-                           stage="train", state=StageState(target_step=5).to_dict(), restart_timeout=30.0)
+    trigger = StageTrigger(
+        machine={"kind": "tpu_node", "zone": "z", "name": "n"},
+        bucket=bucket,
+        run_key="k",
+        stage="train",
+        state=StageState(target_step=5).to_dict(),
+        restart_timeout=30.0,
+    )
     asyncio.run(trigger.on_kill())
     (pending,) = CheckpointStore(bucket, "k", "train").pending_requests()
     assert pending.startswith("kill")
@@ -55,8 +69,14 @@ def test_events_are_small_and_json_safe_with_a_log_tail_only_on_failure() -> Non
     from interlude.maintenance import Limits, Machine, Observation, next_step
     from interlude.triggers.stage import transition_event
 
-    obs = Observation(now=100.0, machine=Machine.UNKNOWN, notice=None, committed_step=0, progress_step=0,
-                      api_error="TransientError: 503")
+    obs = Observation(
+        now=100.0,
+        machine=Machine.UNKNOWN,
+        notice=None,
+        committed_step=0,
+        progress_step=0,
+        api_error="TransientError: 503",
+    )
     state = StageState(target_step=5, outage_since=0.0)
     failed = next_step(state, obs, Limits(restart_timeout=30.0, api_outage_budget=10.0))
     serial = "\n".join(f"line {i} " + "x" * 200 for i in range(5000))
@@ -68,7 +88,7 @@ def test_events_are_small_and_json_safe_with_a_log_tail_only_on_failure() -> Non
     assert "log_tail" not in transition_event("train", calm, {}, serial, obs)
 
 
-def replace_machine(obs):  # noqa: ANN001, ANN201 - a READY twin of an observation
+def replace_machine(obs):
     from dataclasses import replace
 
     from interlude.maintenance import Machine
