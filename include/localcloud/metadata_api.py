@@ -23,37 +23,22 @@ class MetadataApi:
     def register(self, r: Router) -> None:
         r.add("GET", r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/(?P<key>.*)", self.get)
 
-    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:  # noqa: C901 - TODO(issue 12): split
+    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:
+        """The metadata value at ``key`` for machine ``m`` (None: 404), as Google's metadata server answers it."""
         if m is None:
             return None
         key = key.rstrip("/") if key.endswith("/") and key != "instance/attributes/" else key
-        if key == "instance/maintenance-event":
-            return m.maintenance_event
-        if key == "instance/preempted":
-            return "TRUE" if m.preempted else "FALSE"
-        if key == "instance/upcoming-maintenance":
-            mt = m.maintenance
-            data: dict[str, Any] = (
-                {}
-                if mt is None
-                else {
-                    "type": mt["type"],
-                    "can_reschedule": mt["can_reschedule"],
-                    "window_start_time": rfc3339(mt["start"]),
-                    "window_end_time": rfc3339(mt["end"]),
-                    "latest_window_start_time": rfc3339(max(mt["latest"], mt["start"])),
-                    "maintenance_status": mt["status"],
-                }
-            )
-            return json.dumps(data)
-        if key == "instance/name":
-            return m.name
-        if key == "instance/id":
-            return str(m.resource.get("id", ""))
-        if key == "instance/zone":
-            return f"projects/{self.cloud.scenario.project}/zones/{m.zone}"
-        if key == "project/project-id":
-            return self.cloud.scenario.project
+        simple = {
+            "instance/maintenance-event": lambda: m.maintenance_event,
+            "instance/preempted": lambda: "TRUE" if m.preempted else "FALSE",
+            "instance/upcoming-maintenance": lambda: json.dumps(_upcoming(m)),
+            "instance/name": lambda: m.name,
+            "instance/id": lambda: str(m.resource.get("id", "")),
+            "instance/zone": lambda: f"projects/{self.cloud.scenario.project}/zones/{m.zone}",
+            "project/project-id": lambda: self.cloud.scenario.project,
+        }
+        if key in simple:
+            return simple[key]()
         if key == "instance/attributes/":
             attrs = m.attributes()
             return json.dumps(attrs) if alt_json else "".join(f"{k}\n" for k in sorted(attrs))
@@ -93,3 +78,18 @@ class MetadataApi:
 
 def _etag(value: str) -> str:
     return hashlib.md5(value.encode()).hexdigest()[:16]
+
+
+def _upcoming(m: Machine) -> dict[str, Any]:
+    """`instance/upcoming-maintenance?alt=json`: snake_case, `{}` when none is scheduled."""
+    mt = m.maintenance
+    if mt is None:
+        return {}
+    return {
+        "type": mt["type"],
+        "can_reschedule": mt["can_reschedule"],
+        "window_start_time": rfc3339(mt["start"]),
+        "window_end_time": rfc3339(mt["end"]),
+        "latest_window_start_time": rfc3339(max(mt["latest"], mt["start"])),
+        "maintenance_status": mt["status"],
+    }

@@ -181,7 +181,7 @@ class CheckpointStore:
         """Alias of :meth:`scan` under the name the contract promises."""
         return self.scan()
 
-    def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:  # noqa: C901 - TODO(issue 12): split
+    def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:
         """Check one committed step; return the checkpoint or the reason it cannot be used."""
         objs = status.objects
         if MANIFEST not in objs:
@@ -204,17 +204,9 @@ class CheckpointStore:
         if not files:
             return None, "manifest lists no payload files"
         for name, meta in sorted(files.items()):
-            blob = objs.get(name)
-            if blob is None:
-                return None, f"payload {name} missing"
-            if blob.size is not None and int(blob.size) != int(meta["size"]):
-                return None, f"payload {name}: size {blob.size} != manifest {meta['size']}"
-            if blob.crc32c and blob.crc32c != meta["crc32c"]:
-                return None, f"payload {name}: crc32c {blob.crc32c} != manifest {meta['crc32c']}"
-            if mode == "full":
-                data = blob.download_as_bytes(retry=DEFAULT_RETRY)
-                if sha256_hex(data) != meta["sha256"]:
-                    return None, f"payload {name}: sha256 mismatch"
+            problem = _payload_problem(name, objs.get(name), meta, mode)
+            if problem is not None:
+                return None, problem
         checkpoint = Checkpoint(
             bucket=self.bucket_name,
             prefix=self.step_prefix(status.step),
@@ -472,3 +464,16 @@ class CheckpointStore:
 def log_writer_id() -> str:
     """A chunk-name prefix unique to this process: boot time (sortable) plus pid."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:] + f"-{os.getpid()}"
+
+
+def _payload_problem(name: str, blob: Any, meta: Mapping[str, Any], mode: VerifyMode) -> str | None:
+    """Why one payload file does not match its manifest entry (size, crc32c; sha256 in full mode), or None."""
+    if blob is None:
+        return f"payload {name} missing"
+    if blob.size is not None and int(blob.size) != int(meta["size"]):
+        return f"payload {name}: size {blob.size} != manifest {meta['size']}"
+    if blob.crc32c and blob.crc32c != meta["crc32c"]:
+        return f"payload {name}: crc32c {blob.crc32c} != manifest {meta['crc32c']}"
+    if mode == "full" and sha256_hex(blob.download_as_bytes(retry=DEFAULT_RETRY)) != meta["sha256"]:
+        return f"payload {name}: sha256 mismatch"
+    return None
