@@ -18,8 +18,10 @@ import ipaddress
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
+
+from interlude.params import ParamsError, form_schema, param, param_names
 
 DEFAULT_ZONES: tuple[str, ...] = ("us-central1-a", "us-central2-b")
 MAX_STEPS = 10_000_000
@@ -52,17 +54,11 @@ DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-class RunSpecError(ValueError):
+class RunSpecError(ParamsError):
     """Bad input, found before anything is provisioned. Retrying cannot fix it: the params must change."""
 
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid parameters:\n  - " + "\n  - ".join(problems))
 
-
-def _param(default: Any, schema: dict[str, Any], description: str) -> Any:
-    """A field that is also a param of the trigger form (schema is JSON Schema, as Airflow's Param takes)."""
-    return field(default=default, metadata={"param": {**schema, "description": description}})
+_param = param
 
 
 def _optional(description: str, **schema: Any) -> Any:
@@ -168,17 +164,12 @@ class RunSpec:
     # ------------------------------------------------------------------ construction
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if "param" in f.metadata)
+        return param_names(cls)
 
     @classmethod
     def form_schema(cls) -> dict[str, tuple[Any, dict[str, Any]]]:
-        """Each param's default and JSON schema, for the DAG's `Param`s (lists for arrays, as JSON has)."""
-        out: dict[str, tuple[Any, dict[str, Any]]] = {}
-        for f in dataclasses.fields(cls):
-            if "param" in f.metadata:
-                default = list(f.default) if isinstance(f.default, tuple) else f.default
-                out[f.name] = (default, dict(f.metadata["param"]))
-        return out
+        """Each param's default and JSON schema, for the DAG's `Param`s."""
+        return form_schema(cls)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **resolved: Any) -> RunSpec:

@@ -17,9 +17,10 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from interlude.params import ParamsError, form_schema, param, param_names
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
 from interlude.spec import _CONTROL, _coerce, bucket_problem
@@ -45,16 +46,14 @@ TOPOLOGY_RE = re.compile(r"^[1-9][0-9]?x[1-9][0-9]?(x[1-9][0-9]?)?$")
 GS_URI_RE = re.compile(r"^gs://(?P<bucket>[^/]+)/(?P<path>[^\s]+)$")
 
 
-class ServeSpecError(ValueError):
+class ServeSpecError(ParamsError):
     """Bad serving input, found before anything is applied. Retrying cannot fix it: the params must change."""
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("invalid serving parameters:\n  - " + "\n  - ".join(problems))
+        super().__init__(problems, "invalid serving parameters")
 
 
-def _param(default: Any, schema: dict[str, Any], description: str) -> Any:
-    return field(default=default, metadata={"param": {**schema, "description": description}})
+_param = param
 
 
 def _enum(default: str, values: tuple[str, ...], description: str) -> Any:
@@ -143,16 +142,12 @@ class ServeSpec:
     # ------------------------------------------------------------------ construction
     @classmethod
     def param_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls) if "param" in f.metadata)
+        return param_names(cls)
 
     @classmethod
     def form_schema(cls) -> dict[str, tuple[Any, dict[str, Any]]]:
-        """Each param's default and JSON schema, for the DAG's `Param`s (lists for arrays, as JSON has)."""
-        out: dict[str, tuple[Any, dict[str, Any]]] = {}
-        for f in dataclasses.fields(cls):
-            default = list(f.default) if isinstance(f.default, tuple) else f.default
-            out[f.name] = (default, dict(f.metadata["param"]))
-        return out
+        """Each param's default and JSON schema, for the DAG's `Param`s."""
+        return form_schema(cls)
 
     @classmethod
     def from_params(
