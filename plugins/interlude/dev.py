@@ -123,7 +123,10 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     conn = {
         "conn_type": "google_cloud_platform",
         "extra": connection_extra(
-            cloud.project, cloud.api_endpoint, cloud.container_endpoint, getattr(cloud, "time_scale", 1.0)
+            cloud.project,
+            cloud.api_endpoint,
+            getattr(cloud, "container_endpoint", ""),
+            getattr(cloud, "time_scale", 1.0),
         ),
     }
     env = dict(os.environ)
