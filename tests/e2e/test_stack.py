@@ -197,7 +197,8 @@ def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> N
 
 
 def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
-    """A backfill of 2024-01-02..04: three runs, three run keys (needs a schedule on the DAG)."""
+    """A backfill of 2026-11-28..30 (days outside the shipped sample, as a catch-up over recent days would be):
+    three runs, three run keys, each fine-tuning on its own day's (generated) slice."""
     api = stack.api
     details = api.call("GET", f"dags/{DAG_ID}/details")
     if details.get("timetable_summary") in (None, "None") or details.get("timetable_description") == "Never":
@@ -208,8 +209,8 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         "backfills",
         json={
             "dag_id": DAG_ID,
-            "from_date": "2024-01-02T00:00:00Z",
-            "to_date": "2024-01-04T00:00:00Z",
+            "from_date": "2026-11-28T00:00:00Z",
+            "to_date": "2026-11-30T00:00:00Z",
             "run_backwards": False,
             "dag_run_conf": conf,
             "reprocess_behavior": "none",
@@ -226,7 +227,7 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         runs = [
             r
             for r in api.call("GET", f"dags/{DAG_ID}/dagRuns", params={"limit": 100})["dag_runs"]
-            if r.get("run_type") == "backfill" and str(r.get("logical_date", "")).startswith("2024-01-0")
+            if r.get("run_type") == "backfill" and str(r.get("logical_date", "")).startswith("2026-11-")
         ]
         if len(runs) == 3 and all(r["state"] in ("success", "failed") for r in runs):
             break
