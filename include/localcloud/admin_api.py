@@ -101,7 +101,7 @@ class AdminApi:
             self.cloud.log(
                 "capacity_set",
                 zone=zone,
-                kind=kind,
+                family=kind,
                 type=cap_type,
                 on_demand=tiers[cap_type].on_demand,
                 spot=tiers[cap_type].spot,

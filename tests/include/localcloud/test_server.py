@@ -138,3 +138,23 @@ def test_one_tpu_v2_rest_client_shared_by_32_threads(lc: RunningLocalCloud, tpu:
         results = list(pool.map(work, range(32)))
     assert sum(len(r) for r in results) == 320
     assert lc.violations == []
+
+
+def test_admin_capacity_change_makes_the_next_create_a_stockout() -> None:
+    """The failover tests' lever: capacity set to 0 turns the next create of that type into Google's stockout."""
+    from google.api_core import exceptions as gexc
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import tpu_v2
+
+    from interlude_localcloud.testing import running_localcloud
+
+    with running_localcloud("default", gcs=False) as lc:
+        lc.admin.set_capacity("us-central1-a", "tpu", "v6e-8", on_demand=0, spot=0)
+        assert any(e["event"] == "capacity_set" for e in lc.admin.events())
+        client = tpu_v2.TpuClient(
+            credentials=AnonymousCredentials(), transport="rest", client_options={"api_endpoint": lc.api_endpoint}
+        )
+        node = tpu_v2.Node(accelerator_type="v6e-8", runtime_version="v2-alpha-tpuv6e")
+        op = client.create_node(parent=f"projects/{lc.project}/locations/us-central1-a", node_id="n1", node=node)
+        with pytest.raises(gexc.GoogleAPICallError):
+            op.result(timeout=60)
