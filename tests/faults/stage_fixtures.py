@@ -120,7 +120,6 @@ def when_training(
     times: int = 1,
 ) -> threading.Thread:
     """In the background: when a machine's stage progress satisfies `ready`, act (up to `times` times)."""
-    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
 
     def loop() -> None:
         deadline = time.monotonic() + timeout

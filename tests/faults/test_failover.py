@@ -33,10 +33,10 @@ HOME_ZONE, OTHER_ZONE = "us-central1-a", "us-central2-b"
 
 
 def _moves(cloud: Any, run_key: str) -> list[dict[str, Any]]:
-    import os
-
-    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
-    return [e for e in events.load_events(BUCKET, run_key) if e.get("kind") == "move"]
+    """The run's move events, read from this test's GCS emulator (the environment is left as it was)."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)
+        return [e for e in events.load_events(BUCKET, run_key) if e.get("kind") == "move"]
 
 
 def _resumed_steps(log: str) -> list[int]:

@@ -139,9 +139,10 @@ def test_killed_provision_leaves_an_intent_that_teardown_deletes(cloud, airflow_
     blob = dev.gcs_client(cloud).bucket(BUCKET).get_blob(layout.machine_intent_object(key, f"{key}-tpu"))
     assert blob is not None, "no intent record for the machine that was being created"
     assert blob.time_created.timestamp() <= create["t"] + 0.01
+    # This process talks to this test's cloud (an earlier test may have pointed the environment elsewhere).
+    os.environ.update({k: airflow_env[k] for k in ("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "STORAGE_EMULATOR_HOST")})
     assert [i.zone for i in ledger.read(BUCKET, key)] == [ZONES[1]]
     assert any(m["name"] == f"{key}-tpu" for m in cloud.admin.machines()), "the killed create left no machine?"
     # Teardown of that run (what the DAG's teardown does after a failed or killed setup).
-    os.environ.update({k: airflow_env[k] for k in ("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "STORAGE_EMULATOR_HOST")})
     lifecycle.teardown(spec)
     assert left_in_cloud(cloud) == []
