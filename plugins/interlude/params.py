@@ -7,8 +7,13 @@ is generated from the same fields, so form and code cannot disagree about a defa
 from __future__ import annotations
 
 import dataclasses
+import re
+from collections.abc import Mapping
 from dataclasses import field
 from typing import Any
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (and Unicode line separators): they forge log lines and break URLs."""
 
 
 class ParamsError(ValueError):
@@ -36,3 +41,71 @@ def form_schema(cls: type) -> dict[str, tuple[Any, dict[str, Any]]]:
             default = list(f.default) if isinstance(f.default, tuple) else f.default
             out[f.name] = (default, dict(f.metadata["param"]))
     return out
+
+
+def coerce_params(cls: type, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Each given param in its field's type, and every problem (unknown keys, wrong types) at once."""
+    known = param_names(cls)
+    problems = [f"unknown param {k!r} (known: {', '.join(sorted(known))})" for k in params if k not in known]
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in known and f.name in params:
+            try:
+                values[f.name] = coerce(f.name, params[f.name], f.default)
+            except (TypeError, ValueError) as exc:
+                problems.append(str(exc))
+    return values, problems
+
+
+def _as_str(name: str, value: Any, optional: bool) -> str | None:
+    if value is None or (optional and value == ""):
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
+    return value.strip()
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
+def _as_int(name: str, value: Any) -> int:
+    text = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, int | str) or not text.lstrip("-").isdigit():
+        raise TypeError(f"{name}: expected a whole number, got {value!r}")
+    return int(text)
+
+
+def _as_float(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise TypeError(f"{name}: expected a number, got {value!r}")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+
+
+def _as_strings(name: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise TypeError(f"{name}: expected a list of strings, got {value!r}")
+    for item in value:
+        if not isinstance(item, str) or CONTROL.search(item):
+            raise ValueError(f"{name}: {item!r} is not a plain string")
+    return tuple(item.strip() for item in value)
+
+
+def coerce(name: str, value: Any, default: Any) -> Any:
+    """The param's value in the field's type (the default's type); '' means "not set" for optional strings."""
+    if isinstance(value, str) and CONTROL.search(value):
+        raise ValueError(f"{name}: control characters are not allowed ({value!r})")
+    if default is None or isinstance(default, str):
+        return _as_str(name, value, optional=default is None)
+    if isinstance(default, bool):  # before int: bool is an int
+        return _as_bool(name, value)
+    if isinstance(default, int):
+        return _as_int(name, value)
+    if isinstance(default, float):
+        return _as_float(name, value)
+    return _as_strings(name, value)

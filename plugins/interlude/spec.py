@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlude.params import ParamsError, form_schema, param, param_names
+from interlude.params import ParamsError, coerce_params, form_schema, param, param_names
 
 DEFAULT_ZONES: tuple[str, ...] = ("us-central1-a", "us-central2-b")
 MAX_STEPS = 10_000_000
@@ -51,7 +51,6 @@ BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 RUNTIME_RE = re.compile(r"^[a-z0-9][-a-z0-9.]{0,62}$")
 VERSION_RE = re.compile(r"^[0-9]+(\.[0-9]+){0,2}$")
 DATE_RE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class RunSpecError(ParamsError):
@@ -174,16 +173,7 @@ class RunSpec:
     @classmethod
     def from_params(cls, params: Mapping[str, Any], **resolved: Any) -> RunSpec:
         """Check and type the params (every problem at once, each naming its param), then build the spec."""
-        known = set(cls.param_names())
-        problems = [f"unknown param {k!r} (known: {', '.join(sorted(known))})" for k in params if k not in known]
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if f.name not in known or f.name not in params:
-                continue
-            try:
-                values[f.name] = _coerce(f.name, params[f.name], f.default)
-            except (TypeError, ValueError) as exc:
-                problems.append(str(exc))
+        values, problems = coerce_params(cls, params)
         # Check the rest too (failed values stand at their defaults), so one message names every problem.
         spec = cls(**values, **resolved)
         problems += _problems(spec)
@@ -228,60 +218,6 @@ class RunSpec:
 
 
 # ---------------------------------------------------------------------- coercion and checks
-def _as_str(name: str, value: Any, optional: bool) -> str | None:
-    if value is None or (optional and value == ""):
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name}: expected a string, got {type(value).__name__}")
-    return value.strip()
-
-
-def _as_bool(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected true or false, got {value!r}")
-    return value
-
-
-def _as_int(name: str, value: Any) -> int:
-    text = str(value).strip()
-    if isinstance(value, bool) or not isinstance(value, int | str) or not text.lstrip("-").isdigit():
-        raise TypeError(f"{name}: expected a whole number, got {value!r}")
-    return int(text)
-
-
-def _as_float(name: str, value: Any) -> float:
-    if isinstance(value, bool):
-        raise TypeError(f"{name}: expected a number, got {value!r}")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a number, got {value!r}") from None
-
-
-def _as_strings(name: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise TypeError(f"{name}: expected a list of strings, got {value!r}")
-    for item in value:
-        if not isinstance(item, str) or _CONTROL.search(item):
-            raise ValueError(f"{name}: {item!r} is not a plain string")
-    return tuple(item.strip() for item in value)
-
-
-def _coerce(name: str, value: Any, default: Any) -> Any:
-    """The param's value in the field's type (the default's type); '' means "not set" for optional strings."""
-    if isinstance(value, str) and _CONTROL.search(value):
-        raise ValueError(f"{name}: control characters are not allowed ({value!r})")
-    if default is None or isinstance(default, str):
-        return _as_str(name, value, optional=default is None)
-    if isinstance(default, bool):  # before int: bool is an int
-        return _as_bool(name, value)
-    if isinstance(default, int):
-        return _as_int(name, value)
-    if isinstance(default, float):
-        return _as_float(name, value)
-    return _as_strings(name, value)
-
-
 def bucket_problem(bucket: str) -> str | None:
     """GCS bucket naming rules (https://cloud.google.com/storage/docs/buckets#naming), the subset we accept.
 

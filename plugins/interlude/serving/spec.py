@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlude.params import ParamsError, form_schema, param, param_names
+from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
-from interlude.spec import _CONTROL, _coerce, bucket_problem
+from interlude.spec import bucket_problem
 
 ACTIONS = ("deploy", "update", "delete")
 SERVICE_TYPES = ("ClusterIP", "LoadBalancer")
@@ -157,16 +157,7 @@ class ServeSpec:
 
         `checkpoint_uri` is the triggering Asset event's URI; an explicit param wins over it.
         """
-        known = set(cls.param_names())
-        problems = [f"unknown param {k!r} (known: {', '.join(sorted(known))})" for k in params if k not in known]
-        values: dict[str, Any] = {}
-        for name in cls.param_names():
-            if name not in params:
-                continue
-            try:
-                values[name] = _coerce(name, params[name], _field_default(name))
-            except (TypeError, ValueError) as exc:
-                problems.append(str(exc))
+        values, problems = coerce_params(cls, params)
         if problems:
             raise ServeSpecError(problems)
         if values.get("checkpoint_uri") is None and checkpoint_uri:
@@ -218,11 +209,6 @@ class ServeSpec:
         return dataclasses.replace(self, **changes)
 
 
-def _field_default(name: str) -> Any:
-    return next(f.default for f in dataclasses.fields(ServeSpec) if f.name == name)
-
-
-# ---------------------------------------------------------------------- checks
 def checkpoint_problem(uri: str) -> str | None:
     """gs://BUCKET/PATH with a valid bucket and a clean object path, else why not (naming the param)."""
     match = GS_URI_RE.match(uri)
@@ -231,7 +217,7 @@ def checkpoint_problem(uri: str) -> str | None:
     if (problem := bucket_problem(match.group("bucket"))) is not None:
         return "checkpoint_uri: " + problem
     path = match.group("path")
-    if _CONTROL.search(path) or len(path.encode()) > 1024:
+    if CONTROL.search(path) or len(path.encode()) > 1024:
         return f"checkpoint_uri: {uri!r} has control characters or an object path over 1024 bytes"
     if any(part in (".", "..") for part in path.split("/")) or "//" in path:
         return f"checkpoint_uri: {uri!r} has an empty, '.' or '..' path segment"
