@@ -58,6 +58,7 @@ class ClusterRuntime:
         self._wake, self._stop = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
         self._unsubscribe: list[Any] = []
+        self._stopping: list[threading.Thread] = []  # runners being stopped after their pod went away
 
     def now(self) -> float:
         """Scenario time: starts at the wall clock, runs time_scale times faster."""
@@ -81,12 +82,14 @@ class ClusterRuntime:
         if self._thread is not None:
             self._thread.join(timeout=30)
         with self.lock:
-            runners, self.runners = list(self.runners.values()), {}
+            self.runners = {}
+            runners = list(self.started)  # every runner ever started: one scaled away may still be stopping
             proxies, self.proxies = list(self.proxies.values()), {}
+            pending = list(self._stopping)
         stoppers = [threading.Thread(target=r.stop, args=(2.0,)) for r in runners]
         for t in stoppers:
             t.start()
-        for t in stoppers:
+        for t in [*stoppers, *pending]:
             t.join()
         for p in proxies:
             p.close()
@@ -129,7 +132,9 @@ class ClusterRuntime:
         pods = {p["metadata"]["uid"]: p for p in self.store.list(PODS, None)[0]}
         for uid in [u for u in self.runners if u not in pods or pods[u]["spec"].get("nodeName") not in nodes]:
             runner = self.runners.pop(uid)
-            threading.Thread(target=runner.stop, name=f"stop-{runner.name}", daemon=True).start()
+            stopper = threading.Thread(target=runner.stop, name=f"stop-{runner.name}", daemon=True)
+            self._stopping = [t for t in self._stopping if t.is_alive()] + [stopper]
+            stopper.start()
         for uid, pod in pods.items():
             node = pod["spec"].get("nodeName")
             if not node:
