@@ -75,6 +75,8 @@ class Cloud:
         self.api_endpoint = api_endpoint
         self.gcs_endpoint = gcs_endpoint
         self.lock = threading.RLock()
+        # (zone, cap_type, spot, kind) -> accelerator units GKE nodes hold there; set by the GKE facet
+        self.node_units: Callable[[str, str, bool, str], int] | None = None
         self.changed = threading.Condition(self.lock)
         self.machines: dict[tuple[str, str, str], Machine] = {}
         self.operations: dict[str, dict[str, Any]] = {}  # TPU operations by full name
@@ -208,6 +210,12 @@ class Cloud:
         return tier.spot if spot else tier.on_demand
 
     def used(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
+        """Units held in the zone by TPU VMs and Compute instances, and by GKE nodes (one capacity engine:
+        on Google a GKE TPU node pool draws on the same zonal TPU capacity as a TPU VM)."""
+        nodes = self.node_units(zone, cap_type, spot, kind) if self.node_units is not None else 0
+        return self.machine_units(zone, cap_type, spot, kind) + nodes
+
+    def machine_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
         return sum(
             m.units
             for m in self.machines.values()
