@@ -93,6 +93,7 @@ class Cloud:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.tick_hooks: list[Callable[[], None]] = []
+        self.preempt_hooks: list[Callable[[Machine], None]] = []  # after a spot preemption, under the lock
 
     # clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -347,6 +348,8 @@ class Cloud:
             m.resource["lastStopTimestamp"] = rfc3339()
         self.take_down(m, "preempted")
         self.log("preempted", machine=m.machine_id)
+        for hook in self.preempt_hooks:
+            hook(m)
 
     def crash(self, m: Machine) -> None:
         """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after."""
