@@ -48,6 +48,7 @@ class Machine:
     generation: int = 0  # bumped on every state change that invalidates scheduled events
     deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
 
     @property
     def machine_id(self) -> str:

@@ -51,6 +51,7 @@ class Request:
     doc: str = ""
     # True once the client has closed its connection; long-polls check it to stop waiting early.
     client_gone: Callable[[], bool] = _never_gone
+    raw_body: bytes = b""  # as sent: for the endpoints whose body is not JSON (guest attributes)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Route:
     handler: Handler
     doc: str  # discovery doc ("tpu.v2", "compute.v1") or "" for non-Google endpoints
     request_schema: str | None = None
+    text_body: bool = False  # the body is a plain value, not JSON (the metadata server's PUTs)
 
 
 class Router:
@@ -81,9 +83,16 @@ class Router:
         self.routes: list[Route] = []
 
     def add(
-        self, method: str, pattern: str, handler: Handler, doc: str = "", request_schema: str | None = None
+        self,
+        method: str,
+        pattern: str,
+        handler: Handler,
+        doc: str = "",
+        request_schema: str | None = None,
+        *,
+        text_body: bool = False,
     ) -> None:
-        self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema))
+        self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema, text_body))
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         path_known = False
@@ -203,10 +212,10 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(
                 405 if known else 404, f"No such method: {method} {path}", "UNIMPLEMENTED" if known else "NOT_FOUND"
             )
-        body = self._request_body(route, raw)
+        body = None if route.text_body else self._request_body(route, raw)
         int_enums = "enum-encoding=int" in query.get("$alt", "")
         req = Request(
-            method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone
+            method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone, raw
         )
         resp = route.handler(req)
         if resp.raw is not None:

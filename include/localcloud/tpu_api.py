@@ -66,6 +66,7 @@ class TpuApi(QueuedResources):
             r.add("PATCH", node, self.patch_node, doc, "Node")
             r.add("POST", node + ":stop", self.stop_node, doc)
             r.add("POST", node + ":start", self.start_node, doc)
+            r.add("POST", node + ":getGuestAttributes", self.get_guest_attributes, doc, "GetGuestAttributesRequest")
             r.add("GET", loc + r"/operations/(?P<op>[^/:]+)", self.get_operation, doc)
             r.add("GET", loc + "/operations", self.list_operations, doc)
             r.add("GET", loc + "/acceleratorTypes", self.list_accelerator_types, doc)
@@ -250,6 +251,21 @@ class TpuApi(QueuedResources):
     def get_node(self, req: Request) -> Response:
         with self.cloud.lock:
             return Response(self.render_node(self._node(req), req.doc.endswith("alpha1")), "Node")
+
+    def get_guest_attributes(self, req: Request) -> Response:
+        """What the node's guest wrote to its metadata server's guest attributes, filtered by queryPath
+        ('' or '/' everything, 'NAMESPACE/' a namespace, 'NAMESPACE/KEY' one key); one worker per node here."""
+        path = str((req.body or {}).get("queryPath") or "")
+        want = path.strip("/")
+        with self.cloud.lock:
+            m = self._node(req)
+            entries = [
+                {"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                for k, v in sorted(m.guest_attributes.items())
+                if not want or k == want or k.startswith(want + "/")
+            ]
+        value = {"items": entries} if entries else {}
+        return Response({"guestAttributes": [{"queryPath": path, "queryValue": value}]}, "GetGuestAttributesResponse")
 
     def list_nodes(self, req: Request) -> Response:
         with self.cloud.lock:

@@ -69,7 +69,8 @@ def tpu_node_body(
         "runtimeVersion": runtime,
         "networkConfig": {"enableExternalIps": False},
         "labels": labels,
-        "metadata": {"startup-script": script},
+        # guest attributes on: the startup script reports its end there, the TPU API reads it back
+        "metadata": {"startup-script": script, "enable-guest-attributes": "TRUE"},
     }
     if network:
         body["networkConfig"]["network"] = network
