@@ -58,8 +58,12 @@ def switch_on(b: Browser, dialog: Any, param: str) -> None:
     b.screenshot(f"trigger-form-{param}")
 
 
-def submit_trigger_form(b: Browser, stack: Stack, switches: tuple[str, ...] = ()) -> str:
-    """Trigger -> the form as it comes, `switches` turned on -> Trigger. Returns the id of the run it created."""
+def submit_trigger_form(
+    b: Browser, stack: Stack, switches: tuple[str, ...] = (), typed: dict[str, str] | None = None
+) -> str:
+    """Trigger -> the form as it comes, `switches` turned on, `typed` values typed over the defaults -> Trigger.
+
+    Returns the id of the run it created."""
     page = b.page
     before = manual_runs(stack)
     page.goto(f"{stack.state['base_url']}/dags/{DAG_ID}")
@@ -69,6 +73,10 @@ def submit_trigger_form(b: Browser, stack: Stack, switches: tuple[str, ...] = ()
     b.screenshot("trigger-form")
     for param in switches:
         switch_on(b, dialog, param)
+    for param, text in (typed or {}).items():
+        dialog.locator(f"#element_{param}").fill(text)
+    if typed:
+        b.screenshot("trigger-form-typed")
     submit = dialog.get_by_role("button", name="Trigger", exact=True)
     assert submit.is_enabled(), "the Trigger form refuses its own defaults (see the screenshot)"
     submit.click()
@@ -171,10 +179,15 @@ def check_drill(run_key: str, stage: str, event: dict[str, Any]) -> int:
     return int(held[0])
 
 
-def task_log_text(b: Browser, stack: Stack, run_id: str, task_id: str, wait_for: str) -> str:
-    """The task's log as the UI shows it (the task instance page opens on its Logs tab)."""
+def task_log_text(b: Browser, stack: Stack, run_id: str, task_id: str, wait_for: str, expand: str = "") -> str:
+    """The task's log as the UI shows it (the task instance page opens on its Logs tab).
+
+    `expand`: a collapsed group of log lines to open first, as a person clicks it (the failure callback
+    writes into "Post Execute")."""
     page = b.page
     page.goto(f"{stack.state['base_url']}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/{task_id}")
+    if expand:
+        page.get_by_text(expand).first.click()
     page.get_by_text(wait_for).first.wait_for()
     b.screenshot(f"{task_id}-log")
     return str(page.inner_text("body"))
@@ -219,3 +232,28 @@ def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(st
         assert f"{naming.checkpoint_prefix(run_key, 'train')}" in checkpoints, checkpoints[:2000]
         assert "step-00000060/COMMITTED" in checkpoints, checkpoints[:3000]
     assert len(b.saved) >= 8 and all(p.stat().st_size > 0 for p in b.saved)
+
+
+def test_a_bad_param_typed_in_the_form_fails_the_first_task_whose_log_names_it(stack: Stack, tmp_path: Any) -> None:
+    """A bucket name GCS refuses (the form's schema cannot know): resolve_run fails, its log in the UI names the
+    param, and the failure callback's advice is about params (nothing was created), not machines."""
+    with chromium(tmp_path / "screenshots") as b:
+        log_in(b, stack.state)
+        run_id = submit_trigger_form(b, stack, typed={"bucket": "My Checkpoints"})
+        shown = watch_run_in_grid(b, stack, run_id)
+        states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
+        assert shown == "failed", f"the UI shows the run {shown!r}; tasks: {states}"
+        assert states["resolve_run"] == "failed", states
+        assert states["teardown"] == "skipped", states
+        ran = {t: s for t, s in states.items() if t != "resolve_run" and s in ("success", "running", "deferred")}
+        assert not ran, f"tasks ran after the params were refused: {ran}"
+        run_key = naming.run_key(DAG_ID, run_id)
+        assert not [m for m in stack.machines() if m["name"].startswith(run_key)]
+
+        log = task_log_text(b, stack, run_id, "resolve_run", "Bad input", expand="Post Execute")
+        assert "bucket: 'My Checkpoints' is not a valid bucket name" in log, log[-3000:]
+        start = log.index("Interlude: step 'resolve_run' failed")
+        end = log.index("clearing this step would fail the same way", start)
+        callback = log[start:end]
+        assert "Fix the param(s) named above and trigger a new run" in callback, callback
+        assert "machine" not in callback.lower() and "resume" not in callback.lower(), callback
