@@ -98,7 +98,7 @@ def run(s: Serving, conf: dict[str, Any], timeout: float = 300) -> tuple[str, di
 def xcom(s: Serving, task_id: str) -> Any:
     with sqlite3.connect(s.home / "airflow.db") as db:
         row = db.execute(
-            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' ORDER BY id DESC",
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' ORDER BY timestamp DESC",
             (DAG_ID, task_id),
         ).fetchone()
     assert row is not None, f"no XCom from {task_id}"

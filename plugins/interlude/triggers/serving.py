@@ -17,9 +17,14 @@ from kubernetes_asyncio import client as async_client
 
 
 async def _json(call: Any, *args: Any, **kwargs: Any) -> Any:
-    """A kubernetes_asyncio call's raw JSON (the API's own field names, as the pure core reads them)."""
+    """A kubernetes_asyncio call's raw JSON (the API's own field names, as the pure core reads them).
+
+    Without preloading the client returns error answers too: a 4xx/5xx is raised as ApiException here."""
     resp = await call(*args, _preload_content=False, **kwargs)
-    return json.loads(await resp.read())
+    body = await resp.read()
+    if resp.status >= 400:
+        raise async_client.ApiException(status=resp.status, reason=body.decode(errors="replace")[:500])
+    return json.loads(body)
 
 
 async def _get_or_none(call: Any, *args: Any) -> Any:
