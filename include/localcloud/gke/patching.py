@@ -328,3 +328,32 @@ def _unchanged_if_same(base: Obj, merged: Obj) -> Obj:
     if sorted(map(key, _entries(base))) != sorted(map(key, _entries(merged))):
         return merged
     return copy.deepcopy(base)
+
+
+def _scoped(obj: Obj | None, subresource: str) -> dict[Path, Any]:
+    if obj is None:
+        return {}
+    if subresource == "status":
+        return field_paths(obj.get("status") or {}, ("f:status",))
+    return field_paths(obj)
+
+
+def record_update(old: Obj | None, new: Obj, manager: str, api_version: str, subresource: str = "") -> None:
+    """Give `manager` (operation Update) the fields whose value it set or changed; take them from others."""
+    new_paths = _scoped(new, subresource)
+    old_paths = _scoped(old, subresource)
+    changed = {p for p, v in new_paths.items() if p not in old_paths or old_paths[p] != v}
+    present = set(field_paths(new)) | set(_scoped(new, "status"))
+    out: list[Obj] = []
+    mine: set[Path] = set(changed)
+    for e in _entries(old) if old is not None else []:
+        paths = _owned(e) & present
+        if e.get("manager") == manager and e.get("operation") == "Update" and e.get("subresource", "") == subresource:
+            mine |= paths
+            continue
+        paths -= changed
+        if paths:
+            out.append({**e, "fieldsV1": to_fields_v1(paths)})
+    if mine:
+        out.append(_entry(manager, "Update", api_version, mine, subresource))
+    new.setdefault("metadata", {})["managedFields"] = out

@@ -89,9 +89,9 @@ def rollout_state(
     ready = sum(1 for p in placed if p.ready)
     if ready < want:
         return RolloutState(False, f"{ready} of {want} pods Ready", placed)
-    return RolloutState(
-        True, f"{want} of {want} replicas Ready: {RolloutState(True, '', placed).per_accelerator()}", placed
-    )
+    per = RolloutState(True, "", placed).per_accelerator()
+    on = ", ".join(f"{k}={v}" for k, v in sorted(per.items()))
+    return RolloutState(True, f"{want} of {want} replicas Ready ({on})", placed)
 
 
 def leftovers(pods: Sequence[Obj], services: Sequence[Obj], classes: Sequence[Obj]) -> list[str]:
