@@ -11,6 +11,7 @@ import json
 import shutil
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,9 +62,9 @@ def _write_checkpoint(cloud: dev.LocalCloud) -> tuple[str, str]:
     return uri, hashlib.sha256(manifest).hexdigest()
 
 
-@pytest.fixture(scope="module")
-def serving(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> Iterator[Serving]:
-    tmp = tmp_path_factory.mktemp("serving")
+@contextmanager
+def started(tmp: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
+    """The gke_serving_run local cloud, an Airflow home using it, a committed checkpoint and a kubernetes client."""
     cloud = dev.start_localcloud("gke_serving_run", tmp / "cloud")
     try:
         home = tmp / "airflow"
@@ -80,6 +81,12 @@ def serving(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path)
                 yield Serving(cloud, env, home, uri, digest, api)
     finally:
         cloud.stop()
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_db: Path) -> Iterator[Serving]:
+    with started(tmp_path_factory.mktemp("serving"), migrated_airflow_db) as s:
+        yield s
 
 
 def run(s: Serving, conf: dict[str, Any], timeout: float = 300) -> tuple[str, dict[str, str | None], str]:
