@@ -59,3 +59,16 @@ def test_an_invalid_podmonitoring_is_refused(kube: KubeObjects) -> None:
     bad["spec"]["endpoints"] = [{"port": "metrics", "interval": "often"}]
     with pytest.raises(UnprocessibleEntityError):
         kube.apply(bad)
+
+
+def test_the_service_proxy_answers_as_the_api_server_does_without_endpoints(kube: KubeObjects) -> None:
+    """No pods run in this cluster (no `gke: run`): a Service without Ready endpoints is 503, a missing one 404.
+    (The proxied answers themselves are asserted by the serving DAG's end-to-end test.)"""
+    service = next(o for o in require_plan(SPEC, scripts=load_scripts()).objects if o["kind"] == "Service")
+    kube.apply(copy.deepcopy(service))
+    with pytest.raises(client.ApiException) as no_endpoints:
+        kube.service_call(SPEC.namespace, SPEC.name, "v1/models")
+    assert no_endpoints.value.status == 503
+    with pytest.raises(client.ApiException) as missing:
+        kube.service_call(SPEC.namespace, "no-such-service", "v1/models")
+    assert missing.value.status == 404
