@@ -52,7 +52,7 @@ class _ClusterTrigger(BaseTrigger):
         poll_interval: float,
     ) -> None:
         super().__init__()
-        self.kw = {
+        self.kw: dict[str, Any] = {
             "gcp_conn_id": gcp_conn_id,
             "project_id": project_id,
             "location": location,
