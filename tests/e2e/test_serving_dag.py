@@ -155,6 +155,14 @@ def test_an_unsupported_tpu_generation_is_refused_naming_the_param(serving: Serv
     assert cluster_objects(serving) == {}
 
 
+def test_plan_only_shows_the_manifests_and_applies_nothing(serving: Serving) -> None:
+    state, states, log = run(serving, {**deploy_conf(serving), "plan_only": True})
+    assert state == "success", states
+    assert states["plan"] == "success" and states["apply"] == "skipped", states
+    assert "kind: ComputeClass" in log and "kind: Deployment" in log
+    assert cluster_objects(serving) == {}
+
+
 def test_deploy_serves_the_checkpoint_on_tpu_then_rerun_changes_nothing_then_delete_leaves_nothing(
     serving: Serving,
 ) -> None:
