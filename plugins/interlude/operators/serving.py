@@ -208,6 +208,8 @@ class ServingReportOperator(_ServingOperator):
         if smoke and len(kinds) == 1:  # through a Service, the answering replica is known only if all share a kind
             requests.append(RequestSample(str(next(iter(kinds))), float(smoke["latency_seconds"])))
         started_at = float(applied.get("started_at") or time.time())
+        if not applied.get("changed") and observed:  # a re-run applied nothing: time the pods that were there
+            started_at = min([started_at, *(p.created_at for p in observed if p.created_at)])
         report = build_report(started_at, [count_pods(observed, time.time())], observed, [], requests)
         text = report.render_text()
         self.log.info("%s", text)
