@@ -21,7 +21,7 @@ from interlude_localcloud.gke import defaults, patching, resources, scale, selec
 from interlude_localcloud.gke.resources import ResourceType
 from interlude_localcloud.gke.status import KubeError, bad_request, success
 from interlude_localcloud.gke.store import Store
-from interlude_localcloud.gke.validation import Admission
+from interlude_localcloud.gke.validation import CUSTOM_SCHEMAS, Admission
 
 WATCH_TIMEOUT = 1800.0
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "computeclasses"}
@@ -79,7 +79,7 @@ class KubeApi:
         """fieldValidation: Strict rejects undeclared fields (400), Warn (default) drops them with a Warning."""
         mode = request.query_params.get("fieldValidation", "Warn")
         if mode == "Strict":
-            unknown = self.admission.unknown_fields(t.rt, obj) if t.rt.kind != "ComputeClass" else []
+            unknown = self.admission.unknown_fields(t.rt, obj) if t.rt.kind not in CUSTOM_SCHEMAS else []
             if unknown:
                 raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{u}"' for u in unknown))
             return
@@ -336,6 +336,10 @@ def build_app(api: KubeApi, server_address: str) -> FastAPI:
 
     async def dispatch(group: str, version: str, rest: str, request: Request) -> Response:
         return await verbs[request.method](_parse(group, version, rest), request)
+
+    from interlude_localcloud.gke.service_proxy_api import add_service_proxy  # it needs the runtime's annotation
+
+    add_service_proxy(app, api.store)
 
     @app.api_route("/api/v1/{rest:path}", methods=list(verbs))
     async def core(rest: str, request: Request) -> Response:

@@ -349,7 +349,7 @@ class PodRunner:
         }
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-            cur["status"] = status
+            cur["status"] = _transitions(cur.get("status") or {}, status)
             cur["metadata"].pop("resourceVersion", None)
             return cur
 
@@ -369,3 +369,17 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _transitions(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """`new` with the kubelet's bookkeeping: startTime set once, and each condition's lastTransitionTime kept
+    while its status stays, set to now when it flips (what clients read as e.g. "Ready since";
+    https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions)."""
+    before = {c.get("type"): c for c in old.get("conditions") or ()}
+    out = {**new, "startTime": old.get("startTime") or new["startTime"]}
+    out["conditions"] = []
+    for cond in new["conditions"]:
+        prev = before.get(cond["type"])
+        kept = prev.get("lastTransitionTime") if prev is not None and prev.get("status") == cond["status"] else None
+        out["conditions"].append({**cond, "lastTransitionTime": kept or now()})
+    return out

@@ -310,7 +310,24 @@ def server_side_apply(current: Obj | None, applied: Obj, manager: str, force: bo
                 _remove_at(merged, parent)
     others = [e for e in others if e.get("fieldsV1")]
     merged.setdefault("metadata", {})["managedFields"] = others + [_entry(manager, "Apply", api_version, owned_now)]
-    return merged
+    return _unchanged_if_same(base, merged)
+
+
+def _unchanged_if_same(base: Obj, merged: Obj) -> Obj:
+    """A re-apply that changes no value and no ownership returns the object as it was (timestamps included),
+    so the store sees no change and the resourceVersion stays: a no-op apply is not a write on Kubernetes."""
+
+    def strip(obj: Obj) -> Obj:
+        return {**obj, "metadata": {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}}
+
+    def key(e: Obj) -> str:
+        return json.dumps({k: v for k, v in e.items() if k != "time"}, sort_keys=True)
+
+    if not base or strip(base) != strip(merged):
+        return merged
+    if sorted(map(key, _entries(base))) != sorted(map(key, _entries(merged))):
+        return merged
+    return copy.deepcopy(base)
 
 
 def _scoped(obj: Obj | None, subresource: str) -> dict[Path, Any]:

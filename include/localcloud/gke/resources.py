@@ -2,7 +2,10 @@
 
 Names, kinds, verbs and short names as `kubectl api-resources` shows them on a GKE cluster; the
 ComputeClass CRD is cluster-scoped, group cloud.google.com, plural computeclasses
-(https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass).
+(https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass); Managed Service for
+Prometheus' PodMonitoring is namespaced, group monitoring.googleapis.com, plural podmonitorings
+(https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); RBAC kinds as in
+https://kubernetes.io/docs/reference/access-authn-authz/rbac/.
 """
 
 from __future__ import annotations
@@ -49,11 +52,15 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
+    ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), True),
     ResourceType(
         "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), ("status",), True
     ),
     ResourceType("cloud.google.com", "v1", "computeclasses", "ComputeClass", False, ("cc",), ("status",), True),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ResourceType("monitoring.googleapis.com", "v1", "podmonitorings", "PodMonitoring", True, (), ("status",), True),
 )
 
 GROUPS: dict[str, list[str]] = {}

@@ -24,6 +24,11 @@ from interlude_localcloud.gke import status
 from interlude_localcloud.gke.resources import ResourceType
 
 COMPUTECLASS_SCHEMA = Path(__file__).with_name("computeclass.schema.json")
+#: Custom resources (CRDs) and the JSON schema each is admitted by; core kinds use kubernetes-validate's.
+CUSTOM_SCHEMAS = {
+    "ComputeClass": COMPUTECLASS_SCHEMA,
+    "PodMonitoring": Path(__file__).with_name("podmonitoring.schema.json"),
+}
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAMES = {"namespaces", "services"}  # these names must be DNS-1123 labels, others subdomains
@@ -47,8 +52,8 @@ def _core_validator(minor: str, kind: str, api_version: str) -> jsonschema.proto
 
 
 @functools.cache
-def _computeclass_validator() -> jsonschema.protocols.Validator:
-    return jsonschema.Draft202012Validator(json.loads(COMPUTECLASS_SCHEMA.read_text()))
+def _custom_validator(kind: str) -> jsonschema.protocols.Validator:
+    return jsonschema.Draft202012Validator(json.loads(CUSTOM_SCHEMAS[kind].read_text()))
 
 
 def _field(path: Iterable[Any]) -> str:
@@ -122,13 +127,13 @@ class Admission:
         _schema_version(minor)  # fail at start, not at the first request, for an unsupported version
 
     def _validator(self, rt: ResourceType) -> jsonschema.protocols.Validator:
-        if rt.kind == "ComputeClass":
-            return _computeclass_validator()
+        if rt.kind in CUSTOM_SCHEMAS:
+            return _custom_validator(rt.kind)
         return _core_validator(self.minor, rt.kind, rt.api_version)
 
     def prune(self, rt: ResourceType, obj: dict[str, Any]) -> list[str]:
         """Remove undeclared fields of a core object; return their paths (for `Warning` headers)."""
-        if rt.kind == "ComputeClass":
+        if rt.kind in CUSTOM_SCHEMAS:
             return []
         return _prune_unknown(self._validator(rt), obj)
 

@@ -1,0 +1,104 @@
+"""Interlude's serving DAG: the fine-tuned checkpoint served with vLLM on GKE, TPU first and GPU second."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Param, get_current_context, task
+
+from interlude.operators.serving import (
+    ServingApplyOperator,
+    ServingDeleteOperator,
+    ServingReportOperator,
+    ServingRolloutOperator,
+    ServingSmokeOperator,
+)
+from interlude.serving.spec import ServeSpec
+
+DOC_MD = """
+# Interlude: serving (vLLM on GKE, TPU first, GPU second)
+
+One run = one rollout of a fine-tuned checkpoint (`checkpoint_uri`, gs://BUCKET/interlude/RUN/finetune/...)
+onto a GKE cluster, the way Google's TPU/GPU interoperability guide serves with vLLM: a custom
+**ComputeClass** lists TPU node pools first and GPU pools second; each pod carries a vLLM TPU container and
+a vLLM GPU container, and the one matching its node's accelerator serves.
+
+1. **resolve** — every param checked and typed (`ServeSpec`); bad input fails here, naming each param,
+   before anything touches the cluster.
+2. **route** — `action=delete` goes to **delete**, anything else to **plan**.
+3. **plan** — runtimes checked (the vLLM TPU image supports the TPU generation, the GPU image's CUDA fits the
+   driver; an unknown image tag is refused naming the param), every manifest rendered and validated (Kubernetes
+   schemas, the ComputeClass and PodMonitoring schemas). The log shows the exact YAML. `plan_only` stops here.
+4. **apply** — server-side apply of the plan's objects in order through the provider's GKE hooks; a re-run with
+   the same params changes nothing (each object's outcome is logged: created / configured / unchanged).
+5. **rollout** — deferred to the triggerer until the new pods are Ready (or `rollout_timeout_seconds` passes);
+   logs the accelerator each pod landed on.
+6. **smoke** — one `/v1/completions` request through the Service (API server proxy); fails unless the answer
+   comes from the served model and `/v1/models` names the checkpoint.
+7. **report** — pods per accelerator, time to first Ready, the smoke request's latency.
+
+**delete** removes every object the spec renders (reverse apply order) and waits until no pod, Service or
+ComputeClass of it is left.
+"""
+
+with DAG(
+    dag_id="interlude_serving",
+    doc_md=DOC_MD,
+    # By hand (or API) with the fine-tuned checkpoint's URI: the training DAG publishes no Asset yet.
+    schedule=None,
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,  # one rollout of a Deployment at a time
+    tags=["interlude", "serving", "gke", "vllm", "tpu", "gpu"],
+    params={name: Param(default, **schema) for name, (default, schema) in ServeSpec.form_schema().items()},
+) as dag:
+
+    @task
+    def resolve() -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from interlude.serving.spec import ServeSpecError
+
+        try:
+            spec = ServeSpec.from_params(get_current_context()["params"])
+        except ServeSpecError as exc:  # bad input: a retry cannot fix it, the params must change
+            raise AirflowFailException(str(exc)) from exc
+        return spec.to_dict()
+
+    @task.branch
+    def route() -> str:
+        spec = ServeSpec.from_dict(get_current_context()["ti"].xcom_pull(task_ids="resolve"))
+        return "delete" if spec.action == "delete" else "plan"
+
+    @task
+    def plan() -> dict[str, Any]:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from interlude.serving.entrypoints import load_scripts
+        from interlude.serving.plan import ServingPlanError, require_plan
+
+        spec = ServeSpec.from_dict(get_current_context()["ti"].xcom_pull(task_ids="resolve"))
+        try:
+            result = require_plan(spec, scripts=load_scripts())
+        except ServingPlanError as exc:  # a bad image tag, an unsupported TPU generation: change the params
+            raise AirflowFailException(str(exc)) from exc
+        print(result.text)
+        kinds = [f"{o['kind']}/{o['metadata']['name']}" for o in result.objects]
+        return {"objects": kinds, "plan_only": spec.plan_only}
+
+    @task.short_circuit
+    def deploying() -> bool:
+        """False for plan_only: the run ends after the plan, with nothing applied."""
+        return not get_current_context()["ti"].xcom_pull(task_ids="plan")["plan_only"]
+
+    apply = ServingApplyOperator(task_id="apply")
+    rollout = ServingRolloutOperator(task_id="rollout")
+    smoke = ServingSmokeOperator(task_id="smoke")
+    report = ServingReportOperator(task_id="report")
+    delete = ServingDeleteOperator(task_id="delete")
+
+    routed = route()
+    resolve() >> routed
+    routed >> plan() >> deploying() >> apply >> rollout >> smoke >> report
+    routed >> delete

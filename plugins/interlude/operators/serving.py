@@ -1,0 +1,220 @@
+"""Operators of the serving DAG, the Google provider's way: each calls a hook (GKEHook -> the cluster's
+GKEKubernetesHook client -> KubeObjects); the waits defer to a trigger (one event) and execute_complete fails
+loudly on anything but done. Decisions (what to apply, when a rollout is done, whether an answer proves the
+checkpoint) are the pure functions of interlude.serving.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from interlude.hooks.kube_objects import KubeObjects
+from interlude.serving.spec import ServeSpec
+
+#: The smoke request: a fixed prompt (never from a param), short, within any max_model_len the form allows.
+SMOKE_PROMPT = "Interlude smoke test:"
+SMOKE_MAX_TOKENS = 8
+
+
+class _ServingOperator(BaseOperator):
+    """Shared: the ServeSpec (from the resolve task's XCom) and the cluster it names."""
+
+    template_fields = ("spec",)
+    template_fields_renderers = {"spec": "json"}
+
+    def __init__(
+        self,
+        *,
+        spec: Any = None,
+        spec_task_id: str = "resolve",
+        gcp_conn_id: str = "google_cloud_default",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+        self.spec_task_id = spec_task_id
+        self.gcp_conn_id = gcp_conn_id
+
+    def serve_spec(self, context: Any) -> ServeSpec:
+        if self.spec is None:
+            self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
+        return ServeSpec.from_dict(self.spec)
+
+    def gke_hook(self, spec: ServeSpec) -> Any:
+        from interlude.hooks.gke import GKEHook
+
+        return GKEHook(gcp_conn_id=self.gcp_conn_id, location=spec.location)
+
+    @contextmanager
+    def objects(self, spec: ServeSpec) -> Iterator[KubeObjects]:
+        hook = self.gke_hook(spec)
+        kube = hook.kubernetes_hook(spec.cluster, project_id=hook.project_id)
+        with kube.get_conn() as api_client:
+            yield KubeObjects(api_client)
+
+    def trigger_kwargs(self, spec: ServeSpec, timeout_seconds: float) -> dict[str, Any]:
+        """Deadline in wall-clock seconds (pods start in real time, also on the local cloud); polls follow the
+        connection's clock (`time_scale`: the local cloud runs faster than Google's), at most once a second."""
+        hook = self.gke_hook(spec)
+        scale = float(hook._get_field("time_scale", None) or 1.0)
+        return {
+            "gcp_conn_id": self.gcp_conn_id,
+            "project_id": hook.project_id,
+            "location": spec.location,
+            "cluster": spec.cluster,
+            "namespace": spec.namespace,
+            "name": spec.name,
+            "deadline": time.time() + timeout_seconds,
+            "poll_interval": max(1.0, spec.poll_seconds / scale),
+        }
+
+
+def _fail_unless_done(event: dict[str, Any] | None, what: str) -> dict[str, Any]:
+    if not event or event.get("status") != "done":
+        status = (event or {}).get("status", "no event")
+        detail = (event or {}).get("message") or (event or {}).get("reason") or ""
+        raise AirflowException(
+            f"{what} {status}: {detail} (pods: {(event or {}).get('pods') or (event or {}).get('left')})"
+        )
+    return event
+
+
+class ServingApplyOperator(_ServingOperator):
+    """Server-side apply the plan's objects in order; returns each object's outcome (created/configured/unchanged).
+
+    The plan is re-made here from the spec (pure and deterministic: the same YAML the plan task showed), so
+    what is applied is exactly what plan_only shows.
+    """
+
+    ui_color = "#d1e7dd"
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from interlude.serving.entrypoints import load_scripts
+        from interlude.serving.plan import require_plan
+
+        spec = self.serve_spec(context)
+        result = require_plan(spec, scripts=load_scripts())
+        started_at = time.time()
+        applied = []
+        with self.objects(spec) as kube:
+            for manifest in result.objects:
+                done = kube.apply(manifest)
+                self.log.info("%s %s/%s: %s", done.kind, done.namespace or "-", done.name, done.outcome)
+                applied.append(done.to_dict())
+        changed = [a for a in applied if a["outcome"] != "unchanged"]
+        self.log.info("Applied %d objects, %d created or changed", len(applied), len(changed))
+        return {"started_at": started_at, "applied": applied, "changed": len(changed)}
+
+
+class ServingRolloutOperator(_ServingOperator):
+    """Defer until the Deployment's newest template is fully Ready (or the spec's rollout timeout passes)."""
+
+    ui_color = "#fff3cd"
+
+    def execute(self, context: Any) -> None:
+        from interlude.triggers.serving import RolloutTrigger
+
+        spec = self.serve_spec(context)
+        self.defer(
+            trigger=RolloutTrigger(**self.trigger_kwargs(spec, spec.rollout_timeout_seconds)),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        done = _fail_unless_done(event, "rollout")
+        self.log.info("Rollout complete: %s", done["reason"])
+        for pod in done["pods"]:
+            self.log.info("pod %s on %s (%s) ready=%s", pod["name"], pod["node"], pod["accelerator"], pod["ready"])
+        return done
+
+
+class ServingDeleteOperator(_ServingOperator):
+    """Delete every object the spec renders (object_refs order), then defer until no pod, Service or
+    ComputeClass of it is left."""
+
+    ui_color = "#f8d7da"
+
+    def execute(self, context: Any) -> None:
+        from interlude.serving.render import object_refs
+        from interlude.triggers.serving import DeletedTrigger
+
+        spec = self.serve_spec(context)
+        with self.objects(spec) as kube:
+            for ref in object_refs(spec):
+                gone = kube.delete(ref)
+                self.log.info("%s %s/%s: %s", ref[1], ref[2] or "-", ref[3], "deleted" if gone else "not there")
+        self.defer(
+            trigger=DeletedTrigger(**self.trigger_kwargs(spec, spec.rollout_timeout_seconds)),
+            method_name="execute_complete",
+        )
+
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        done = _fail_unless_done(event, "delete")
+        self.log.info("Deleted: %s", done["reason"])
+        return done
+
+
+class ServingSmokeOperator(_ServingOperator):
+    """One completion through the Service (the API server's Service proxy); fails unless the answer comes from
+    the served model and /v1/models names the spec's checkpoint."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from interlude.serving.rollout import smoke_problems
+
+        spec = self.serve_spec(context)
+        assert spec.checkpoint_uri is not None  # resolve refuses deploy without one
+        body = {"model": spec.served_model_name, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS}
+        with self.objects(spec) as kube:
+            models = kube.service_call(spec.namespace, spec.name, "v1/models")
+            started = time.monotonic()
+            completion = kube.service_call(spec.namespace, spec.name, "v1/completions", body)
+            latency = time.monotonic() - started
+        problems = smoke_problems(models, completion, spec.served_model_name, spec.checkpoint_uri)
+        if problems:
+            raise AirflowFailException("smoke test failed:\n  - " + "\n  - ".join(problems))
+        root = next(m["root"] for m in models["data"] if m["id"] == spec.served_model_name)
+        text = completion["choices"][0]["text"]
+        fingerprint = completion.get("system_fingerprint")
+        self.log.info("Service answered %r from %s (fingerprint %s) in %.3f s", text, root, fingerprint, latency)
+        return {"root": root, "text": text, "fingerprint": fingerprint, "latency_seconds": latency}
+
+
+class ServingReportOperator(_ServingOperator):
+    """The serving report (interlude.serving.report) from the cluster's pods now and the smoke request."""
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from interlude.serving.observe import accelerator_of, pod_obs
+        from interlude.serving.report import RequestSample, build_report, count_pods
+
+        spec = self.serve_spec(context)
+        ti = context["ti"]
+        applied = ti.xcom_pull(task_ids="apply") or {}
+        smoke = ti.xcom_pull(task_ids="smoke") or {}
+        with self.objects(spec) as kube:
+            pods = kube.list("v1", "Pod", spec.namespace, f"app.kubernetes.io/name={spec.name}")
+            nodes = {
+                n["metadata"]["name"]: accelerator_of(n["metadata"].get("labels") or {})
+                for n in kube.list("v1", "Node", None)
+            }
+        observed = [pod_obs(p, nodes) for p in pods]
+        kinds = {p.accelerator for p in observed if p.ready}
+        requests = []
+        if smoke and len(kinds) == 1:  # through a Service, the answering replica is known only if all share a kind
+            requests.append(RequestSample(str(next(iter(kinds))), float(smoke["latency_seconds"])))
+        started_at = float(applied.get("started_at") or time.time())
+        if not applied.get("changed") and observed:  # a re-run applied nothing: time the pods that were there
+            started_at = min([started_at, *(p.created_at for p in observed if p.created_at)])
+        report = build_report(started_at, [count_pods(observed, time.time())], observed, [], requests)
+        text = report.render_text()
+        self.log.info("%s", text)
+        per: dict[str, int] = {}
+        for p in observed:
+            if p.ready and p.accelerator:
+                per[p.accelerator] = per.get(p.accelerator, 0) + 1
+        return {"text": text, "pods_per_accelerator": per, "first_ready_seconds": report.first_ready_seconds}

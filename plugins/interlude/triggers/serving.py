@@ -1,0 +1,128 @@
+"""Triggers of the serving DAG: wait for a rollout, wait for a delete to finish. Each polls the cluster's
+Kubernetes API asynchronously (kubernetes_asyncio, through the provider's GKEKubernetesAsyncHook) and yields
+exactly one event: done, timeout (the deadline passed) or error. The operator's execute_complete fails on
+anything but done, so a rollout never waits forever and a failure is never silent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+from kubernetes_asyncio import client as async_client
+
+
+async def _json(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """A kubernetes_asyncio call's raw JSON (the API's own field names, as the pure core reads them).
+
+    Without preloading the client returns error answers too: a 4xx/5xx is raised as ApiException here."""
+    resp = await call(*args, _preload_content=False, **kwargs)
+    body = await resp.read()
+    if resp.status >= 400:
+        raise async_client.ApiException(status=resp.status, reason=body.decode(errors="replace")[:500])
+    return json.loads(body)
+
+
+async def _get_or_none(call: Any, *args: Any) -> Any:
+    try:
+        return await _json(call, *args)
+    except async_client.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+class _ClusterTrigger(BaseTrigger):
+    """What both triggers share: which cluster (through which connection), the deadline, the poll interval."""
+
+    def __init__(
+        self,
+        *,
+        gcp_conn_id: str,
+        project_id: str,
+        location: str,
+        cluster: str,
+        namespace: str,
+        name: str,
+        deadline: float,
+        poll_interval: float,
+    ) -> None:
+        super().__init__()
+        self.kw: dict[str, Any] = {
+            "gcp_conn_id": gcp_conn_id,
+            "project_id": project_id,
+            "location": location,
+            "cluster": cluster,
+            "namespace": namespace,
+            "name": name,
+            "deadline": deadline,
+            "poll_interval": poll_interval,
+        }
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return f"{type(self).__module__}.{type(self).__qualname__}", dict(self.kw)
+
+    def _async_hook(self) -> Any:
+        from interlude.hooks.gke import GKEHook
+
+        hook = GKEHook(gcp_conn_id=self.kw["gcp_conn_id"], location=self.kw["location"])
+        return hook.kubernetes_async_hook(self.kw["cluster"], project_id=self.kw["project_id"])
+
+    async def poll(self, api: async_client.ApiClient) -> tuple[bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        try:
+            kube = await asyncio.to_thread(self._async_hook)
+            async with kube.get_conn() as api:
+                while True:
+                    done, detail = await self.poll(api)
+                    if done:
+                        yield TriggerEvent({"status": "done", **detail})
+                        return
+                    if time.time() > self.kw["deadline"]:
+                        yield TriggerEvent({"status": "timeout", **detail})
+                        return
+                    self.log.info("Waiting: %s", detail.get("reason"))
+                    await asyncio.sleep(self.kw["poll_interval"])
+        except Exception as exc:  # noqa: BLE001 - execute_complete fails loudly with it
+            yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
+
+
+class RolloutTrigger(_ClusterTrigger):
+    """Until the Deployment's newest template is fully Ready; the event lists each pod's accelerator."""
+
+    async def poll(self, api: async_client.ApiClient) -> tuple[bool, dict[str, Any]]:
+        from interlude.serving.rollout import rollout_state
+
+        ns, name = self.kw["namespace"], self.kw["name"]
+        apps, core = async_client.AppsV1Api(api), async_client.CoreV1Api(api)
+        deployment = await _get_or_none(apps.read_namespaced_deployment, name, ns)
+        selector = ",".join(
+            f"{k}={v}"
+            for k, v in ((deployment or {}).get("spec", {}).get("selector", {}).get("matchLabels") or {}).items()
+        )
+        pods = (await _json(core.list_namespaced_pod, ns, label_selector=selector))["items"] if selector else []
+        nodes = (await _json(core.list_node))["items"]
+        labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
+        state = rollout_state(deployment, pods, labels)
+        return state.done, {"reason": state.reason, "pods": [p.to_dict() for p in state.pods]}
+
+
+class DeletedTrigger(_ClusterTrigger):
+    """Until no pod, Service or ComputeClass of the spec is left (`name` is the shared object name)."""
+
+    async def poll(self, api: async_client.ApiClient) -> tuple[bool, dict[str, Any]]:
+        from interlude.serving.rollout import leftovers
+
+        ns, name = self.kw["namespace"], self.kw["name"]
+        core, custom = async_client.CoreV1Api(api), async_client.CustomObjectsApi(api)
+        pods = (await _json(core.list_namespaced_pod, ns, label_selector=f"app.kubernetes.io/name={name}"))["items"]
+        service = await _get_or_none(core.read_namespaced_service, name, ns)
+        klass = await _get_or_none(custom.get_cluster_custom_object, "cloud.google.com", "v1", "computeclasses", name)
+        left = leftovers(pods, [service] if service else [], [klass] if klass else [])
+        return not left, {"reason": f"left: {', '.join(left)}" if left else "nothing left", "left": left}
