@@ -26,7 +26,7 @@ from interlude_localcloud.testing import running_localcloud
 
 from ...serving.standin_proc import write_checkpoint
 
-DEADLINE = 60.0
+DEADLINE = 120.0  # generous: pods are processes, and a loaded 2-core machine is slow to start them
 
 
 def wait_for(what: str, check: Callable[[], Any], c: Any, timeout: float = DEADLINE) -> Any:
