@@ -190,8 +190,10 @@ def _resumed(state: StageState, obs: Observation) -> bool:
         return obs.progress_step > obs.resumed_from
     # Same boot and never seen down: the maintenance passed without stopping the workload. Not after a
     # restart we asked for: that always makes a new boot, and until it reports the old boot's words remain.
+    # Nor when the workload says it was stopped (SIGTERM) or holds: the maintenance did reach it, only
+    # faster than a poll could see; its next boot tells.
     event = state.event or {}
-    if event.get("kind") == "workload_restart":
+    if event.get("kind") == "workload_restart" or obs.workload_state not in (None, "running"):
         return False
     return event.get("down_at") is None and obs.progress_step > (event.get("checkpoint_step") or 0)
 

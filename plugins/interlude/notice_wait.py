@@ -49,6 +49,7 @@ class NoticePolicy:
     kind: MaintenanceKind
     params: PolicyParams = dataclasses.field(default_factory=PolicyParams)
     time_scale: float = 1.0
+    poll_seconds: float = 0.0  # the control plane sees a due time this late at worst (real seconds)
 
     def real(self) -> PolicyParams:
         """The knobs in this cloud's real seconds."""
@@ -64,19 +65,31 @@ class NoticePolicy:
     def to_dict(self) -> dict[str, Any]:
         params = dataclasses.asdict(self.params)
         params["down_budget_s"] = dict(self.params.down_budget_s)
-        return {"kind": self.kind.value, "params": params, "time_scale": self.time_scale}
+        return {
+            "kind": self.kind.value,
+            "params": params,
+            "time_scale": self.time_scale,
+            "poll_seconds": self.poll_seconds,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> NoticePolicy | None:
         if not data:
             return None
         return cls(
-            MaintenanceKind(data["kind"]), PolicyParams.from_mapping(data.get("params")), float(data["time_scale"])
+            MaintenanceKind(data["kind"]),
+            PolicyParams.from_mapping(data.get("params")),
+            float(data["time_scale"]),
+            float(data.get("poll_seconds") or 0.0),
         )
 
 
 def policy_for(
-    machine: Mapping[str, Any], name: str, time_scale: float, overrides: Mapping[str, Any] | None = None
+    machine: Mapping[str, Any],
+    name: str,
+    time_scale: float,
+    overrides: Mapping[str, Any] | None = None,
+    poll_seconds: float = 0.0,
 ) -> NoticePolicy | None:
     """The stage's policy from its machine record and the run's ``maintenance_policy`` (None: the old way)."""
     if name not in POLICIES:
@@ -88,7 +101,7 @@ def policy_for(
         machine_type=machine.get("machine_type"),
         spot=machine.get("mode") == "spot",
     )
-    return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale)
+    return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale, poll_seconds)
 
 
 def workload_margins(policy: NoticePolicy | None) -> tuple[float | None, float | None]:
@@ -114,6 +127,12 @@ def policy_notice(notice: Notice) -> PolicyNotice | None:
     return PolicyNotice(kind, start, _epoch(notice.window_end), None, notice.can_reschedule, notice.status)
 
 
+def checkpoint_cost(obs: Observation, policy: NoticePolicy) -> float:
+    """What a checkpoint costs as the control plane sees it: the poll that notices it is due, then the
+    workload's own measure (a step to reach the check and its slowest recent commit)."""
+    return policy.poll_seconds + (obs.commit_seconds or 0.0)
+
+
 def plan(obs: Observation, limits: Limits) -> NoticePlan | None:
     """The policy's plan for this observation's notice (None: no policy, or nothing to plan around)."""
     policy: NoticePolicy | None = limits.notice_policy
@@ -122,7 +141,7 @@ def plan(obs: Observation, limits: Limits) -> NoticePlan | None:
     notice = policy_notice(obs.notice)
     if notice is None:
         return None
-    return plan_for_notice(policy.kind, notice, obs.commit_seconds or 0.0, obs.now, policy.real())
+    return plan_for_notice(policy.kind, notice, checkpoint_cost(obs, policy), obs.now, policy.real())
 
 
 def on_notice(state: StageState, obs: Observation, limits: Limits, event: dict[str, Any]) -> Transition | None:
@@ -167,4 +186,4 @@ def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
     notice = policy_notice(obs.notice)
     if notice is None:
         return False
-    return start_early_now(notice, pause, obs.now, obs.commit_seconds or 0.0, policy.real())
+    return start_early_now(notice, pause, obs.now, checkpoint_cost(obs, policy), policy.real())

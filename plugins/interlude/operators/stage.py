@@ -120,7 +120,8 @@ class TrainingStageOperator(StageActions, BaseOperator):
         from interlude.notice_wait import policy_for
 
         time_scale = self._hooks()[0].time_scale
-        policy = policy_for(self.machine, self.run_spec.maintenance_policy, time_scale)
+        spec = self.run_spec
+        policy = policy_for(self.machine, spec.maintenance_policy, time_scale, poll_seconds=spec.poll_seconds)
         return policy.to_dict() if policy else None
 
     @property
