@@ -139,3 +139,29 @@ def test_workload_margin_is_the_policy_floor_on_this_clock() -> None:
     assert workload_margins(None) == (None, None)
     seconds, commits = workload_margins(GPU)
     assert seconds == pytest.approx(60.0 / 600.0) and commits == 3.0
+
+
+def test_early_start_faster_than_a_poll_waits_for_the_new_boot() -> None:
+    """performMaintenance right after the checkpoint: the GPU VM is down and back between two polls and the
+    workload, which trained on after the checkpoint, says it was stopped. That is not a maintenance that
+    passed it by: the event stays open until the new boot resumes, and records where it really resumed."""
+    n = notice(6.0)
+    state = next_step(RUNNING, obs(T0, n), POLICY).state
+    due = state.event["checkpoint_due_at"]
+    state = next_step(state, obs(due, n, step=95), POLICY).state
+    state = next_step(state, obs(due + 0.2, n, step=96, committed=96, ack=96), POLICY).state
+    back = Observation(
+        now=due + 1.0,
+        machine=Machine.READY,
+        notice=None,
+        committed_step=99,
+        progress_step=99,
+        resumed_from=0,
+        boot_id="b1",
+        workload_state="stopped",
+    )
+    waiting = next_step(state, back, POLICY)
+    assert waiting.state.phase is Phase.RESUMING and waiting.event is None
+    resumed = next_step(waiting.state, obs(due + 3.0, None, step=101, committed=99, boot="b2", resumed=99), POLICY)
+    assert resumed.actions == (Action.RECORD_EVENT,)
+    assert resumed.event["resumed_from_step"] == 99 and resumed.event["steps_recomputed"] == 0
