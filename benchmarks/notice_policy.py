@@ -3,7 +3,7 @@ checkpoint-at-notice (issue 15), side by side, in one run.
 
 Starts the local cloud (the default scenario at 600x: a GPU VM's hour of notice is 6 s, its 5-minute
 host maintenance 0.5 s) and a SQLite Airflow home, then runs the lifecycle DAG (`airflow dags test`)
-once per policy; at step 30 of training Google announces a SCHEDULED maintenance on the run's VM. The
+once per policy; at step 20 of training Google announces a SCHEDULED maintenance on the run's VM. The
 figures come from the workload's own log and the local cloud's event log (tests/faults/notice_runs.py):
 how long it trained on after the notice, how long before the window its last checkpoint committed,
 idle seconds (stopped stepping -> stepping again on the new boot) and lost seconds (idle + recomputed

@@ -20,12 +20,12 @@ from interlude import dev, naming
 
 DAG_ID = "interlude_training"
 STEP_SECONDS = 0.1
-NOTICE_AT_STEP = 30
+NOTICE_AT_STEP = 20
 # At 600x an hour's notice (Google's for GPU VMs) is 6 s and the 5-minute host maintenance 0.5 s.
 TIME_SCALE = 600
 GPU_NOTICE_S = 3600
 CONF: dict[str, Any] = {
-    "train_steps": 200,
+    "train_steps": 150,
     "finetune_steps": 20,
     "checkpoint_every": 50,
     "step_seconds": STEP_SECONDS,

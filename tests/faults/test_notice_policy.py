@@ -1,7 +1,7 @@
 """A GPU VM's hour of maintenance notice is training time (issue 15: maintenance policy by notice length).
 
 The same lifecycle run twice on the real local cloud, each getting a SCHEDULED host maintenance an hour
-ahead (6 s at 600x) at step 30 of training: once with the policy (``by_notice``), once the old way
+ahead (6 s at 600x) at step 20 of training: once with the policy (``by_notice``), once the old way
 (``checkpoint_at_notice``). The facts are the workload's own log (when it saw the notice, when it stopped
 stepping, what it committed, where the new boot resumed) and the local cloud's own record of when the
 maintenance started; the final weights are checked against an uninterrupted run.
