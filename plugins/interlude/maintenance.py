@@ -269,7 +269,10 @@ def _finish(state: StageState, obs: Observation, limits: Limits) -> Transition:
     if state.phase is Phase.NOTICED:  # the window is still ahead: it belongs to what runs next
         state = replace(state, event=None)
     if state.event is None and notice_wait.start_early(obs, limits, Pause.PHASE_BOUNDARY):
-        actions = (Action.START_MAINTENANCE, Action.COMPLETE)
+        early = notice_wait.boundary_event(state, obs)
+        return Transition(
+            replace(state, phase=Phase.DONE), (Action.START_MAINTENANCE, Action.RECORD_EVENT, Action.COMPLETE), early
+        )
     if state.event is not None:  # the last stretch finished while an event was open
         closing = _close(state, replace(obs, resumed_from=obs.resumed_from or obs.committed_step))
         actions, event = (Action.RECORD_EVENT, Action.COMPLETE), closing.event

@@ -50,6 +50,7 @@ class NoticePolicy:
     params: PolicyParams = dataclasses.field(default_factory=PolicyParams)
     time_scale: float = 1.0
     poll_seconds: float = 0.0  # the control plane sees a due time this late at worst (real seconds)
+    stage_follows: bool = False  # another stage runs on this machine: the boundary is a natural pause
 
     def real(self) -> PolicyParams:
         """The knobs in this cloud's real seconds."""
@@ -70,6 +71,7 @@ class NoticePolicy:
             "params": params,
             "time_scale": self.time_scale,
             "poll_seconds": self.poll_seconds,
+            "stage_follows": self.stage_follows,
         }
 
     @classmethod
@@ -81,6 +83,7 @@ class NoticePolicy:
             PolicyParams.from_mapping(data.get("params")),
             float(data["time_scale"]),
             float(data.get("poll_seconds") or 0.0),
+            bool(data.get("stage_follows", False)),
         )
 
 
@@ -90,6 +93,7 @@ def policy_for(
     time_scale: float,
     overrides: Mapping[str, Any] | None = None,
     poll_seconds: float = 0.0,
+    stage_follows: bool = False,
 ) -> NoticePolicy | None:
     """The stage's policy from its machine record and the run's ``maintenance_policy`` (None: the old way)."""
     if name not in POLICIES:
@@ -101,7 +105,7 @@ def policy_for(
         machine_type=machine.get("machine_type"),
         spot=machine.get("mode") == "spot",
     )
-    return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale, poll_seconds)
+    return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale, poll_seconds, stage_follows)
 
 
 def workload_margins(policy: NoticePolicy | None) -> tuple[float | None, float | None]:
@@ -181,9 +185,26 @@ def noticed(state: StageState, obs: Observation, limits: Limits) -> Transition:
 def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
     """At a natural pause: start the pending maintenance now with ``performMaintenance``?"""
     policy: NoticePolicy | None = limits.notice_policy
-    if policy is None or obs.notice is None:
+    if policy is None or obs.notice is None or (pause is Pause.PHASE_BOUNDARY and not policy.stage_follows):
         return False
     notice = policy_notice(obs.notice)
     if notice is None:
         return False
     return start_early_now(notice, pause, obs.now, checkpoint_cost(obs, policy), policy.real())
+
+
+def boundary_event(state: StageState, obs: Observation) -> dict[str, Any]:
+    """The record of a maintenance started early between two stages: the window is spent at the pause."""
+    notice = obs.notice
+    return {
+        "event_id": uuid.uuid4().hex[:12],
+        "kind": "maintenance_started_early",
+        "pause": Pause.PHASE_BOUNDARY.value,
+        "notice_type": notice.kind if notice else None,
+        "window_start": notice.window_start if notice else None,
+        "detected_at": obs.now,
+        "started_at": obs.now,
+        "checkpoint_step": obs.committed_step,
+        "steps_recomputed": 0,
+        "downtime_s": 0.0,
+    }

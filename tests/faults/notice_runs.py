@@ -125,8 +125,10 @@ def figures(log: str, window_at: float) -> NoticeFigures:
     )
 
 
-def announce_when_training(cloud: dev.LocalCloud, bucket: str, timeout: float = 300) -> list[float]:
-    """In the background: at step NOTICE_AT_STEP of the train stage, Google announces a SCHEDULED host
+def announce_when_training(
+    cloud: dev.LocalCloud, bucket: str, at_step: int = NOTICE_AT_STEP, timeout: float = 300
+) -> list[float]:
+    """In the background: at step ``at_step`` of the train stage, Google announces a SCHEDULED host
     maintenance an hour ahead on the run's GPU VM (the local cloud's admin API). Returns the times it did."""
     import threading
 
@@ -142,7 +144,7 @@ def announce_when_training(cloud: dev.LocalCloud, bucket: str, timeout: float = 
                     continue
                 run_key = m["name"].rsplit("-", 1)[0]
                 progress = CheckpointStore(bucket, run_key, "train", client=dev.gcs_client(cloud)).read_progress()
-                if int((progress or {}).get("step") or 0) >= NOTICE_AT_STEP:
+                if int((progress or {}).get("step") or 0) >= at_step:
                     cloud.admin.maintenance("gce", m["zone"], m["name"], "SCHEDULED", GPU_NOTICE_S)
                     announced.append(time.time())
                     break
@@ -152,23 +154,37 @@ def announce_when_training(cloud: dev.LocalCloud, bucket: str, timeout: float = 
     return announced
 
 
+def maintenance_starts(cloud: dev.LocalCloud, run_key: str) -> list[float]:
+    """When the local cloud started a maintenance on this run's machine (its own event log)."""
+    return [
+        e["t"] for e in cloud.admin.events() if e["event"] == "maintenance_start" and run_key in str(e.get("machine"))
+    ]
+
+
 def run_with_notice(
-    cloud: dev.LocalCloud, env: dict[str, str], bucket: str, policy: str, log_path: Path, timeout: float = 600
+    cloud: dev.LocalCloud,
+    env: dict[str, str],
+    bucket: str,
+    policy: str,
+    log_path: Path,
+    timeout: float = 600,
+    also_at_step: int | None = None,
 ) -> tuple[dev.DagTestResult, str, NoticeFigures | None]:
-    """One lifecycle run with a notice mid-training; the figures of its train stage (None: no notice came)."""
+    """One lifecycle run with a notice mid-training (and another at ``also_at_step``); the figures of the
+    first maintenance of its train stage (None: no notice came)."""
     from interlude_workload.checkpoints import CheckpointStore
 
     announced = announce_when_training(cloud, bucket)
+    if also_at_step is not None:
+        announce_when_training(cloud, bucket, also_at_step)
     conf = {**CONF, "bucket": bucket, "maintenance_policy": policy}
     result = dev.dags_test(env, DAG_ID, conf, log_path, timeout=timeout)
     assert result.run_id, f"no run finished; log tail:\n{result.log[-3000:]}"
     run_key = naming.run_key(DAG_ID, result.run_id)
     if not announced:
         return result, run_key, None
-    starts = [
-        e["t"] for e in cloud.admin.events() if e["event"] == "maintenance_start" and run_key in str(e.get("machine"))
-    ]
-    assert len(starts) == 1, f"expected one maintenance of {run_key}: {starts}"
+    starts = maintenance_starts(cloud, run_key)
+    assert len(starts) == 1 + (also_at_step is not None), f"maintenances of {run_key}: {starts}"
     log = str(CheckpointStore(bucket, run_key, "train", client=dev.gcs_client(cloud)).read_log())
     log_path.with_suffix(".workload.log").write_text(log)
     return result, run_key, figures(log, starts[0])

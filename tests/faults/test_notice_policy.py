@@ -16,11 +16,19 @@ import pytest
 
 from interlude import dev
 
-from .notice_runs import CONF, GPU_NOTICE_S, TIME_SCALE, run_with_notice, write_scenario
-from .stage_fixtures import BASE, BUCKET, final_digest, stage_airflow_db, stage_stack  # noqa: F401 - fixtures
+from .notice_runs import CONF, GPU_NOTICE_S, TIME_SCALE, maintenance_starts, run_with_notice, write_scenario
+from .stage_fixtures import (  # noqa: F401 - fixtures
+    BASE,
+    BUCKET,
+    final_digest,
+    stage_airflow_db,
+    stage_stack,
+    workload_log,
+)
 
 pytestmark = pytest.mark.e2e
 NOTICE_REAL_S = GPU_NOTICE_S / TIME_SCALE
+BOUNDARY_NOTICE_STEP = CONF["train_steps"] - 10  # a second notice, one second before training ends
 
 
 @pytest.fixture
@@ -36,7 +44,9 @@ def test_long_notice_trains_on_commits_before_the_window_and_idles_less_than_che
     cloud, env = stage_stack
     (tmp_path / "policy").mkdir()
     (tmp_path / "old").mkdir()
-    result, run_key, policy = run_with_notice(cloud, env, BUCKET, "by_notice", tmp_path / "policy" / "dags.log")
+    result, run_key, policy = run_with_notice(
+        cloud, env, BUCKET, "by_notice", tmp_path / "policy" / "dags.log", also_at_step=BOUNDARY_NOTICE_STEP
+    )
     assert result.succeeded, result.log[-4000:]
     assert policy is not None, "the notice never came"
     assert final_digest(cloud, run_key) == dev.reference_digest(cloud, BUCKET, {**BASE, **CONF})
@@ -57,5 +67,24 @@ def test_long_notice_trains_on_commits_before_the_window_and_idles_less_than_che
     # Less idle: seconds of the notice that the old way spent holding (a loaded machine slows both alike).
     assert policy.idle_s + 2.0 < old.idle_s, (policy, old)
     assert policy.lost_s < old.lost_s, (policy, old)
-    assert "performMaintenance" in result.log or "holding at committed step" in result.log
+    _check_boundary(cloud, run_key)
     assert dev.machines(cloud) == []
+
+
+def _check_boundary(cloud: dev.LocalCloud, run_key: str) -> None:
+    """The second notice came 10 steps before the end of training: the window opened between the stages
+    (after train's final commit, before fine-tuning's first step, by the workload's own clock) and the
+    run report records the early start."""
+    import re
+
+    from .notice_runs import _stamp
+
+    window = maintenance_starts(cloud, run_key)[-1]
+    train, finetune = workload_log(cloud, run_key, "train"), workload_log(cloud, run_key, "finetune")
+    final = next(ln for ln in train.splitlines() if re.search(rf"checkpoint step {CONF['train_steps']} committed", ln))
+    first = next(ln for ln in finetune.splitlines() if re.search(r"training finetune steps 1\.\.", ln))
+    assert _stamp(final) < window < _stamp(first), (final, window, first)
+    report = dev.read_report(cloud, BUCKET, run_key)
+    assert report is not None
+    early = [e for e in report["events"] if e["kind"] == "maintenance_started_early"]
+    assert len(early) == 1 and early[0]["stage"] == "train" and early[0]["pause"] == "phase_boundary", early

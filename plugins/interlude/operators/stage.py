@@ -121,7 +121,13 @@ class TrainingStageOperator(StageActions, BaseOperator):
 
         time_scale = self._hooks()[0].time_scale
         spec = self.run_spec
-        policy = policy_for(self.machine, spec.maintenance_policy, time_scale, poll_seconds=spec.poll_seconds)
+        policy = policy_for(
+            self.machine,
+            spec.maintenance_policy,
+            time_scale,
+            poll_seconds=spec.poll_seconds,
+            stage_follows=not self.last_stage,
+        )
         return policy.to_dict() if policy else None
 
     @property
@@ -242,7 +248,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             self._log_notice_plan(state)
         simple = {
             Action.REQUEST_CHECKPOINT: self._request_checkpoint,
-            Action.START_MAINTENANCE: lambda st: self._start_maintenance(st, self.last_stage),
+            Action.START_MAINTENANCE: self._start_maintenance,
             Action.DRILL: self._drill,
             Action.RESTART_WORKLOAD: self._restart_workload,
         }

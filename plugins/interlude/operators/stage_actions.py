@@ -151,18 +151,15 @@ class StageActions:
             time.strftime("%H:%M:%S", time.gmtime(float(plan.get("checkpoint_at") or 0))),
         )
 
-    def _start_maintenance(self, state: StageState, last_stage: bool) -> None:
+    def _start_maintenance(self, state: StageState) -> None:
         """performMaintenance: Google allows it (canReschedule, PENDING) and this is a natural pause, so the
         window is spent here instead of wherever it would have opened. A refusal (the window opened on its
         own meanwhile, or it cannot move after all) only means the maintenance comes on Google's schedule."""
-        if last_stage:
-            self.log.info("Maintenance pending after the last stage: nothing left to protect, not starting it early")
-            return
         zone, name = self.machine["zone"], self.machine["name"]
         self.log.info(
             "Starting the pending maintenance early on %s (performMaintenance) at a natural pause: %s",
             name,
-            "right after the checkpoint" if state.event else "between stages",
+            "right after the checkpoint" if state.event else "between two stages",
         )
         tpu, compute = self._hooks()
         try:

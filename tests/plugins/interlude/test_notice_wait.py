@@ -12,7 +12,7 @@ from interlude.maintenance_policy import MaintenanceKind, PolicyParams
 from interlude.notice_wait import NoticePolicy, policy_for, workload_margins
 
 T0 = 1_800_000_000.0  # the notice arrives here (epoch seconds)
-GPU = NoticePolicy(MaintenanceKind.GPU, PolicyParams(), time_scale=600.0)  # the local cloud's clock
+GPU = NoticePolicy(MaintenanceKind.GPU, PolicyParams(), time_scale=600.0, stage_follows=True)  # 600x clock
 POLICY = Limits(restart_timeout=100.0, notice_policy=GPU)
 OLD = Limits(restart_timeout=100.0)
 
@@ -114,8 +114,11 @@ def test_stage_boundary_starts_a_pending_reschedulable_maintenance() -> None:
     n = notice(6.0)
     noticed = next_step(RUNNING, obs(T0, n), POLICY).state
     done = next_step(noticed, obs(T0 + 1, n, step=1000, committed=1000), POLICY)
-    assert done.actions == (Action.START_MAINTENANCE, Action.COMPLETE) and done.event is None
-    assert done.state.phase is Phase.DONE
+    assert done.actions == (Action.START_MAINTENANCE, Action.RECORD_EVENT, Action.COMPLETE)
+    assert done.event["kind"] == "maintenance_started_early" and done.event["pause"] == "phase_boundary"
+    assert done.event["checkpoint_step"] == 1000 and done.state.phase is Phase.DONE
+    last = replace(POLICY, notice_policy=replace(GPU, stage_follows=False))  # nothing runs after: no pause
+    assert next_step(noticed, obs(T0 + 1, n, step=1000, committed=1000), last).actions == (Action.COMPLETE,)
     old = next_step(RUNNING, obs(T0, n, step=1000, committed=1000), OLD)
     assert old.actions == (Action.COMPLETE,)
     cannot = next_step(RUNNING, obs(T0, replace(n, can_reschedule=False), step=1000, committed=1000), POLICY)
