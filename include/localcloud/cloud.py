@@ -48,6 +48,7 @@ class Machine:
     generation: int = 0  # bumped on every state change that invalidates scheduled events
     deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
 
     @property
     def machine_id(self) -> str:
@@ -75,6 +76,8 @@ class Cloud:
         self.api_endpoint = api_endpoint
         self.gcs_endpoint = gcs_endpoint
         self.lock = threading.RLock()
+        # (zone, cap_type, spot, kind) -> accelerator units GKE nodes hold there; set by the GKE facet
+        self.node_units: Callable[[str, str, bool, str], int] | None = None
         self.changed = threading.Condition(self.lock)
         self.machines: dict[tuple[str, str, str], Machine] = {}
         self.operations: dict[str, dict[str, Any]] = {}  # TPU operations by full name
@@ -91,6 +94,7 @@ class Cloud:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
         self.tick_hooks: list[Callable[[], None]] = []
+        self.preempt_hooks: list[Callable[[Machine], None]] = []  # after a spot preemption, under the lock
 
     # clock ---------------------------------------------------------------------------------
     def start(self) -> None:
@@ -208,6 +212,12 @@ class Cloud:
         return tier.spot if spot else tier.on_demand
 
     def used(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
+        """Units held in the zone by TPU VMs and Compute instances, and by GKE nodes (one capacity engine:
+        on Google a GKE TPU node pool draws on the same zonal TPU capacity as a TPU VM)."""
+        nodes = self.node_units(zone, cap_type, spot, kind) if self.node_units is not None else 0
+        return self.machine_units(zone, cap_type, spot, kind) + nodes
+
+    def machine_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
         return sum(
             m.units
             for m in self.machines.values()
@@ -339,6 +349,8 @@ class Cloud:
             m.resource["lastStopTimestamp"] = rfc3339()
         self.take_down(m, "preempted")
         self.log("preempted", machine=m.machine_id)
+        for hook in self.preempt_hooks:
+            hook(m)
 
     def crash(self, m: Machine) -> None:
         """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after."""

@@ -8,6 +8,7 @@ proto numbers that the proto-based REST clients (tpu_v2) send and ask for.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
@@ -170,7 +171,7 @@ def enums_to_numbers(doc_name: str, schema_ref: str, value: Any) -> Any:
     return transform_enums(doc_name, schema_ref, value, fn)
 
 
-def validate(  # noqa: C901 - TODO(issue 12): split
+def validate(
     doc_name: str, schema_ref: str, value: Any, *, int_enums: bool = False, request: bool = False
 ) -> list[str]:
     """Check value against the schema; return human-readable violations (empty when valid).
@@ -183,82 +184,90 @@ def validate(  # noqa: C901 - TODO(issue 12): split
     (NodeSpec.node is "Required. The node." in tpu.v2.json, an input), and Google echoes it without
     the fields tpu.v2.json marks readOnly/"Output only" (Node.name, state, createTime, ...).
     """
-    doc = load(doc_name)
-    family = doc_name.split(".")[0]
-    errors: list[str] = []
+    v = _Validator(load(doc_name), doc_name.split(".")[0], int_enums=int_enums, request=request)
+    v.walk({"$ref": schema_ref}, value, "$", schema_ref, "", True)
+    return v.errors
 
-    def walk(schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:  # noqa: C901 - TODO(issue 12): split
-        ref, schema = _resolve(doc, schema)
+
+@dataclasses.dataclass
+class _Validator:
+    """One validation pass: the document, the options, and the violations found so far."""
+
+    doc: dict[str, Any]
+    family: str
+    int_enums: bool = False
+    request: bool = False
+    errors: list[str] = dataclasses.field(default_factory=list)
+
+    def walk(self, schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:
+        ref, schema = _resolve(self.doc, schema)
         owner = ref or owner
         typ = schema.get("type")
-        if typ == "any" or val is None and request:
+        if typ == "any" or val is None and self.request:
             return
-        resource = ref is not None and (family, ref) in REQUIRED_OUTPUT
+        if ref is not None or typ == "object":
+            self._object(schema, val, path, owner, ref, served)
+        elif typ == "array":
+            self._array(schema, val, path, owner, prop, served)
+        elif typ == "string":
+            self._string(schema, val, path, owner, prop)
+        else:
+            self._scalar(typ, val, path)
+
+    def _object(self, schema: dict[str, Any], val: Any, path: str, owner: str, ref: str | None, served: bool) -> None:
+        if not isinstance(val, dict):
+            self.errors.append(f"{path}: expected object ({owner}), got {type(val).__name__}")
+            return
+        packed = _packed_schema(self.doc, schema, val)
+        if packed is not None:  # the resource an operation returns is the server's own: served
+            self.walk({"$ref": packed}, {k: v for k, v in val.items() if k != "@type"}, path, packed, "", True)
+            return
+        resource = ref is not None and (self.family, ref) in REQUIRED_OUTPUT
         # Below a resource, every nested resource is a template or a copy the user sent
         # (QueuedResource.tpu.nodeSpec[].node): its output fields are legitimately absent.
         inner = served and not resource
-        if ref is not None or typ == "object":
-            if not isinstance(val, dict):
-                errors.append(f"{path}: expected object ({owner}), got {type(val).__name__}")
-                return
-            packed = _packed_schema(doc, schema, val)
-            if packed is not None:  # the resource an operation returns is the server's own: served
-                unpacked = {k: v for k, v in val.items() if k != "@type"}
-                walk({"$ref": packed}, unpacked, path, packed, "", True)
-                return
-            props = schema.get("properties")
-            extra = schema.get("additionalProperties")
-            if props is not None:
-                for k, v in val.items():
-                    if k in props:
-                        walk(props[k], v, f"{path}.{k}", owner, k, inner)
-                    elif isinstance(extra, dict):
-                        walk(extra, v, f"{path}.{k}", owner, k, inner)
-                    else:
-                        errors.append(f"{path}: unknown field {k!r} in {owner}")
-                if resource and served and not request:
-                    for req in REQUIRED_OUTPUT[(family, ref)]:
-                        if req not in val:
-                            errors.append(f"{path}: output field {req!r} of {ref} not set")
+        props = schema.get("properties")
+        extra = schema.get("additionalProperties")
+        for k, v in val.items():
+            if props is not None and k in props:
+                self.walk(props[k], v, f"{path}.{k}", owner, k, inner)
             elif isinstance(extra, dict):
-                for k, v in val.items():
-                    walk(extra, v, f"{path}.{k}", owner, k, inner)
-            return
-        if typ == "array":
-            if not isinstance(val, list):
-                errors.append(f"{path}: expected array, got {type(val).__name__}")
-                return
-            for i, item in enumerate(val):
-                walk(schema.get("items", {}), item, f"{path}[{i}]", owner, prop, served)
-            return
-        if typ == "string":
-            if "enum" in schema:
-                numbers = enum_numbers(family, owner, prop, schema["enum"])
-                ok = val in schema["enum"] or (
-                    (int_enums or request) and isinstance(val, int) and val in numbers.values()
-                )
-                if not ok:
-                    errors.append(f"{path}: {val!r} is not a valid {owner}.{prop} enum value")
-                return
-            if not isinstance(val, str):
-                errors.append(f"{path}: expected string, got {type(val).__name__}")
-                return
-            if schema.get("format") == "google-datetime" and not _DATETIME.match(val):
-                errors.append(f"{path}: {val!r} is not an RFC3339 timestamp")
-            if schema.get("format") in ("int64", "uint64") and not re.fullmatch(r"-?\d+", val):
-                errors.append(f"{path}: {val!r} is not an int64 string")
-            return
-        if typ == "integer":
-            if not isinstance(val, int) or isinstance(val, bool):
-                if not (request and isinstance(val, str) and val.lstrip("-").isdigit()):
-                    errors.append(f"{path}: expected integer, got {val!r}")
-            return
-        if typ == "number":
-            if not isinstance(val, (int, float)) or isinstance(val, bool):
-                errors.append(f"{path}: expected number, got {val!r}")
-            return
-        if typ == "boolean" and not isinstance(val, bool):
-            errors.append(f"{path}: expected boolean, got {val!r}")
+                self.walk(extra, v, f"{path}.{k}", owner, k, inner)
+            elif props is not None:
+                self.errors.append(f"{path}: unknown field {k!r} in {owner}")
+        if props is not None and resource and served and not self.request:
+            assert ref is not None
+            missing = [req for req in REQUIRED_OUTPUT[(self.family, ref)] if req not in val]
+            self.errors.extend(f"{path}: output field {req!r} of {ref} not set" for req in missing)
 
-    walk({"$ref": schema_ref}, value, "$", schema_ref, "", True)
-    return errors
+    def _array(self, schema: dict[str, Any], val: Any, path: str, owner: str, prop: str, served: bool) -> None:
+        if not isinstance(val, list):
+            self.errors.append(f"{path}: expected array, got {type(val).__name__}")
+            return
+        for i, item in enumerate(val):
+            self.walk(schema.get("items", {}), item, f"{path}[{i}]", owner, prop, served)
+
+    def _string(self, schema: dict[str, Any], val: Any, path: str, owner: str, prop: str) -> None:
+        if "enum" in schema:
+            numbers = enum_numbers(self.family, owner, prop, schema["enum"])
+            as_number = (self.int_enums or self.request) and isinstance(val, int) and val in numbers.values()
+            if not (val in schema["enum"] or as_number):
+                self.errors.append(f"{path}: {val!r} is not a valid {owner}.{prop} enum value")
+            return
+        if not isinstance(val, str):
+            self.errors.append(f"{path}: expected string, got {type(val).__name__}")
+            return
+        if schema.get("format") == "google-datetime" and not _DATETIME.match(val):
+            self.errors.append(f"{path}: {val!r} is not an RFC3339 timestamp")
+        if schema.get("format") in ("int64", "uint64") and not re.fullmatch(r"-?\d+", val):
+            self.errors.append(f"{path}: {val!r} is not an int64 string")
+
+    def _scalar(self, typ: str | None, val: Any, path: str) -> None:
+        is_int = isinstance(val, int) and not isinstance(val, bool)
+        if typ == "integer" and not is_int:
+            if not (self.request and isinstance(val, str) and val.lstrip("-").isdigit()):
+                self.errors.append(f"{path}: expected integer, got {val!r}")
+        elif typ == "number" and (not isinstance(val, (int, float)) or isinstance(val, bool)):
+            self.errors.append(f"{path}: expected number, got {val!r}")
+        elif typ == "boolean" and not isinstance(val, bool):
+            self.errors.append(f"{path}: expected boolean, got {val!r}")

@@ -22,6 +22,7 @@ class MetadataApi:
 
     def register(self, r: Router) -> None:
         r.add("GET", r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/(?P<key>.*)", self.get)
+        r.add("PUT", GUEST_PATH, self.put_guest_attribute, text_body=True)
 
     def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:
         """The metadata value at ``key`` for machine ``m`` (None: 404), as Google's metadata server answers it."""
@@ -44,7 +45,23 @@ class MetadataApi:
             return json.dumps(attrs) if alt_json else "".join(f"{k}\n" for k in sorted(attrs))
         if key.startswith("instance/attributes/"):
             return m.attributes().get(key.removeprefix("instance/attributes/"))
+        if key.startswith("instance/guest-attributes/"):
+            return m.guest_attributes.get(key.removeprefix("instance/guest-attributes/"))
         return None
+
+    def put_guest_attribute(self, req: Request) -> Response:
+        """The guest writes `instance/guest-attributes/NAMESPACE/KEY` (the body is the value), as on Google
+        (https://cloud.google.com/compute/docs/metadata/manage-guest-attributes); TPU VMs' guest attributes
+        are read back through the TPU API's nodes.getGuestAttributes."""
+        if req.headers.get("Metadata-Flavor", req.headers.get("metadata-flavor")) != "Google":
+            raise ApiError(403, "Missing Metadata-Flavor:Google header.", "PERMISSION_DENIED")
+        value = req.raw_body.decode(errors="replace") if req.raw_body else ""
+        with self.cloud.lock:
+            m = self.cloud.machine_by_id(req.params["mid"])
+            if m is None:
+                raise ApiError(404, "Not Found", "NOT_FOUND")
+            m.guest_attributes[f"{req.params['ns']}/{req.params['key']}"] = value[:GUEST_VALUE_MAX]
+        return Response(None, raw=b"", headers={"Content-Type": "text/plain", "Metadata-Flavor": "Google"})
 
     def get(self, req: Request) -> Response:
         if req.headers.get("Metadata-Flavor", req.headers.get("metadata-flavor")) != "Google":
@@ -74,6 +91,10 @@ class MetadataApi:
         return Response(
             None, raw=value.encode(), headers={"ETag": etag, "Content-Type": ctype, "Metadata-Flavor": "Google"}
         )
+
+
+GUEST_PATH = r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/instance/guest-attributes/(?P<ns>[^/]+)/(?P<key>[^/]+)"
+GUEST_VALUE_MAX = 100 * 1024
 
 
 def _etag(value: str) -> str:

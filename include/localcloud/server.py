@@ -51,6 +51,7 @@ class Request:
     doc: str = ""
     # True once the client has closed its connection; long-polls check it to stop waiting early.
     client_gone: Callable[[], bool] = _never_gone
+    raw_body: bytes = b""  # as sent: for the endpoints whose body is not JSON (guest attributes)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class Route:
     handler: Handler
     doc: str  # discovery doc ("tpu.v2", "compute.v1") or "" for non-Google endpoints
     request_schema: str | None = None
+    text_body: bool = False  # the body is a plain value, not JSON (the metadata server's PUTs)
 
 
 class Router:
@@ -81,9 +83,16 @@ class Router:
         self.routes: list[Route] = []
 
     def add(
-        self, method: str, pattern: str, handler: Handler, doc: str = "", request_schema: str | None = None
+        self,
+        method: str,
+        pattern: str,
+        handler: Handler,
+        doc: str = "",
+        request_schema: str | None = None,
+        *,
+        text_body: bool = False,
     ) -> None:
-        self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema))
+        self.routes.append(Route(method, re.compile(f"^{pattern}$"), handler, doc, request_schema, text_body))
 
     def match(self, method: str, path: str) -> tuple[Route | None, dict[str, str], bool]:
         path_known = False
@@ -173,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
             log.debug("client %s disconnected during %s %s: %r", self.client_address, method, self.path, e)
             self.close_connection = True
 
-    def _answer(self, method: str) -> None:  # noqa: C901 - TODO(issue 12): split
+    def _answer(self, method: str) -> None:
         split = urlsplit(self.path)
         path = split.path
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
@@ -181,50 +190,7 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         family = family_of(path)
         try:
-            fault = None
-            if not path.startswith(("/_localcloud", "/_machines")):
-                fault = self.server.cloud.take_fault(method, path)
-            if fault is not None:
-                raise injected_fault(fault.status, method, path, self.server.cloud.scenario.project)
-            route, params, known = self.server.router.match(method, path)
-            if route is None:
-                raise ApiError(
-                    405 if known else 404, f"No such method: {method} {path}", "UNIMPLEMENTED" if known else "NOT_FOUND"
-                )
-            body: Any = None
-            if raw.strip():
-                try:
-                    body = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    raise invalid(f"Invalid JSON payload received. {e}") from e
-            int_enums = "enum-encoding=int" in query.get("$alt", "")
-            if route.request_schema and body is not None:
-                if not isinstance(body, dict):
-                    raise invalid("Invalid JSON payload received. Expected an object.")
-                problems = discovery.validate(route.doc, route.request_schema, body, request=True)
-                if problems:
-                    raise invalid("Invalid JSON payload received. " + "; ".join(problems[:3]))
-                body = discovery.enums_to_names(route.doc, route.request_schema, body)
-            req = Request(
-                method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone
-            )
-            resp = route.handler(req)
-            if resp.raw is not None:
-                self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"), resp.headers)
-                return
-            out = resp.body
-            if resp.schema and route.doc:
-                if self.server.strict:
-                    problems = discovery.validate(route.doc, resp.schema, out)
-                    if problems:
-                        msg = f"localcloud strict mode: {resp.schema} response violates {route.doc}: " + "; ".join(
-                            problems[:5]
-                        )
-                        self.server.violations.append(msg)
-                        raise ApiError(500, msg, "INTERNAL")
-                if int_enums:
-                    out = discovery.enums_to_numbers(route.doc, resp.schema, out)
-            self._send_json(resp.status, out, resp.headers)
+            self._route_and_answer(method, path, query, raw)
         except ApiError as e:
             self._send_json(e.code, e.body(family))
         except ConnectionError:
@@ -233,6 +199,62 @@ class _Handler(BaseHTTPRequestHandler):
             log.error("localcloud internal error: %s", traceback.format_exc())
             self.server.violations.append(f"internal error: {e!r}")
             self._send_json(500, ApiError(500, f"Internal error: {e!r}").body(family))
+
+    def _route_and_answer(self, method: str, path: str, query: dict[str, str], raw: bytes) -> None:
+        """Injected fault, route, request check, handler, response check: Google's order of refusals."""
+        fault = None
+        if not path.startswith(("/_localcloud", "/_machines")):
+            fault = self.server.cloud.take_fault(method, path)
+        if fault is not None:
+            raise injected_fault(fault.status, method, path, self.server.cloud.scenario.project)
+        route, params, known = self.server.router.match(method, path)
+        if route is None:
+            raise ApiError(
+                405 if known else 404, f"No such method: {method} {path}", "UNIMPLEMENTED" if known else "NOT_FOUND"
+            )
+        body = None if route.text_body else self._request_body(route, raw)
+        int_enums = "enum-encoding=int" in query.get("$alt", "")
+        req = Request(
+            method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone, raw
+        )
+        resp = route.handler(req)
+        if resp.raw is not None:
+            self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"), resp.headers)
+            return
+        out = resp.body
+        if resp.schema and route.doc:
+            self._check_response(route.doc, resp.schema, out)
+            if int_enums:
+                out = discovery.enums_to_numbers(route.doc, resp.schema, out)
+        self._send_json(resp.status, out, resp.headers)
+
+    @staticmethod
+    def _request_body(route: Any, raw: bytes) -> Any:
+        """The parsed JSON body, checked against the method's request schema (enums as names)."""
+        if not raw.strip():
+            return None
+        try:
+            body = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise invalid(f"Invalid JSON payload received. {e}") from e
+        if route.request_schema:
+            if not isinstance(body, dict):
+                raise invalid("Invalid JSON payload received. Expected an object.")
+            problems = discovery.validate(route.doc, route.request_schema, body, request=True)
+            if problems:
+                raise invalid("Invalid JSON payload received. " + "; ".join(problems[:3]))
+            body = discovery.enums_to_names(route.doc, route.request_schema, body)
+        return body
+
+    def _check_response(self, doc: str, schema: str, out: Any) -> None:
+        """Strict mode: an answer Google would never give is a local-cloud bug, reported as a 500."""
+        if not self.server.strict:
+            return
+        problems = discovery.validate(doc, schema, out)
+        if problems:
+            msg = f"localcloud strict mode: {schema} response violates {doc}: " + "; ".join(problems[:5])
+            self.server.violations.append(msg)
+            raise ApiError(500, msg, "INTERNAL")
 
 
 def serve(port: int, cloud: Cloud, router: Router, strict: bool) -> tuple[LocalCloudServer, threading.Thread]:

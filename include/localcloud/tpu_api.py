@@ -8,6 +8,7 @@ from typing import Any
 from interlude_localcloud.catalog import TPU_FAMILIES, tpu_family
 from interlude_localcloud.cloud import Cloud, Machine, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
+from interlude_localcloud.queued_api import QueuedResources
 from interlude_localcloud.server import Request, Response, Router
 
 LOC = r"/(?P<ver>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
@@ -44,12 +45,13 @@ def render_operation(op: dict[str, Any], alpha: bool) -> dict[str, Any]:
     return out
 
 
-class TpuApi:
+class TpuApi(QueuedResources):
     """Handlers for /v2 and /v2alpha1. Node lifecycle: CREATING -> READY (HEALTHY) -> DELETING."""
 
     def __init__(self, cloud: Cloud) -> None:
         self.cloud = cloud
         cloud.tick_hooks.append(self._retry_waiting)
+        cloud.preempt_hooks.append(self.suspend_on_preemption)
 
     def register(self, r: Router) -> None:
         for ver in ("v2", "v2alpha1"):
@@ -64,6 +66,7 @@ class TpuApi:
             r.add("PATCH", node, self.patch_node, doc, "Node")
             r.add("POST", node + ":stop", self.stop_node, doc)
             r.add("POST", node + ":start", self.start_node, doc)
+            r.add("POST", node + ":getGuestAttributes", self.get_guest_attributes, doc, "GetGuestAttributesRequest")
             r.add("GET", loc + r"/operations/(?P<op>[^/:]+)", self.get_operation, doc)
             r.add("GET", loc + "/operations", self.list_operations, doc)
             r.add("GET", loc + "/acceleratorTypes", self.list_accelerator_types, doc)
@@ -248,6 +251,21 @@ class TpuApi:
     def get_node(self, req: Request) -> Response:
         with self.cloud.lock:
             return Response(self.render_node(self._node(req), req.doc.endswith("alpha1")), "Node")
+
+    def get_guest_attributes(self, req: Request) -> Response:
+        """What the node's guest wrote to its metadata server's guest attributes, filtered by queryPath
+        ('' or '/' everything, 'NAMESPACE/' a namespace, 'NAMESPACE/KEY' one key); one worker per node here."""
+        path = str((req.body or {}).get("queryPath") or "")
+        want = path.strip("/")
+        with self.cloud.lock:
+            m = self._node(req)
+            entries = [
+                {"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                for k, v in sorted(m.guest_attributes.items())
+                if not want or k == want or k.startswith(want + "/")
+            ]
+        value = {"items": entries} if entries else {}
+        return Response({"guestAttributes": [{"queryPath": path, "queryValue": value}]}, "GetGuestAttributesResponse")
 
     def list_nodes(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -464,144 +482,3 @@ class TpuApi:
         if v not in self.cloud.scenario.zones[zone].runtime_versions:
             raise not_found(f"{self._parent(zone)}/runtimeVersions/{v}")
         return Response({"name": f"{self._parent(zone)}/runtimeVersions/{v}", "version": v}, "RuntimeVersion")
-
-    # queued resources --------------------------------------------------------------------------
-    def _qr(self, req: Request) -> dict[str, Any]:
-        zone = self._zone(req)
-        qr = self.cloud.queued.get((zone, req.params["qr"]))
-        if qr is None:
-            raise not_found(f"{self._parent(zone)}/queuedResources/{req.params['qr']}")
-        return qr
-
-    @staticmethod
-    def _render_qr(qr: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in qr.items() if not k.startswith("_")}
-
-    def get_qr(self, req: Request) -> Response:
-        with self.cloud.lock:
-            return Response(self._render_qr(self._qr(req)), "QueuedResource")
-
-    def list_qr(self, req: Request) -> Response:
-        with self.cloud.lock:
-            zone = self._zone(req)
-            qrs = [self._render_qr(q) for (z, _), q in sorted(self.cloud.queued.items()) if z == zone]
-            return Response({"queuedResources": qrs} if qrs else {}, "ListQueuedResourcesResponse")
-
-    def create_qr(self, req: Request) -> Response:
-        qr_id = req.query.get("queuedResourceId", "")
-        body = req.body or {}
-        with self.cloud.lock:
-            zone = self._zone(req)
-            if not qr_id:
-                raise invalid("Field queuedResourceId is required")
-            if (zone, qr_id) in self.cloud.queued:
-                raise already_exists(f"{self._parent(zone)}/queuedResources/{qr_id}")
-            specs = ((body.get("tpu") or {}).get("nodeSpec")) or []
-            if not specs:
-                raise invalid("Field tpu.nodeSpec is required")
-            spot = "spot" in body
-            for s in specs:
-                if not s.get("nodeId") or not s.get("node"):
-                    raise invalid("Each nodeSpec needs nodeId and node")
-                self._accelerator_type(zone, s["node"])
-                if ("tpu", zone, s["nodeId"]) in self.cloud.machines:
-                    raise already_exists(f"{self._parent(zone)}/nodes/{s['nodeId']}")
-            name = f"{self._parent(zone)}/queuedResources/{qr_id}"
-            qr: dict[str, Any] = {
-                k: v for k, v in body.items() if k in ("tpu", "spot", "guaranteed", "queueingPolicy", "reservationName")
-            }
-            qr.update(
-                name=name,
-                createTime=rfc3339(),
-                state={"state": "CREATING", "stateInitiator": "USER"},
-                _zone=zone,
-                _id=qr_id,
-                _spot=spot,
-                _nodes=[],
-            )
-            self.cloud.queued[(zone, qr_id)] = qr
-            op = self._operation(zone, "create", name)
-            self.cloud.log("queued_resource_create", queued_resource=name)
-
-            def accepted() -> None:
-                if qr.get("_deleted"):
-                    return
-                qr["state"] = {"state": "ACCEPTED", "stateInitiator": "USER", "acceptedData": {}}
-                self._finish(op, {"@type": TYPE_URL + "QueuedResource", **self._render_qr(qr)})
-                self.cloud.log("queued_resource_state", queued_resource=name, state="ACCEPTED")
-
-            self.cloud.after(min(self.cloud.scenario.delay("queue_accept"), 1.0), accepted)
-            return self._op_response(op, req)
-
-    def _retry_waiting(self) -> None:
-        """Tick hook: ACCEPTED/WAITING_FOR_RESOURCES queued resources take capacity when it exists."""
-        for qr in list(self.cloud.queued.values()):
-            state = qr["state"]["state"]
-            if state not in ("ACCEPTED", "WAITING_FOR_RESOURCES"):
-                continue
-            zone = qr["_zone"]
-            specs = qr["tpu"]["nodeSpec"]
-            need: dict[str, int] = {}
-            for s in specs:
-                at = self._accelerator_type(zone, s["node"])
-                need[at] = need.get(at, 0) + 1
-            if all(self.cloud.has_capacity(zone, at, qr["_spot"], "tpu", n) for at, n in need.items()):
-                self._provision(qr)
-            elif state == "ACCEPTED":
-                qr["state"] = {"state": "WAITING_FOR_RESOURCES", "stateInitiator": "SERVICE"}
-                self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="WAITING_FOR_RESOURCES")
-
-    def _provision(self, qr: dict[str, Any]) -> None:
-        zone = qr["_zone"]
-        qr["state"] = {"state": "PROVISIONING", "stateInitiator": "SERVICE", "provisioningData": {}}
-        self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="PROVISIONING")
-        nodes: list[Machine] = []
-        for s in qr["tpu"]["nodeSpec"]:
-            node = dict(s["node"])
-            if qr["_spot"]:
-                node["schedulingConfig"] = {**(node.get("schedulingConfig") or {}), "spot": True}
-            m = self._make_node(zone, s["nodeId"], node, qr["name"])
-            m.holds = True
-            nodes.append(m)
-        qr["_nodes"] = nodes
-
-        def active() -> None:
-            if qr.get("_deleted"):
-                return
-            for m in nodes:
-                if not m.deleted:
-                    self._node_ready(m)
-            qr["state"] = {"state": "ACTIVE", "stateInitiator": "SERVICE", "activeData": {}}
-            self.cloud.log("queued_resource_state", queued_resource=qr["name"], state="ACTIVE")
-
-        self.cloud.after(self.cloud.scenario.delay("tpu_create"), active)
-
-    def delete_qr(self, req: Request) -> Response:
-        force = req.query.get("force", "").lower() in ("true", "1")
-        with self.cloud.lock:
-            qr = self._qr(req)
-            live = [m for m in qr["_nodes"] if not m.deleted]
-            if live and not force:
-                raise ApiError(
-                    400,
-                    f"Queued resource {qr['name']} has nodes; delete them first or use force=true",
-                    "FAILED_PRECONDITION",
-                )
-            op = self._operation(qr["_zone"], "delete", qr["name"])
-            qr["state"] = {"state": "DELETING", "stateInitiator": "USER", "deletingData": {}}
-            qr["_deleted"] = True
-            for m in live:
-                m.resource["state"] = "DELETING"
-                m.generation += 1
-                self.cloud.take_down(m, "delete")
-
-            def done() -> None:
-                for m in live:
-                    if not m.deleted:
-                        self.cloud.destroy(m)
-                self.cloud.queued.pop((qr["_zone"], qr["_id"]), None)
-                self._finish(op)
-                self.cloud.log("queued_resource_deleted", queued_resource=qr["name"])
-
-            self.cloud.after(self.cloud.scenario.delay("tpu_delete"), done)
-            return self._op_response(op, req)

@@ -49,8 +49,23 @@ fi
 INTERLUDE_BOOT_STARTED_AT=$(date +%s.%N 2>/dev/null || date +%s)
 export INTERLUDE_BOOT_ID INTERLUDE_BOOT_STARTED_AT
 say "begin: boot $INTERLUDE_BOOT_ID"
-# The control plane reads this line on the serial console: the workload is not running any more.
-trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"' EXIT
+# Guest attributes (instance/guest-attributes/interlude/KEY on the metadata server): what the control plane
+# reads through the TPU API's getGuestAttributes, where there is no serial console to read.
+guest() {{
+  local url="${{INTERLUDE_METADATA_URL:-http://metadata.google.internal/computeMetadata/v1}}"
+  url="$url/instance/guest-attributes/interlude/$1"
+  if command -v curl >/dev/null 2>&1; then
+    curl -sf -m 5 -X PUT --data-binary @- -H 'Metadata-Flavor: Google' "$url" >/dev/null 2>&1 || true
+  else
+    "$PYTHON" -c 'import sys, urllib.request as u
+u.urlopen(u.Request(sys.argv[1], sys.stdin.buffer.read(), {{"Metadata-Flavor": "Google"}}, method="PUT"), timeout=5)
+' "$url" >/dev/null 2>&1 || true
+  fi
+}}
+# The control plane reads the end line on the serial console (and the same words as the guest attribute
+# interlude/startup): the workload is not running any more.
+last_words() {{ echo "startup: begin: boot $INTERLUDE_BOOT_ID"; tail -n 12 "$LOG" | cut -c1-300; }}
+trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"; last_words | guest startup' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
 if ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then

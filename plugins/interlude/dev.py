@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +182,7 @@ class DagTestResult:
     run_id: str | None
     state: str | None
     log: str
+    tasks: dict[str, str | None] = field(default_factory=dict)  # task_id -> state, when read from the DB
 
     @property
     def succeeded(self) -> bool:

@@ -187,7 +187,10 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
             continue
         assert attempt.machine is not None
         if attempt.queued:
-            provisioning.create(attempt.machine, GCP_CONN_ID)  # adopts the queued resource, waits for its node
+            # adopts the queued resource, waits for its node
+            provisioning.create(
+                attempt.machine, GCP_CONN_ID, queue_timeout=spec.queue_wait_seconds + provisioning.QUEUE_GRACE_SECONDS
+            )
         return attempt.machine
 
 
@@ -247,7 +250,7 @@ def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
         record_intent(spec, machine)
         try:
             if machine["mode"] == "queued":
-                provisioning.queue(machine, GCP_CONN_ID)
+                provisioning.queue(machine, GCP_CONN_ID, valid_for=spec.queue_wait_seconds)
                 return Attempt(state, machine, queued=True)
             provisioning.create(machine, GCP_CONN_ID)
             log.info("Machine ready: %s (%s in %s)", machine["name"], machine["accelerator_type"], machine["zone"])

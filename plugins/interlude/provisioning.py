@@ -69,7 +69,8 @@ def tpu_node_body(
         "runtimeVersion": runtime,
         "networkConfig": {"enableExternalIps": False},
         "labels": labels,
-        "metadata": {"startup-script": script},
+        # guest attributes on: the startup script reports its end there, the TPU API reads it back
+        "metadata": {"startup-script": script, "enable-guest-attributes": "TRUE"},
     }
     if network:
         body["networkConfig"]["network"] = network
@@ -216,6 +217,11 @@ def _hooks(gcp_conn_id: str | None) -> tuple[Any, Any]:
     return TpuHook(gcp_conn_id=gcp_conn_id), ComputeHook(gcp_conn_id=gcp_conn_id)
 
 
+QUEUE_GRACE_SECONDS = 300.0
+"""Beyond a queued resource's own validUntilDuration (the `queue_wait_seconds` param), how long Interlude waits
+for Google to say FAILED before giving up itself: the safety net, never the usual end."""
+
+
 def queued_resource_id(machine: dict[str, Any]) -> str:
     return f"{machine['name']}-qr"
 
@@ -232,8 +238,7 @@ def create(machine: dict[str, Any], gcp_conn_id: str | None, queue_timeout: floa
     if machine.get("mode") != "queued":
         return tpu.create_node(machine["zone"], machine["name"], machine["body"])
     zone, qr_id = machine["zone"], queued_resource_id(machine)
-    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": machine["name"], "node": machine["body"]}]}}
-    tpu.create_queued_resource(zone, qr_id, body)
+    tpu.create_queued_resource(zone, qr_id, _queued_body(tpu, machine, queue_timeout))
     deadline = time.monotonic() + queue_timeout
     while True:
         qr = tpu.get_queued_resource(zone, qr_id) or {}
@@ -250,13 +255,21 @@ def create(machine: dict[str, Any], gcp_conn_id: str | None, queue_timeout: floa
         time.sleep(2.0)
 
 
-def queue(machine: dict[str, Any], gcp_conn_id: str | None) -> dict[str, Any]:
+def queue(machine: dict[str, Any], gcp_conn_id: str | None, valid_for: float = 3600.0) -> dict[str, Any]:
     """Ask for the TPU through a queued resource and return once Google accepted it (no waiting for
     capacity: the deferrable provision waits in the triggerer)."""
     tpu, _ = _hooks(gcp_conn_id)
-    zone = machine["zone"]
-    body = {"tpu": {"nodeSpec": [{"parent": tpu.parent(zone), "nodeId": machine["name"], "node": machine["body"]}]}}
-    return tpu.create_queued_resource(zone, queued_resource_id(machine), body)
+    return tpu.create_queued_resource(
+        machine["zone"], queued_resource_id(machine), _queued_body(tpu, machine, valid_for)
+    )
+
+
+def _queued_body(tpu: Any, machine: dict[str, Any], valid_for: float) -> dict[str, Any]:
+    """The queued resource for one node. `validUntilDuration` makes Google itself fail a request that waited
+    too long (FAILED), so no stale request can hand over a TPU after the run gave up on it
+    (https://cloud.google.com/tpu/docs/queued-resources#request_a_queued_resource_before_a_specified_time)."""
+    node_spec = {"parent": tpu.parent(machine["zone"]), "nodeId": machine["name"], "node": machine["body"]}
+    return {"tpu": {"nodeSpec": [node_spec]}, "queueingPolicy": {"validUntilDuration": f"{int(valid_for)}s"}}
 
 
 def delete(machine: dict[str, Any], gcp_conn_id: str | None) -> None:

@@ -157,6 +157,11 @@ class RunSpec:
         {"type": "number", "minimum": 0, "maximum": 7 * 86400},
         "How long provisioning waits for quota to free up before failing.",
     )
+    queue_wait_seconds: float = _param(
+        3600.0,
+        {"type": "number", "minimum": 60, "maximum": 7 * 86400},
+        "How long a queued resource may wait for TPU capacity: Google fails it then (validUntilDuration).",
+    )
     network: str | None = _optional("VPC network (name or global/networks/NAME); empty = default.")
     subnetwork: str | None = _optional("Subnetwork (name or regions/REGION/subnetworks/NAME); empty = default.")
     service_account: str | None = _optional("Service account email for the machine; empty = the default one.")

@@ -201,6 +201,9 @@ def test_bad_input_fails_the_first_task_naming_the_params(run_dag: RunDag) -> No
     # The failure callback speaks of params, not machines.
     assert "Bad input:" in result.log and "Fix the param(s) named above" in result.log
     assert "provisioned again" not in result.log
+    start = result.log.index("Interlude: step 'resolve_run' failed")
+    callback = result.log[start : result.log.index("clearing this step would fail the same way", start)]
+    assert "machine" not in callback.lower() and "resume" not in callback.lower(), callback
     assert_nothing_created(result)
 
 

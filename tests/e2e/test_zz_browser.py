@@ -1,15 +1,21 @@
 """The Airflow UI on the production-shaped stack, used as a person would: headless chromium, loopback only.
 
-Log in with the SimpleAuthManager admin, open the Trigger form of the lifecycle DAG, submit it as it
-comes (every param at its default), and watch the run page (grid + run header) until the run is
-successful. Then open the `train` task's Details, follow its extra links (the machine, the checkpoint
-folder) in the same browser and check they resolve to the local cloud's pages for *this* run: the
-machine's history ends in its deletion (teardown), the checkpoint folder lists COMMITTED steps.
-Screenshots of every step land in the test's tmp dir and in var/artefacts/browser/.
+Log in with the SimpleAuthManager admin, open the Trigger form of the lifecycle DAG, switch on
+`drill_maintenance` (every other param at its default), submit it, and watch the run page (grid + run
+header) until the run is successful. The drill is then judged from facts that do not come from the code
+that recorded it: in each stage (train and finetune) the workload's own log in GCS says which committed
+step it held at and resumed from, and the recorded event (events/ and report.json) must carry that step
+and a non-zero downtime; the `run_report` task's log, read in the browser, shows the same; the local
+cloud's page of the machine shows one boot plus one per drill. Then open the `train` task's Details,
+follow its extra links (the machine, the checkpoint folder) and check they resolve to the local cloud's
+pages for *this* run: the machine's history ends in its deletion (teardown), the checkpoint folder lists
+COMMITTED steps. Screenshots of every step land in the test's tmp dir and in var/artefacts/browser/.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from typing import Any
 from urllib.parse import quote
@@ -17,12 +23,14 @@ from urllib.parse import quote
 import pytest
 
 from interlude import naming
+from interlude.spec import RunSpec
 from tests.e2e.browser import Browser, chromium, is_loopback
-from tests.e2e.stack_fixtures import DAG_ID, Stack
+from tests.e2e.stack_fixtures import DAG_ID, DEFAULT_BUCKET, Stack
 
 pytestmark = pytest.mark.e2e
 
-RUN_TIMEOUT = 600.0  # the defaults (60 train + 30 finetune steps): ~1-2 min idle, 4.5 min at load average 10
+RUN_TIMEOUT = 900.0  # defaults + a drill per stage (60 train + 30 finetune steps): ~2 min idle, 5+ min loaded
+STAGES = ("train", "finetune")
 
 
 def log_in(b: Browser, state: dict[str, Any]) -> None:
@@ -41,8 +49,21 @@ def manual_runs(stack: Stack) -> set[str]:
     return {r["dag_run_id"] for r in runs["dag_runs"]}
 
 
-def submit_trigger_form_with_defaults(b: Browser, stack: Stack) -> str:
-    """Trigger -> the form as it comes -> Trigger. Returns the id of the run it created."""
+def switch_on(b: Browser, dialog: Any, param: str) -> None:
+    """Flip a boolean param's switch in the Trigger form, as a person clicks it (the input itself is hidden)."""
+    box = dialog.get_by_role("checkbox", name=param, exact=True)
+    assert not box.is_checked(), f"{param} is already on in the form as it comes"
+    dialog.locator(f"[id='switch:element_{param}:control']").click()
+    assert box.is_checked(), f"clicking the {param} switch did not turn it on"
+    b.screenshot(f"trigger-form-{param}")
+
+
+def submit_trigger_form(
+    b: Browser, stack: Stack, switches: tuple[str, ...] = (), typed: dict[str, str] | None = None
+) -> str:
+    """Trigger -> the form as it comes, `switches` turned on, `typed` values typed over the defaults -> Trigger.
+
+    Returns the id of the run it created."""
     page = b.page
     before = manual_runs(stack)
     page.goto(f"{stack.state['base_url']}/dags/{DAG_ID}")
@@ -50,6 +71,12 @@ def submit_trigger_form_with_defaults(b: Browser, stack: Stack) -> str:
     dialog = page.get_by_role("dialog")
     dialog.get_by_text("Run Parameters").wait_for()
     b.screenshot("trigger-form")
+    for param in switches:
+        switch_on(b, dialog, param)
+    for param, text in (typed or {}).items():
+        dialog.locator(f"#element_{param}").fill(text)
+    if typed:
+        b.screenshot("trigger-form-typed")
     submit = dialog.get_by_role("button", name="Trigger", exact=True)
     assert submit.is_enabled(), "the Trigger form refuses its own defaults (see the screenshot)"
     submit.click()
@@ -62,6 +89,13 @@ def submit_trigger_form_with_defaults(b: Browser, stack: Stack) -> str:
         time.sleep(1)
     b.screenshot("trigger-submitted")
     raise AssertionError("submitting the Trigger form created no run")
+
+
+def params_changed_from_defaults(conf: dict[str, Any]) -> dict[str, Any]:
+    """The run's conf (what the form sent) against the defaults the form was generated from."""
+    defaults = {name: default for name, (default, _) in RunSpec.form_schema().items()}
+    assert set(conf) <= set(defaults), set(conf) - set(defaults)
+    return {name: value for name, value in conf.items() if value != defaults[name]}
 
 
 def watch_run_in_grid(b: Browser, stack: Stack, run_id: str) -> str:
@@ -107,15 +141,83 @@ def open_link(b: Browser, url: str, name: str) -> str:
     return str(b.page.inner_text("body"))
 
 
-def test_trigger_form_with_defaults_runs_to_success_and_links_resolve(stack: Stack, tmp_path: Any) -> None:
+def workload_held_and_resumed(run_key: str, stage: str) -> tuple[list[int], list[int]]:
+    """The steps the workload says, in its own log in GCS, it held at and resumed from (every boot)."""
+    from interlude_workload.checkpoints import CheckpointStore
+
+    log = CheckpointStore(DEFAULT_BUCKET, run_key, stage).read_log()
+    held = [int(s) for s in re.findall(r"holding at committed step (\d+)", log)]
+    resumed = [int(s) for s in re.findall(r"resume point: step (\d+)", log)]
+    return held, resumed
+
+
+def recorded_drills(run_key: str) -> dict[str, dict[str, Any]]:
+    """Each stage's one maintenance event, as recorded (events/) and as the report (report.json) holds it."""
+    from interlude import events
+    from interlude_workload import layout
+
+    recorded = events.load_events(DEFAULT_BUCKET, run_key)
+    blob = events.storage_client().bucket(DEFAULT_BUCKET).blob(layout.report_object(run_key))
+    reported = json.loads(blob.download_as_bytes())["events"]
+    assert reported == recorded, "the report does not hold the recorded events"
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for event in recorded:
+        by_stage.setdefault(event["stage"], []).append(event)
+    assert set(by_stage) == set(STAGES), f"a drill per stage was asked for; recorded: {recorded}"
+    assert all(len(found) == 1 for found in by_stage.values()), by_stage
+    return {stage: found[0] for stage, found in by_stage.items()}
+
+
+def check_drill(run_key: str, stage: str, event: dict[str, Any]) -> int:
+    """The event says what the workload's own log says: held at step N, resumed from N; downtime > 0."""
+    held, resumed = workload_held_and_resumed(run_key, stage)
+    assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
+    assert event["drill"] is True and event["kind"] == "maintenance", event
+    assert event["checkpoint_step"] == held[0] > 0, (stage, held, event)
+    assert event["resumed_from_step"] == held[0] and held[0] in resumed, (stage, held, resumed, event)
+    assert event["downtime_s"] > 0, event
+    return int(held[0])
+
+
+def task_log_text(b: Browser, stack: Stack, run_id: str, task_id: str, wait_for: str, expand: str = "") -> str:
+    """The task's log as the UI shows it (the task instance page opens on its Logs tab).
+
+    `expand`: a collapsed group of log lines to open first, as a person clicks it (the failure callback
+    writes into "Post Execute")."""
+    page = b.page
+    page.goto(f"{stack.state['base_url']}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/{task_id}")
+    if expand:
+        page.get_by_text(expand).first.click()
+    page.get_by_text(wait_for).first.wait_for()
+    b.screenshot(f"{task_id}-log")
+    return str(page.inner_text("body"))
+
+
+def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(stack: Stack, tmp_path: Any) -> None:
     with chromium(tmp_path / "screenshots") as b:
         log_in(b, stack.state)
-        run_id = submit_trigger_form_with_defaults(b, stack)
+        run_id = submit_trigger_form(b, stack, switches=("drill_maintenance",))
         shown = watch_run_in_grid(b, stack, run_id)
         states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
         assert shown == "success", f"the UI shows the run {shown!r}; tasks: {states}"
-        assert stack.api.run(run_id)["state"] == "success"
+        run = stack.api.run(run_id)
+        assert run["state"] == "success"
+        assert params_changed_from_defaults(run["conf"]) == {"drill_maintenance": True}, run["conf"]
         run_key = naming.run_key(DAG_ID, run_id)
+
+        # The drill happened in both stages, as the workload itself tells it.
+        drills = recorded_drills(run_key)
+        held = {stage: check_drill(run_key, stage, drills[stage]) for stage in STAGES}
+        # ...and the UI shows it: the run_report task's log has one line per drill with the same facts.
+        report = task_log_text(b, stack, run_id, "run_report", "maintenance events")
+        assert "maintenance events: 2" in report, report[-3000:]
+        for stage in STAGES:
+            line = (
+                f"- {stage}: maintenance ({drills[stage].get('notice_type') or 'no notice'}), "
+                f"checkpoint step {held[stage]}, "
+                f"downtime {drills[stage]['downtime_s']:.1f}s, steps recomputed 0, resumed from {held[stage]}"
+            )
+            assert line in report, (line, report[-3000:])
 
         links = extra_links(b, stack, run_id, "train")
         endpoint = stack.state["localcloud"]["api_endpoint"]
@@ -124,7 +226,34 @@ def test_trigger_form_with_defaults_runs_to_success_and_links_resolve(stack: Sta
         machine = open_link(b, links["Machine"], "Machine")
         # Teardown deleted it: the local cloud's page shows its life, boot to deletion.
         assert run_key in machine and "DELETED" in machine and "machine_boot" in machine, machine[:2000]
+        # The cloud's own history: one boot, then one per drill (simulateMaintenanceEvent restarts the machine).
+        assert machine.count("machine_boot") == 3 and machine.count("maintenance_start") == 2, machine[:4000]
         checkpoints = open_link(b, links["Checkpoints"], "Checkpoints")
         assert f"{naming.checkpoint_prefix(run_key, 'train')}" in checkpoints, checkpoints[:2000]
         assert "step-00000060/COMMITTED" in checkpoints, checkpoints[:3000]
-    assert len(b.saved) >= 6 and all(p.stat().st_size > 0 for p in b.saved)
+    assert len(b.saved) >= 8 and all(p.stat().st_size > 0 for p in b.saved)
+
+
+def test_a_bad_param_typed_in_the_form_fails_the_first_task_whose_log_names_it(stack: Stack, tmp_path: Any) -> None:
+    """A bucket name GCS refuses (the form's schema cannot know): resolve_run fails, its log in the UI names the
+    param, and the failure callback's advice is about params (nothing was created), not machines."""
+    with chromium(tmp_path / "screenshots") as b:
+        log_in(b, stack.state)
+        run_id = submit_trigger_form(b, stack, typed={"bucket": "My Checkpoints"})
+        shown = watch_run_in_grid(b, stack, run_id)
+        states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
+        assert shown == "failed", f"the UI shows the run {shown!r}; tasks: {states}"
+        assert states["resolve_run"] == "failed", states
+        assert states["teardown"] == "skipped", states
+        ran = {t: s for t, s in states.items() if t != "resolve_run" and s in ("success", "running", "deferred")}
+        assert not ran, f"tasks ran after the params were refused: {ran}"
+        run_key = naming.run_key(DAG_ID, run_id)
+        assert not [m for m in stack.machines() if m["name"].startswith(run_key)]
+
+        log = task_log_text(b, stack, run_id, "resolve_run", "Bad input", expand="Post Execute")
+        assert "bucket: 'My Checkpoints' is not a valid bucket name" in log, log[-3000:]
+        start = log.index("Interlude: step 'resolve_run' failed")
+        end = log.index("clearing this step would fail the same way", start)
+        callback = log[start:end]
+        assert "Fix the param(s) named above and trigger a new run" in callback, callback
+        assert "machine" not in callback.lower() and "resume" not in callback.lower(), callback

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from interlude import dev
-from tests.faults.support import BASE, BUCKET, DAG_ID, tpu_hook
+from tests.faults.support import BASE, BUCKET, DAG_ID, dags_test, tpu_hook
 
 pytestmark = pytest.mark.e2e
 ZONE = "us-central1-a"
@@ -111,3 +111,30 @@ def test_waiting_queued_resource_defers_provision_and_frees_the_pool(cloud, airf
             tpu.delete_node(ZONE, "someone-else")
     text = log_path.read_text()
     assert "state=success" in text.rsplit("DagRun Finished", 1)[-1], text[-4000:]
+
+
+def test_a_queued_resource_google_fails_at_its_deadline_fails_the_run_and_is_deleted(
+    cloud, airflow_env, tmp_path: Path
+) -> None:
+    """`queue_wait_seconds` travels as the queued resource's validUntilDuration: Google (here the local cloud,
+    600 Google seconds = 0.3 s at its time scale) moves the waiting request to FAILED, the provision task fails
+    naming it, the run fails, and nothing of it (node or queued resource) is left in the cloud."""
+    tpu = tpu_hook(cloud)
+    tpu.create_node(ZONE, "someone-else", {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"})
+    try:
+        since = time.time()
+        conf = {**BASE, "zones": [ZONE], "model_profile": "maxtext-tpu-only", "queue_wait_seconds": 600}
+        run = dags_test(airflow_env, DAG_ID, conf, tmp_path / "dags-test.log")
+    finally:
+        tpu.delete_node(ZONE, "someone-else")
+    assert run.state == "failed", (run.state, run.states)
+    assert run.states["provision"] == "failed", run.states
+    assert run.states["teardown"] == "success", run.states
+    states = [
+        (e.get("queued_resource", ""), e.get("state"))
+        for e in cloud.admin.events(since)
+        if e["event"] == "queued_resource_state"
+    ]
+    assert any(state == "FAILED" for _, state in states), states  # the cloud's own account of the request
+    assert "queued resource is FAILED" in run.log, run.log[-3000:]
+    assert any(e["event"] == "queued_resource_deleted" for e in cloud.admin.events(since))

@@ -113,12 +113,22 @@ def _kill_workload(pgid: int) -> int:
     return killed
 
 
-def test_a_startup_script_that_ended_is_seen_on_the_serial_console_restarted_once_then_fails(
+@pytest.mark.parametrize(
+    ("profile", "where"),
+    [
+        ("cuda-kernels-gpu-only", "serial console tail"),  # a GPU VM: its serial console
+        ("maxtext-tpu-only", "guest attributes (interlude/startup) tail"),  # a TPU node: getGuestAttributes
+    ],
+)
+def test_a_startup_script_that_ended_is_seen_restarted_once_then_fails(
     stage_stack,  # noqa: F811
     tmp_path: Path,
+    profile: str,
+    where: str,
 ) -> None:
-    """The agent dies and the startup script ends (GPU VM, read from its serial console): acted on long before
-    the stall timeout (left at its default of 10 minutes): one restart, then the stage fails with the tail."""
+    """The agent dies and the startup script ends (a GPU VM's serial console, a TPU node's guest attributes):
+    acted on long before the stall timeout (left at its default of 10 minutes): one restart, then the stage
+    fails with the machine's last words."""
     cloud, _ = stage_stack
     killed: list[str] = []
     seen: list[str] = []
@@ -146,15 +156,13 @@ def test_a_startup_script_that_ended_is_seen_on_the_serial_console_restarted_onc
     first = when_training(cloud, alive_after(0), kill)
     second = when_training(cloud, alive_after(1), kill, timeout=600)
     started = time.monotonic()
-    result, run_key = run_dag(
-        stage_stack, tmp_path, model_profile="cuda-kernels-gpu-only", train_steps=2000, timeout=500
-    )
+    result, run_key = run_dag(stage_stack, tmp_path, model_profile=profile, train_steps=2000, timeout=500)
     first.join(timeout=5)
     second.join(timeout=5)
     assert len(killed) == 2, killed
     assert result.state == "failed"
     assert "startup script ended: exit 137" in result.log and "after restarting the workload once" in result.log
-    assert "serial console tail" in result.log
+    assert where in result.log and "startup: end (exit 137)" in result.log.split(where, 1)[1]
     booted = sum(1 for e in cloud.admin.events() if e["event"] == "machine_boot")
     assert booted == 2, "restarted exactly once"
     assert dev.machines(cloud) == [], "teardown deletes the machine"

@@ -21,10 +21,13 @@ from interlude_localcloud.cloud import Cloud, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
+from interlude_localcloud.gke.controllers import NODES, capacity_key
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.kube_server import KubeApiServer
+from interlude_localcloud.gke.nodes import POOL_LABEL
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.runtime import ClusterRuntime
+from interlude_localcloud.gke.views import pool_view
 
 # TPU machine types -> the accelerator label GKE puts on their nodes
 # (https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus#availability).
@@ -117,6 +120,7 @@ class Gke:
             )
 
     def start(self) -> None:
+        self.cloud.node_units = self.node_units
         for c in self.clusters.values():
             c.kube.start()
             for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
@@ -139,9 +143,26 @@ class Gke:
             c.runtime.start()
 
     def _free_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
-        """The zone's TPU/GPU capacity (scenario) left by TPU VMs and Compute instances: one engine for all."""
+        """The zone's TPU/GPU capacity (scenario) left by TPU VMs and Compute instances: one engine for all.
+        (The autoscaler subtracts its own cluster's nodes itself.)"""
         with self.cloud.lock:
-            return self.cloud.capacity(zone, cap_type, spot, kind) - self.cloud.used(zone, cap_type, spot, kind)
+            held = self.cloud.machine_units(zone, cap_type, spot, kind)
+            return self.cloud.capacity(zone, cap_type, spot, kind) - held
+
+    def node_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:
+        """Accelerator units every cluster's nodes hold in a zone: what a TPU or Compute create must leave."""
+        total = 0
+        for c in self.clusters.values():
+            pools = {name: pool_view(ps.spec, {}) for name, ps in list(c.pools.items())}
+            for node in c.kube.store.list(NODES, None)[0]:
+                labels = node["metadata"].get("labels") or {}
+                pool = pools.get(labels.get(POOL_LABEL, ""))
+                key = capacity_key(pool) if pool is not None else None
+                if key is None or pool is None or pool.zone != zone or pool.spot != spot:
+                    continue
+                if key[0] == kind and key[1] == cap_type:
+                    total += key[2]
+        return total
 
     def stop(self) -> None:
         for c in self.clusters.values():

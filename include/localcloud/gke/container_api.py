@@ -150,12 +150,12 @@ class ContainerApi:
             return Response(self.gke.delete_pool(self._cluster(req), req.params["pool"]), "Operation")
 
     def set_size(self, req: Request) -> Response:
+        # proto3 JSON leaves a zero out: the real clients send `{}` to resize a pool to 0, and Google reads the
+        # missing nodeCount as 0 (https://protobuf.dev/programming-guides/json/, default values omitted).
         body = req.body or {}
-        if "nodeCount" not in body:
-            raise invalid("Invalid JSON payload received. nodeCount is required.")
         with self.cloud.lock:
             return Response(
-                self.gke.set_size(self._cluster(req), req.params["pool"], int(body["nodeCount"])), "Operation"
+                self.gke.set_size(self._cluster(req), req.params["pool"], int(body.get("nodeCount", 0))), "Operation"
             )
 
     def get_operation(self, req: Request) -> Response:

@@ -301,6 +301,20 @@ class AsyncTpuHook(InterludeGoogleAsyncHook):
         except NotFoundError:
             return None
 
+    async def get_guest_attributes(self, zone: str, node_id: str, query_path: str) -> list[dict[str, Any]]:
+        """The node's guest attributes under ``query_path`` (``NAMESPACE/`` or ``NAMESPACE/KEY``), as
+        ``{"namespace", "key", "value"}`` entries of every worker: what the guest wrote to its metadata server
+        (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/getGuestAttributes)."""
+        rest = await self.async_rest()
+        hook: TpuHook = await self.sync_hook()
+        url = hook.url(hook.node_name(zone, node_id)) + ":getGuestAttributes"
+        out = await rest.request("POST", url, json={"queryPath": query_path})
+        return [
+            dict(entry)
+            for attrs in out.get("guestAttributes") or []
+            for entry in (attrs.get("queryValue") or {}).get("items") or []
+        ]
+
     async def list_nodes(self, zone: str) -> list[dict[str, Any]]:
         """Like :meth:`TpuHook.list_nodes`."""
         rest = await self.async_rest()

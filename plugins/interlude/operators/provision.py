@@ -21,8 +21,6 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
 GCP_CONN_ID = "google_cloud_default"
-QUEUE_WAIT_SECONDS = 3600.0
-"""How long a queued resource may wait for capacity before the run gives up on it."""
 
 
 class ProvisionOperator(BaseOperator):
@@ -69,7 +67,7 @@ class ProvisionOperator(BaseOperator):
         if outcome.queued:
             machine = outcome.machine
             assert machine is not None
-            from interlude.provisioning import queued_resource_id
+            from interlude.provisioning import QUEUE_GRACE_SECONDS, queued_resource_id
             from interlude.triggers.provision import QueuedResourceTrigger
 
             qr_id = queued_resource_id(machine)
@@ -79,7 +77,7 @@ class ProvisionOperator(BaseOperator):
                 queued_resource=qr_id,
                 node_id=machine["name"],
                 gcp_conn_id=self.gcp_conn_id,
-                deadline=time.time() + QUEUE_WAIT_SECONDS,
+                deadline=time.time() + spec.queue_wait_seconds + QUEUE_GRACE_SECONDS,
                 poll_interval=min(self.poll_interval, spec.poll_seconds * 4),
                 machine=machine,
             )

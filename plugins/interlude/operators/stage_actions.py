@@ -99,9 +99,11 @@ class StageActions:
             tpu.start_node(zone, name)
 
     def _log_tail(self, serial_tail: str | None) -> str:
-        """The machine's last words for a failure message: its serial console, else the workload's own log."""
+        """The machine's last words for a failure message: its serial console (a TPU node's guest attribute
+        interlude/startup), else the workload's own log."""
         if serial_tail:
-            return "serial console tail:\n" + serial_tail
+            where = "guest attributes (interlude/startup)" if self.machine["kind"] == "tpu_node" else "serial console"
+            return f"{where} tail:\n" + serial_tail
         parts: list[str] = []
         try:
             lines = self._store.read_log(tail_chunks=1).splitlines()[-15:]

@@ -65,6 +65,7 @@ ZONE_LISTS = ZoneListCache()
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
 SERIAL_SUSPECT_SECONDS = 10.0
+SIGTERM_EXIT = 143  # the startup script's exit when the machine stopped it (see interlude_workload.startup)
 SERIAL_KEEP = 64 * 1024
 
 
@@ -147,8 +148,11 @@ class StageTrigger(BaseTrigger):
     async def _startup_failure(self, hook: Any) -> StartupFailure | None:
         """New serial console output of a GCE VM (only the bytes since the last read), then the verdict.
 
-        TPU nodes have no serial console in the TPU API: there the stall rule is what notices.
+        TPU nodes have no serial console in the TPU API: there the startup script leaves the same last words
+        in the guest attribute ``interlude/startup`` (written when it ends), read with getGuestAttributes.
         """
+        if self.machine["kind"] == "tpu_node":
+            return await self._tpu_startup_failure(hook)
         if self.machine["kind"] != "gce_vm":
             return None
         rest = await hook.async_rest()
@@ -158,6 +162,15 @@ class StageTrigger(BaseTrigger):
         self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
+
+    async def _tpu_startup_failure(self, hook: Any) -> StartupFailure | None:
+        entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
+        words = "\n".join(str(e.get("value") or "") for e in entries if e.get("key") == "startup")
+        failure = startup_failure(words)
+        if failure is None or failure.exit_code == SIGTERM_EXIT:
+            return None  # a boot that ended because the machine was being stopped is no startup failure
+        self._serial = words[-SERIAL_KEEP:]
+        return failure
 
     def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
         """Quiet for a while on a READY machine: worth a look at the serial console."""
