@@ -3,7 +3,10 @@
 The operator acts, the trigger observes (see triggers/stage.py, maintenance.py). execute() writes
 the stage plan the machine's agent runs (idempotent), then defers. Every event from the trigger
 carries the new state and the actions it implies: request a checkpoint, re-provision, record a
-maintenance event, complete, fail. After acting, the operator defers again with the new state.
+maintenance event, start a pending maintenance early, complete, fail. After acting, the operator defers
+again with the new state. How a notice is answered follows the run's ``maintenance_policy`` (see
+interlude.notice_wait): a long notice is training time, the last checkpoint lands a measured margin
+before the window, and a natural pause starts the maintenance early when Google allows it.
 Clearing and re-running the task starts from the checkpoints in GCS, never from step 0.
 """
 

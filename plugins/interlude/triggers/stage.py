@@ -202,7 +202,10 @@ class StageTrigger(BaseTrigger):
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
             # GCS is the expensive look: every poll while anything is happening, else every few.
-            calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
+            # A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time.
+            calm = machine is Machine.READY and (
+                (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
+            )
             if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
                 facts = await asyncio.to_thread(
                     read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
