@@ -413,6 +413,10 @@ class ComputeApi:
             m = self._inst(req)
             if m.maintenance is None or m.maintenance["status"] != "PENDING":
                 raise ApiError(400, "There is no pending maintenance for this instance.", reason="conditionNotMet")
+            if not m.maintenance.get("can_reschedule"):  # Google: only a reschedulable maintenance starts early
+                raise ApiError(
+                    400, "The pending maintenance for this instance cannot be rescheduled.", reason="conditionNotMet"
+                )
             op = self._op(m.zone, "performMaintenance", m, m.name)
             self.cloud.log("perform_maintenance", machine=m.machine_id)
             self.cloud.begin_maintenance(m)

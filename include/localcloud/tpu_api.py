@@ -415,6 +415,12 @@ class TpuApi(QueuedResources):
             m = self._node(req)
             if m.maintenance is None or m.maintenance["status"] != "PENDING":
                 raise ApiError(400, "There is no pending maintenance on this node", "FAILED_PRECONDITION")
+            if not m.maintenance.get("can_reschedule"):  # canReschedule=false + PENDING: no manual start here
+                raise ApiError(
+                    400,
+                    "The pending maintenance on this node cannot be started manually (canReschedule is false)",
+                    "FAILED_PRECONDITION",
+                )
             op = self._operation(m.zone, "performMaintenance", m.resource["name"])
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             self.cloud.log("perform_maintenance", machine=m.machine_id)

@@ -39,6 +39,8 @@ class StagePlan:
     keep_checkpoints: int = 3
     fresh_token: str | None = None  # start over once per token (a reprocessing backfill reuses run ids)
     hold_at_step: int | None = None  # a drill: commit this step and hold there until the maintenance came
+    hold_margin_seconds: float | None = None  # checkpoint and hold this long before a maintenance window
+    hold_margin_commits: float | None = None  # ... or this many measured checkpoint costs, if longer
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):
@@ -63,6 +65,8 @@ class StagePlan:
             keep=self.keep_checkpoints,
             fresh=self.fresh_token,
             hold_at_step=self.hold_at_step,
+            hold_margin_seconds=self.hold_margin_seconds,
+            hold_margin_commits=self.hold_margin_commits,
         )
 
 

@@ -123,6 +123,7 @@ class Checkpointer:
         keep: int = 3,
         metadata_url: str | None = "",
         hold_margin_seconds: float = 10.0,
+        hold_margin_commits: float = 0.0,
         max_hold_seconds: float = 1800.0,
         control_poll_seconds: float = 1.0,
         progress_seconds: float = 1.0,
@@ -145,6 +146,7 @@ class Checkpointer:
         self.keep = keep
         self.metadata_url = metadata_url_from_env() if metadata_url == "" else metadata_url
         self.hold_margin = timedelta(seconds=hold_margin_seconds)
+        self.hold_margin_commits = hold_margin_commits
         self.max_hold_seconds = max_hold_seconds
         self.control_poll_seconds = control_poll_seconds
         self.progress_seconds = progress_seconds
@@ -171,6 +173,7 @@ class Checkpointer:
         self._pending: set[str] = set()
         self._acked: set[str] = set()
         self._last_committed: int | None = None
+        self._commit_seconds: list[float] = []  # the last few commits' durations (this boot's own measure)
         self._log_buffer: list[str] = []
         self._log_seq = 0
         self._chunk_lines: list[str] = []
@@ -322,6 +325,7 @@ class Checkpointer:
         result = self.store.write(step, encode_payload(arrays, state), metrics=metrics, extra=extra)
         elapsed = time.monotonic() - started
         self._last_committed = step
+        self._commit_seconds = [*self._commit_seconds[-4:], elapsed]
         how = "committed" if result.written else "already committed"
         self.log(f"checkpoint step {step} {how} in {elapsed:.3f}s ({reason or 'request'}) {result.checkpoint.uri}")
         for request_id in sorted(pending):
@@ -339,7 +343,11 @@ class Checkpointer:
                 self._hold_committed_step = step
             if step == self.hold_at_step:
                 self._drill_hold = step
-        self._set_progress(last_checkpoint_step=step, last_checkpoint_uri=result.checkpoint.uri)
+        self._set_progress(
+            last_checkpoint_step=step,
+            last_checkpoint_uri=result.checkpoint.uri,
+            commit_seconds=round(max(self._commit_seconds), 4),
+        )
         if self.keep:
             try:
                 deleted = self.store.retain(self.keep)
@@ -532,8 +540,18 @@ class Checkpointer:
             return False
         start = notice.window_start
         if start is not None:
-            return datetime.now(UTC) >= start - self.hold_margin
+            return datetime.now(UTC) >= start - self.margin()
         return notice.imminent
+
+    def margin(self) -> timedelta:
+        """How long before a window the last checkpoint starts: ``hold_margin_seconds``, or with
+        ``hold_margin_commits`` that many times what getting a checkpoint committed really costs here (one
+        step to reach the check, then the commit; the slowest of the last few commits), if longer."""
+        if self.hold_margin_commits <= 0 or not self._commit_seconds:
+            return self.hold_margin
+        mean = self._progress.get("mean_step_seconds") or 0.0
+        cost = float(mean) + max(self._commit_seconds)
+        return max(self.hold_margin, timedelta(seconds=self.hold_margin_commits * cost))
 
     def _control_loop(self) -> None:
         store = CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())

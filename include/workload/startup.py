@@ -108,6 +108,7 @@ def trainer_args(
     fresh: str | None = None,
     hold_margin_seconds: float | None = None,
     hold_at_step: int | None = None,
+    hold_margin_commits: float | None = None,
 ) -> list[str]:
     """The trainer's command-line arguments (unquoted list)."""
     args = [
@@ -122,6 +123,7 @@ def trainer_args(
         "--step-seconds": repr(float(step_seconds)) if step_seconds else None,
         "--hold-margin-seconds": repr(float(hold_margin_seconds)) if hold_margin_seconds is not None else None,
         "--hold-at-step": str(int(hold_at_step)) if hold_at_step is not None else None,
+        "--hold-margin-commits": repr(float(hold_margin_commits)) if hold_margin_commits is not None else None,
     }
     for flag, value in optional.items():
         if value is not None:

@@ -58,6 +58,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=10.0,
         help="checkpoint and hold this long before a maintenance window starts",
     )
+    parser.add_argument(
+        "--hold-margin-commits",
+        type=float,
+        default=0.0,
+        help="hold at least this many measured checkpoint costs (a step plus a commit) before a window",
+    )
     parser.add_argument("--max-hold-seconds", type=float, default=1800.0)
     parser.add_argument(
         "--hold-at-step",
@@ -87,6 +93,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - TODO(issue 12): split
         keep=args.keep,
         metadata_url=None if args.no_maintenance_watch else args.metadata_url,
         hold_margin_seconds=args.hold_margin_seconds,
+        hold_margin_commits=args.hold_margin_commits,
         max_hold_seconds=args.max_hold_seconds,
         control_poll_seconds=args.control_poll_seconds,
         fresh=args.fresh,

@@ -7,8 +7,8 @@ between. Because the whole state travels in the trigger's arguments and every de
 re-derived from a fresh observation, a triggerer restart or a duplicate trigger copy lands on the
 same answer instead of trusting memory.
 
-    RUNNING --notice--> CHECKPOINT_REQUESTED --committed--> AWAITING_RESTART --machine back-->
-    RESUMING --progress past the checkpoint--> RUNNING ... --final step committed--> DONE
+    RUNNING --notice--> [NOTICED --checkpoint due-->] CHECKPOINT_REQUESTED --committed--> AWAITING_RESTART
+    --machine back--> RESUMING --progress past the checkpoint--> RUNNING ... --final step committed--> DONE
     RUNNING --machine down, no notice--> RECOVERING (restart or re-provision) --> RESUMING
     any --no progress on a READY machine / startup script failed--> restart once, then FAILED
     any --control plane silent--> (same phase) until the outage budget is spent, then FAILED
@@ -26,6 +26,7 @@ from typing import Any
 
 class Phase(StrEnum):
     RUNNING = "RUNNING"
+    NOTICED = "NOTICED"  # a long notice: training goes on until the checkpoint is due (interlude.notice_wait)
     CHECKPOINT_REQUESTED = "CHECKPOINT_REQUESTED"
     AWAITING_RESTART = "AWAITING_RESTART"
     RESUMING = "RESUMING"
@@ -48,6 +49,7 @@ class Action(StrEnum):
     RESTART_WORKLOAD = "restart_workload"
     REPROVISION = "reprovision"
     DRILL = "drill"
+    START_MAINTENANCE = "start_maintenance"  # performMaintenance: start the pending window now
     RECORD_EVENT = "record_event"
     COMPLETE = "complete"
     FAIL = "fail"
@@ -64,6 +66,8 @@ class Notice:
     kind: str  # SCHEDULED | UNSCHEDULED | ...
     status: str  # PENDING | ONGOING
     window_start: str | None = None
+    window_end: str | None = None
+    can_reschedule: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,7 @@ class Observation:
     startup_failure: str | None = None  # the startup script's last words, when it ended on this boot
     startup_boot: str | None = None  # which boot that failure belongs to (its "begin" line)
     api_error: str | None = None  # why the machine is UNKNOWN
+    commit_seconds: float | None = None  # what getting a checkpoint committed costs (a step + a commit)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,7 @@ class Limits:
     stall_timeout: float = 600.0  # seconds a READY machine may show no progress
     api_outage_budget: float = 900.0  # seconds the control plane may stay silent
     drill_timeout: float = 600.0  # seconds from simulateMaintenanceEvent to a visible maintenance
+    notice_policy: Any = None  # interlude.notice_wait.NoticePolicy; None: checkpoint at every notice at once
 
 
 @dataclass(frozen=True)
@@ -184,8 +190,10 @@ def _resumed(state: StageState, obs: Observation) -> bool:
         return obs.progress_step > obs.resumed_from
     # Same boot and never seen down: the maintenance passed without stopping the workload. Not after a
     # restart we asked for: that always makes a new boot, and until it reports the old boot's words remain.
+    # Nor when the workload says it was stopped (SIGTERM) or holds: the maintenance did reach it, only
+    # faster than a poll could see; its next boot tells.
     event = state.event or {}
-    if event.get("kind") == "workload_restart":
+    if event.get("kind") == "workload_restart" or obs.workload_state not in (None, "running"):
         return False
     return event.get("down_at") is None and obs.progress_step > (event.get("checkpoint_step") or 0)
 
@@ -243,7 +251,7 @@ def _maybe_reprovision(state: StageState, obs: Observation, limits: Limits) -> T
     return Transition(state)
 
 
-def _finish(state: StageState, obs: Observation) -> Transition:
+def _finish(state: StageState, obs: Observation, limits: Limits) -> Transition:
     if state.drill in (Drill.PENDING, Drill.SENT):
         why = (
             "the drill could not run: the stage reached its final step before the workload held at drill "
@@ -253,8 +261,18 @@ def _finish(state: StageState, obs: Observation) -> Transition:
             "maintenance showed before the stage finished"
         )
         return fail(state, why)
+    from interlude import notice_wait
+    from interlude.maintenance_policy import Pause
+
     actions: tuple[Action, ...] = (Action.COMPLETE,)
     event = None
+    if state.phase is Phase.NOTICED:  # the window is still ahead: it belongs to what runs next
+        state = replace(state, event=None)
+    if state.event is None and notice_wait.start_early(obs, limits, Pause.PHASE_BOUNDARY):
+        early = notice_wait.boundary_event(state, obs)
+        return Transition(
+            replace(state, phase=Phase.DONE), (Action.START_MAINTENANCE, Action.RECORD_EVENT, Action.COMPLETE), early
+        )
     if state.event is not None:  # the last stretch finished while an event was open
         closing = _close(state, replace(obs, resumed_from=obs.resumed_from or obs.committed_step))
         actions, event = (Action.RECORD_EVENT, Action.COMPLETE), closing.event
@@ -282,7 +300,7 @@ def next_step(state: StageState, obs: Observation, limits: Limits) -> Transition
     if obs.workload_error and obs.committed_step < state.target_step:
         return fail(state, f"the workload failed: {obs.workload_error}")
     if obs.committed_step >= state.target_step:
-        return _finish(state, obs)
+        return _finish(state, obs, limits)
     state = watchdog.track_progress(_track(state, obs), obs)
     guarded = watchdog.guard(state, obs, limits)
     if guarded is not None:
@@ -294,6 +312,10 @@ def _phase_step(state: StageState, obs: Observation, limits: Limits) -> Transiti
     phase = state.phase
     if phase is Phase.RUNNING:
         return _running(state, obs, limits)
+    if phase is Phase.NOTICED:
+        from interlude import notice_wait
+
+        return notice_wait.noticed(state, obs, limits)
     if phase is Phase.CHECKPOINT_REQUESTED:
         return _checkpoint_requested(state, obs, limits)
     if phase is Phase.AWAITING_RESTART:
@@ -310,6 +332,12 @@ def _running(state: StageState, obs: Observation, limits: Limits) -> Transition:
     if obs.notice is not None and obs.machine is not Machine.GONE:
         rid = uuid.uuid4().hex[:12]
         event = open_event("maintenance", obs, state, obs.notice)
+        if obs.machine is Machine.READY:
+            from interlude import notice_wait
+
+            waiting = notice_wait.on_notice(state, obs, limits, event)
+            if waiting is not None:
+                return waiting
         new = replace(state, phase=Phase.CHECKPOINT_REQUESTED, request_id=rid, event=event)
         if obs.machine is Machine.DOWN:  # notice shorter than one poll: already going down
             new = down(replace(new, phase=Phase.AWAITING_RESTART), obs)
@@ -338,7 +366,13 @@ def _checkpoint_requested(state: StageState, obs: Observation, limits: Limits) -
     if obs.request_ack_step is not None:
         event = {**(state.event or {}), "checkpoint_step": obs.request_ack_step, "checkpoint_committed_at": obs.now}
         new = replace(state, phase=Phase.AWAITING_RESTART, event=event)
-        return Transition(down(new, obs) if obs.machine is not Machine.READY else new)
+        if obs.machine is not Machine.READY:
+            return Transition(down(new, obs))
+        from interlude import notice_wait
+        from interlude.maintenance_policy import Pause
+
+        early = notice_wait.start_early(obs, limits, Pause.AFTER_CHECKPOINT)
+        return Transition(new, (Action.START_MAINTENANCE,) if early else ())
     if obs.machine is not Machine.READY:
         # Down before our request was answered: the workload's own notice/SIGTERM checkpoint
         # (or the last periodic one) is what it will resume from.

@@ -26,6 +26,8 @@ def _notice(raw: dict[str, Any] | None) -> Notice | None:
         kind=str(raw.get("type", "UNKNOWN_TYPE")),
         status=str(raw.get("maintenanceStatus", "PENDING")),
         window_start=raw.get("windowStartTime"),
+        window_end=raw.get("windowEndTime"),
+        can_reschedule=bool(raw.get("canReschedule", False)),
     )
 
 
@@ -174,7 +176,17 @@ def observation(
         previous_boot_ended_at=_epoch(progress.get("previous_boot_ended_at")),
         startup_failure=failure.summary() if failure else None,
         startup_boot=failure.boot if failure else None,
+        commit_seconds=_checkpoint_cost(progress),
     )
+
+
+def _checkpoint_cost(progress: dict[str, Any]) -> float | None:
+    """What getting a checkpoint committed costs, as the workload measured it: a step to reach the check,
+    then the slowest of its last few commits (None: no commit measured yet)."""
+    commit = _epoch(progress.get("commit_seconds"))
+    if commit is None:
+        return None
+    return commit + (_epoch(progress.get("mean_step_seconds")) or 0.0)
 
 
 def is_outage(exc: BaseException) -> bool:

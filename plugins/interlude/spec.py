@@ -125,6 +125,13 @@ class RunSpec:
     drill_maintenance: bool = _param(
         False, {"type": "boolean"}, "Rehearse maintenance in each stage (simulateMaintenanceEvent)."
     )
+    maintenance_policy: str = _param(
+        "by_notice",
+        {"type": "string", "enum": ["by_notice", "checkpoint_at_notice"]},
+        "by_notice: on a long maintenance notice keep training and checkpoint just before the window, and "
+        "start the maintenance early at a natural pause when Google allows it; checkpoint_at_notice: "
+        "checkpoint as soon as any notice arrives (the old behaviour, kept for comparison).",
+    )
     poll_seconds: float = _param(
         1.0,
         {"type": "number", "minimum": 0.1, "maximum": 3600},

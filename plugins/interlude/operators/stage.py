@@ -3,22 +3,23 @@
 The operator acts, the trigger observes (see triggers/stage.py, maintenance.py). execute() writes
 the stage plan the machine's agent runs (idempotent), then defers. Every event from the trigger
 carries the new state and the actions it implies: request a checkpoint, re-provision, record a
-maintenance event, complete, fail. After acting, the operator defers again with the new state.
+maintenance event, start a pending maintenance early, complete, fail. After acting, the operator defers
+again with the new state. How a notice is answered follows the run's ``maintenance_policy`` (see
+interlude.notice_wait): a long notice is training time, the last checkpoint lands a measured margin
+before the window, and a natural pause starts the maintenance early when Google allows it.
 Clearing and re-running the task starts from the checkpoints in GCS, never from step 0.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import time
 from typing import Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from interlude import events, provisioning
-from interlude.maintenance import Action, Drill, Limits, Observation, StageState, next_step
+from interlude.maintenance import Action, Drill, Limits, Observation, Phase, StageState, next_step
 from interlude.observe import (
     StartupFailure,
     is_outage,
@@ -30,12 +31,13 @@ from interlude.observe import (
 )
 from interlude.operators.conventions import default_deferrable
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink
+from interlude.operators.stage_actions import StageActions
 from interlude.spec import RunSpec
 from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
 from interlude_workload import layout
 
 
-class TrainingStageOperator(BaseOperator):
+class TrainingStageOperator(StageActions, BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
 
     :param machine: the MachineRecord dict the provisioning task returned (XCom).
@@ -112,7 +114,29 @@ class TrainingStageOperator(BaseOperator):
 
     def limits(self) -> Limits:
         spec = self.run_spec
-        return stage_limits(spec.restart_timeout_seconds, spec.stall_timeout_seconds, spec.api_outage_budget_seconds)
+        return stage_limits(
+            spec.restart_timeout_seconds, spec.stall_timeout_seconds, spec.api_outage_budget_seconds, self._policy()
+        )
+
+    def _policy(self) -> dict[str, Any] | None:
+        """The stage's maintenance policy (None: checkpoint at every notice at once), on this cloud's clock."""
+        from interlude.notice_wait import policy_for
+
+        time_scale = self._hooks()[0].time_scale
+        spec = self.run_spec
+        policy = policy_for(
+            self.machine,
+            spec.maintenance_policy,
+            time_scale,
+            poll_seconds=spec.poll_seconds,
+            stage_follows=not self.last_stage,
+        )
+        return policy.to_dict() if policy else None
+
+    @property
+    def last_stage(self) -> bool:
+        """Nothing runs on the machine after this stage (the last of RunSpec.steps_for's stages)."""
+        return self.stage == "finetune"
 
     # ------------------------------------------------------------------ helpers
     def _bind(self, context: Any) -> None:
@@ -133,30 +157,6 @@ class TrainingStageOperator(BaseOperator):
                 f"stage {self.stage}: no run spec ({self.spec_task_id}) or machine "
                 f"({self.machine_task_id}) in XCom; clear the whole run"
             )
-
-    def _reprovision(self) -> None:
-        """Bring the machine back where it was; when that place is gone, move the run (failover)."""
-        from interlude.failover import Why
-        from interlude.hooks.errors import QuotaExceededError, StockoutError
-        from interlude.relocate import RelocationRefused, relocate
-
-        self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
-        try:
-            provisioning.reprovision(self.machine, self.gcp_conn_id)
-            return
-        except (StockoutError, QuotaExceededError) as exc:
-            why = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
-            self.log.warning("Cannot come back in %s (%s): looking for another place", self.machine["zone"], exc)
-        try:
-            self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
-        except RelocationRefused as exc:
-            raise AirflowException(str(exc)) from exc
-        self.log.warning(
-            "Stage %s continues on %s in %s from its latest committed checkpoint",
-            self.stage,
-            self.machine["accelerator_type"],
-            self.machine["zone"],
-        )
 
     @functools.cached_property
     def _store(self) -> Any:
@@ -197,7 +197,15 @@ class TrainingStageOperator(BaseOperator):
             data_date=spec.data_date if self.init_from_stage else None,
             fresh_token=spec.fresh_token,
             hold_at_step=hold_at_step,
+            **self._hold_margins(),
         )
+
+    def _hold_margins(self) -> dict[str, float | None]:
+        """The workload holds where the policy puts the last checkpoint (see interlude.notice_wait)."""
+        from interlude.notice_wait import NoticePolicy, workload_margins
+
+        seconds, commits = workload_margins(NoticePolicy.from_dict(self._policy()))
+        return {"hold_margin_seconds": seconds, "hold_margin_commits": commits}
 
     def _trigger(self, state: StageState) -> StageTrigger:
         spec = self.run_spec
@@ -212,65 +220,8 @@ class TrainingStageOperator(BaseOperator):
             stall_timeout=spec.stall_timeout_seconds,
             api_outage_budget=spec.api_outage_budget_seconds,
             gcp_conn_id=self.gcp_conn_id,
+            notice_policy=self._policy(),
         )
-
-    def _hooks(self) -> tuple[Any, Any]:
-        from interlude.hooks.compute import ComputeHook
-        from interlude.hooks.tpu import TpuHook
-
-        return TpuHook(gcp_conn_id=self.gcp_conn_id), ComputeHook(gcp_conn_id=self.gcp_conn_id)
-
-    def _drill(self, state: StageState) -> None:
-        """simulateMaintenanceEvent while the workload holds at the drill step; the plan loses its hold,
-        so a later boot that resumes before that step does not hold again."""
-        from interlude_workload.plan import write_plan
-
-        self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
-            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}), content_type="application/json"
-        )
-        write_plan(self.bucket, self.run_key, self._plan(None))
-        zone, name = self.machine["zone"], self.machine["name"]
-        self.log.info(
-            "Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
-            state.drill_step,
-            name,
-            zone,
-        )
-        tpu, compute = self._hooks()
-        if self.machine["kind"] == "gce_vm":
-            compute.simulate_maintenance_event(zone, name)
-        else:
-            tpu.simulate_maintenance_event(zone, name)
-
-    def _restart_workload(self, state: StageState) -> None:
-        """Stop and start the machine: its startup script (the agent) runs again on the new boot."""
-        zone, name = self.machine["zone"], self.machine["name"]
-        self.log.warning("Restarting the workload on %s (stop + start): %s", name, (state.event or {}).get("reason"))
-        tpu, compute = self._hooks()
-        if self.machine["kind"] == "gce_vm":
-            compute.stop_instance(zone, name)
-            compute.start_instance(zone, name)
-        else:
-            tpu.stop_node(zone, name)
-            tpu.start_node(zone, name)
-
-    def _log_tail(self, serial_tail: str | None) -> str:
-        """The machine's last words for a failure message: its serial console (a TPU node's guest attribute
-        interlude/startup), else the workload's own log."""
-        if serial_tail:
-            where = "guest attributes (interlude/startup)" if self.machine["kind"] == "tpu_node" else "serial console"
-            return f"{where} tail:\n" + serial_tail
-        parts: list[str] = []
-        try:
-            lines = self._store.read_log(tail_chunks=1).splitlines()[-15:]
-            if lines:
-                parts.append("workload log tail:\n" + "\n".join(lines))
-            agent = self._store.bucket.blob(layout.agent_object(self.run_key))
-            if agent.exists():
-                parts.append("agent heartbeat: " + agent.download_as_text()[:500])
-        except Exception as exc:  # noqa: BLE001 - the failure itself is what the user must see
-            parts.append(f"(log tail unavailable: {exc})")
-        return "\n".join(parts) or "(the machine left no log; see its serial console)"
 
     def _summary(self) -> dict[str, Any]:
         latest = self._store.latest().checkpoint
@@ -284,20 +235,6 @@ class TrainingStageOperator(BaseOperator):
             "metrics": latest.metrics,
         }
 
-    def _record(self, event: dict[str, Any]) -> None:
-        uri = events.record_event(self.bucket, self.run_key, self.stage, event)
-        self.log.info(
-            "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
-            "steps recomputed %s -> %s",
-            event.get("kind"),
-            ", drill" if event.get("drill") else "",
-            event.get("checkpoint_step"),
-            float(event.get("downtime_s") or 0),
-            event.get("resumed_from_step"),
-            event.get("steps_recomputed"),
-            uri,
-        )
-
     def _act(self, context: Any, payload: dict[str, Any]) -> tuple[StageState, dict[str, Any] | None]:
         """Carry out what the state machine asked for. Returns the state and, when done, the result."""
         state = StageState.from_dict(payload["state"])
@@ -310,21 +247,17 @@ class TrainingStageOperator(BaseOperator):
             state.phase.value,
             f" -> {', '.join(a.value for a in actions)}" if actions else "",
         )
+        if state.phase is Phase.NOTICED and not actions:
+            self._log_notice_plan(state)
+        simple = {
+            Action.REQUEST_CHECKPOINT: self._request_checkpoint,
+            Action.START_MAINTENANCE: self._start_maintenance,
+            Action.DRILL: self._drill,
+            Action.RESTART_WORKLOAD: self._restart_workload,
+        }
         for action in actions:
-            if action is Action.REQUEST_CHECKPOINT:
-                assert state.request_id
-                notice = (state.event or {}).get("notice_type")
-                self._store.request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
-                self.log.info(
-                    "Maintenance notice (%s, window %s): checkpoint requested (%s)",
-                    notice,
-                    (state.event or {}).get("window_start"),
-                    state.request_id,
-                )
-            elif action is Action.DRILL:
-                self._drill(state)
-            elif action is Action.RESTART_WORKLOAD:
-                self._restart_workload(state)
+            if action in simple:
+                simple[action](state)
             elif action is Action.REPROVISION:
                 self._reprovision()
             elif action is Action.RECORD_EVENT and payload.get("event"):

@@ -84,6 +84,7 @@ class StageTrigger(BaseTrigger):
         api_outage_budget: float = 900.0,
         gcp_conn_id: str | None = "google_cloud_default",
         log_every: float = 30.0,
+        notice_policy: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.machine = machine
@@ -97,6 +98,7 @@ class StageTrigger(BaseTrigger):
         self.api_outage_budget = api_outage_budget
         self.gcp_conn_id = gcp_conn_id
         self.log_every = log_every
+        self.notice_policy = notice_policy
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
@@ -116,11 +118,12 @@ class StageTrigger(BaseTrigger):
                 "api_outage_budget": self.api_outage_budget,
                 "gcp_conn_id": self.gcp_conn_id,
                 "log_every": self.log_every,
+                "notice_policy": self.notice_policy,
             },
         )
 
     def limits(self) -> Limits:
-        return stage_limits(self.restart_timeout, self.stall_timeout, self.api_outage_budget)
+        return stage_limits(self.restart_timeout, self.stall_timeout, self.api_outage_budget, self.notice_policy)
 
     async def _hook(self) -> Any:
         # The hook modules import Google's client libraries (a second or two): never on the event loop.
@@ -199,7 +202,10 @@ class StageTrigger(BaseTrigger):
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
             # GCS is the expensive look: every poll while anything is happening, else every few.
-            calm = state.phase is Phase.RUNNING and machine is Machine.READY and notice is None
+            # A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time.
+            calm = machine is Machine.READY and (
+                (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
+            )
             if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
                 facts = await asyncio.to_thread(
                     read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
@@ -265,13 +271,21 @@ class StageTrigger(BaseTrigger):
                 await close()
 
 
-def stage_limits(restart_timeout: float, stall_timeout: float, api_outage_budget: float) -> Limits:
+def stage_limits(
+    restart_timeout: float,
+    stall_timeout: float,
+    api_outage_budget: float,
+    notice_policy: dict[str, Any] | None = None,
+) -> Limits:
     """The state machine's limits from the run's params (the drill gets as long as a stall)."""
+    from interlude.notice_wait import NoticePolicy
+
     return Limits(
         restart_timeout=restart_timeout,
         stall_timeout=stall_timeout,
         api_outage_budget=api_outage_budget,
         drill_timeout=max(stall_timeout, restart_timeout),
+        notice_policy=NoticePolicy.from_dict(notice_policy),
     )
 
 

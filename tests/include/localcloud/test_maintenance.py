@@ -307,3 +307,32 @@ def test_gpu_vm_maintenance_cycle_and_spot_preemption(lc: RunningLocalCloud, com
     assert metadata(lc, "gce", "spot1", "instance/preempted").text == "TRUE"
     until(lambda: lines(boots_file(lc, "gce", "spot1")) == ["boot", "term"], what="spot term")
     assert not lc.admin.machine("gce", ZONE, "spot1")["holds_capacity"]
+
+
+def test_perform_maintenance_refuses_what_cannot_be_rescheduled(
+    lc: RunningLocalCloud, tpu: tpu_v2.TpuClient, compute: Compute
+) -> None:
+    """Google starts a maintenance early only when canReschedule is true and it is PENDING
+    (https://cloud.google.com/tpu/docs/manually-start-maintenance); an UNSCHEDULED one cannot move."""
+    from googleapiclient.errors import HttpError
+
+    make_node(lc, tpu, "nr1")
+    lc.admin.maintenance("tpu", ZONE, "nr1", type="UNSCHEDULED", notice_seconds=10 * 86400)
+    up = raw_node(lc, "nr1")["upcomingMaintenance"]
+    assert up["maintenanceStatus"] == "PENDING" and up["canReschedule"] is False
+    name = f"projects/{lc.project}/locations/{ZONE}/nodes/nr1"
+    with pytest.raises(HttpError) as refused:
+        v2alpha1(lc).projects().locations().nodes().performMaintenance(name=name, body={}).execute()
+    assert refused.value.resp.status == 400
+    assert raw_node(lc, "nr1")["upcomingMaintenance"]["maintenanceStatus"] == "PENDING"  # still where it was
+
+    compute.wait(
+        compute.instances.insert(
+            project=lc.project, zone=ZONE, instance_resource=gpu_instance("vr1", script=SCRIPT, automatic_restart=True)
+        )
+    )
+    lc.admin.maintenance("gce", ZONE, "vr1", type="UNSCHEDULED", notice_seconds=86400)
+    assert compute.get("vr1").resource_status.upcoming_maintenance.can_reschedule is False
+    with pytest.raises(Exception, match="cannot be rescheduled"):
+        compute.instances.perform_maintenance(project=lc.project, zone=ZONE, instance="vr1")
+    assert compute.get("vr1").status == "RUNNING"

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.sdk import Checkpointer, decode_payload, encode_payload, weights_digest
@@ -93,3 +94,30 @@ def test_control_request_is_answered_within_a_step_and_progress_is_reported(buck
     stored_log = store.read_log()
     assert "control request req-1 answered" in stored_log and "stopped by SIGTERM" in stored_log
     assert store.read_progress()["state"] == "stopped"
+
+
+def test_hold_margin_grows_with_what_a_checkpoint_really_costs(bucket: str) -> None:
+    """With ``hold_margin_commits`` the hold before a window is that many measured checkpoint costs (a step
+    plus the slowest recent commit), never less than ``hold_margin_seconds``; the cost is in progress.json."""
+    from datetime import timedelta
+
+    with Checkpointer(
+        bucket,
+        "margin",
+        "train",
+        total_steps=10,
+        checkpoint_every=5,
+        metadata_url=None,
+        hold_margin_seconds=0.001,
+        hold_margin_commits=3.0,
+    ) as ckpt:
+        ckpt.start()
+        assert ckpt.margin() == timedelta(seconds=0.001)  # nothing measured yet: the floor
+        ckpt.step_finished(1)
+        time.sleep(0.05)
+        ckpt.step_finished(2)
+        ckpt.commit(2, {"w": np.zeros(3)}, {}, reason="periodic")
+        progress = dict(ckpt._progress)
+    cost = float(progress["mean_step_seconds"]) + float(progress["commit_seconds"])
+    assert progress["commit_seconds"] > 0 and progress["mean_step_seconds"] > 0
+    assert ckpt.margin().total_seconds() == pytest.approx(3 * cost, abs=1e-3)

@@ -1,0 +1,210 @@
+"""A long maintenance notice is training time: the stage state machine's use of the maintenance policy.
+
+Pure glue between :mod:`interlude.maintenance` (the stage state machine) and the table-driven
+:mod:`interlude.maintenance_policy`. Without a policy (``maintenance_policy="checkpoint_at_notice"``) every
+notice is answered with a checkpoint at once, the way Interlude always did. With one, a notice whose window
+is further away than the margin opens the event in the NOTICED phase: training goes on, and the checkpoint
+is requested when the plan says (window start minus a margin sized from what a checkpoint really costs on
+this run: the workload reports its own commit durations and step time). Right after that checkpoint, or at
+the boundary between two stages, the maintenance is started early with ``performMaintenance`` when Google
+allows it (``canReschedule`` and PENDING), so the window is spent at a planned pause.
+
+The policy's durations are Google-real seconds; the machine's clock runs ``time_scale`` times faster on
+the local cloud, so the parameters are scaled once here and every comparison is in real seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from interlude.maintenance_policy import (
+    MaintenanceKind,
+    NoticePlan,
+    NoticeType,
+    Pause,
+    PolicyParams,
+    kind_for,
+    plan_for_notice,
+    scaled,
+    start_early_now,
+)
+from interlude.maintenance_policy import Notice as PolicyNotice
+
+if TYPE_CHECKING:
+    from interlude.maintenance import Limits, Notice, Observation, StageState, Transition
+
+POLICIES = ("by_notice", "checkpoint_at_notice")
+"""Run param ``maintenance_policy``: the policy by notice length, or the old answer (checkpoint at once)."""
+
+
+@dataclass(frozen=True)
+class NoticePolicy:
+    """What a stage needs to plan around notices: its machine's kind, the knobs, the cloud's clock."""
+
+    kind: MaintenanceKind
+    params: PolicyParams = dataclasses.field(default_factory=PolicyParams)
+    time_scale: float = 1.0
+    poll_seconds: float = 0.0  # the control plane sees a due time this late at worst (real seconds)
+    stage_follows: bool = False  # another stage runs on this machine: the boundary is a natural pause
+
+    def real(self) -> PolicyParams:
+        """The knobs in this cloud's real seconds."""
+        p, ts = self.params, self.time_scale
+        return replace(
+            p,
+            min_margin_s=scaled(p.min_margin_s, ts),
+            near_window_s=scaled(p.near_window_s, ts),
+            reprovision_margin_s=scaled(p.reprovision_margin_s, ts),
+            down_budget_s={k: scaled(v, ts) for k, v in p.down_budget_s.items()},
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        params = dataclasses.asdict(self.params)
+        params["down_budget_s"] = dict(self.params.down_budget_s)
+        return {
+            "kind": self.kind.value,
+            "params": params,
+            "time_scale": self.time_scale,
+            "poll_seconds": self.poll_seconds,
+            "stage_follows": self.stage_follows,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> NoticePolicy | None:
+        if not data:
+            return None
+        return cls(
+            MaintenanceKind(data["kind"]),
+            PolicyParams.from_mapping(data.get("params")),
+            float(data["time_scale"]),
+            float(data.get("poll_seconds") or 0.0),
+            bool(data.get("stage_follows", False)),
+        )
+
+
+def policy_for(
+    machine: Mapping[str, Any],
+    name: str,
+    time_scale: float,
+    overrides: Mapping[str, Any] | None = None,
+    poll_seconds: float = 0.0,
+    stage_follows: bool = False,
+) -> NoticePolicy | None:
+    """The stage's policy from its machine record and the run's ``maintenance_policy`` (None: the old way)."""
+    if name not in POLICIES:
+        raise ValueError(f"maintenance_policy must be one of {POLICIES}, not {name!r}")
+    if name == "checkpoint_at_notice":
+        return None
+    kind = kind_for(
+        "gpu" if machine.get("kind") == "gce_vm" else "tpu",
+        machine_type=machine.get("machine_type"),
+        spot=machine.get("mode") == "spot",
+    )
+    return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale, poll_seconds, stage_follows)
+
+
+def workload_margins(policy: NoticePolicy | None) -> tuple[float | None, float | None]:
+    """The workload's own hold margin (the plan's ``hold_margin_seconds``, ``hold_margin_commits``): the same
+    margin the control plane plans with, so the workload holds where the plan puts the last checkpoint even
+    when the control plane is slow to answer. None: the trainer's defaults (the old behaviour)."""
+    if policy is None:
+        return None, None
+    real = policy.real()
+    return real.min_margin_s, real.commit_margin_factor
+
+
+def _epoch(text: str | None) -> float | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
+
+
+def policy_notice(notice: Notice) -> PolicyNotice | None:
+    """The state machine's notice as the policy reads it (None: no window start to plan around)."""
+    start = _epoch(notice.window_start)
+    if start is None:
+        return None
+    kind = NoticeType(notice.kind) if notice.kind in NoticeType.__members__ else NoticeType.UNKNOWN_TYPE
+    return PolicyNotice(kind, start, _epoch(notice.window_end), None, notice.can_reschedule, notice.status)
+
+
+def checkpoint_cost(obs: Observation, policy: NoticePolicy) -> float:
+    """What a checkpoint costs as the control plane sees it: the poll that notices it is due, then the
+    workload's own measure (a step to reach the check and its slowest recent commit)."""
+    return policy.poll_seconds + (obs.commit_seconds or 0.0)
+
+
+def plan(obs: Observation, limits: Limits) -> NoticePlan | None:
+    """The policy's plan for this observation's notice (None: no policy, or nothing to plan around)."""
+    policy: NoticePolicy | None = limits.notice_policy
+    if policy is None or obs.notice is None:
+        return None
+    notice = policy_notice(obs.notice)
+    if notice is None:
+        return None
+    return plan_for_notice(policy.kind, notice, checkpoint_cost(obs, policy), obs.now, policy.real())
+
+
+def on_notice(state: StageState, obs: Observation, limits: Limits, event: dict[str, Any]) -> Transition | None:
+    """A new notice on a READY machine: keep training when the plan gives time (None: checkpoint now)."""
+    from interlude.maintenance import Phase, Transition
+
+    noticed = plan(obs, limits)
+    if noticed is None or noticed.checkpoint_at <= obs.now:
+        return None
+    event = {**event, "policy": noticed.to_dict(), "checkpoint_due_at": noticed.checkpoint_at}
+    return Transition(replace(state, phase=Phase.NOTICED, event=event))
+
+
+def noticed(state: StageState, obs: Observation, limits: Limits) -> Transition:
+    """NOTICED: training goes on until the checkpoint is due; then it is requested as for any notice."""
+    from interlude.maintenance import Action, Machine, Phase, Transition, _close, _maybe_reprovision, _resumed, down
+    from interlude.maintenance import rebooted as was_rebooted
+
+    event = dict(state.event or {})
+    if obs.machine is Machine.READY and was_rebooted(state, obs):  # down and back between two polls
+        new = replace(state, phase=Phase.RESUMING, event={**event, "checkpoint_step": None})
+        return _close(new, obs) if _resumed(new, obs) else Transition(new)
+    if obs.machine is not Machine.READY:  # the window opened before the checkpoint was due
+        new = replace(state, phase=Phase.AWAITING_RESTART, event={**event, "checkpoint_step": obs.committed_step})
+        return _maybe_reprovision(down(new, obs), obs, limits)
+    if obs.notice is None:  # withdrawn: nothing happened, nothing to record
+        return Transition(replace(state, phase=Phase.RUNNING, event=None))
+    if obs.now >= float(event.get("checkpoint_due_at") or 0):
+        rid = uuid.uuid4().hex[:12]
+        event["checkpoint_requested_at"] = obs.now
+        return Transition(
+            replace(state, phase=Phase.CHECKPOINT_REQUESTED, request_id=rid, event=event), (Action.REQUEST_CHECKPOINT,)
+        )
+    return Transition(state)
+
+
+def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
+    """At a natural pause: start the pending maintenance now with ``performMaintenance``?"""
+    policy: NoticePolicy | None = limits.notice_policy
+    if policy is None or obs.notice is None or (pause is Pause.PHASE_BOUNDARY and not policy.stage_follows):
+        return False
+    notice = policy_notice(obs.notice)
+    if notice is None:
+        return False
+    return start_early_now(notice, pause, obs.now, checkpoint_cost(obs, policy), policy.real())
+
+
+def boundary_event(state: StageState, obs: Observation) -> dict[str, Any]:
+    """The record of a maintenance started early between two stages: the window is spent at the pause."""
+    notice = obs.notice
+    return {
+        "event_id": uuid.uuid4().hex[:12],
+        "kind": "maintenance_started_early",
+        "pause": Pause.PHASE_BOUNDARY.value,
+        "notice_type": notice.kind if notice else None,
+        "window_start": notice.window_start if notice else None,
+        "detected_at": obs.now,
+        "started_at": obs.now,
+        "checkpoint_step": obs.committed_step,
+        "steps_recomputed": 0,
+        "downtime_s": 0.0,
+    }

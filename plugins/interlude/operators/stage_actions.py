@@ -1,0 +1,173 @@
+"""What the stage operator does to the world when the state machine asks (TrainingStageOperator's actions).
+
+Kept apart from the operator's Airflow entry points (operators/stage.py): each action is one call
+through a hook (re-provision, drill, restart the workload, start a maintenance early) or one record
+(a maintenance event), and the failure message's log tail.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from interlude import events, provisioning
+from interlude.maintenance import StageState
+from interlude_workload import layout
+
+
+class StageActions:
+    """Mixin for TrainingStageOperator: needs ``machine``, ``stage``, ``run_key``, ``bucket``, ``run_spec``,
+    ``gcp_conn_id``, ``log``, ``_store`` and ``_plan``."""
+
+    machine: Any
+    stage: str
+    gcp_conn_id: str | None
+    log: Any
+    _store: Any
+    run_key: Any
+    bucket: Any
+    run_spec: Any
+
+    def _plan(self, hold_at_step: int | None) -> Any:  # provided by the operator
+        raise NotImplementedError
+
+    def _reprovision(self) -> None:
+        """Bring the machine back where it was; when that place is gone, move the run (failover)."""
+        from interlude.failover import Why
+        from interlude.hooks.errors import QuotaExceededError, StockoutError
+        from interlude.relocate import RelocationRefused, relocate
+
+        self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
+        try:
+            provisioning.reprovision(self.machine, self.gcp_conn_id)
+            return
+        except (StockoutError, QuotaExceededError) as exc:
+            why = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
+            self.log.warning("Cannot come back in %s (%s): looking for another place", self.machine["zone"], exc)
+        try:
+            self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
+        except RelocationRefused as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.warning(
+            "Stage %s continues on %s in %s from its latest committed checkpoint",
+            self.stage,
+            self.machine["accelerator_type"],
+            self.machine["zone"],
+        )
+
+    def _hooks(self) -> tuple[Any, Any]:
+        from interlude.hooks.compute import ComputeHook
+        from interlude.hooks.tpu import TpuHook
+
+        return TpuHook(gcp_conn_id=self.gcp_conn_id), ComputeHook(gcp_conn_id=self.gcp_conn_id)
+
+    def _drill(self, state: StageState) -> None:
+        """simulateMaintenanceEvent while the workload holds at the drill step; the plan loses its hold,
+        so a later boot that resumes before that step does not hold again."""
+        from interlude_workload.plan import write_plan
+
+        self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
+            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}), content_type="application/json"
+        )
+        write_plan(self.bucket, self.run_key, self._plan(None))
+        zone, name = self.machine["zone"], self.machine["name"]
+        self.log.info(
+            "Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
+            state.drill_step,
+            name,
+            zone,
+        )
+        tpu, compute = self._hooks()
+        if self.machine["kind"] == "gce_vm":
+            compute.simulate_maintenance_event(zone, name)
+        else:
+            tpu.simulate_maintenance_event(zone, name)
+
+    def _restart_workload(self, state: StageState) -> None:
+        """Stop and start the machine: its startup script (the agent) runs again on the new boot."""
+        zone, name = self.machine["zone"], self.machine["name"]
+        self.log.warning("Restarting the workload on %s (stop + start): %s", name, (state.event or {}).get("reason"))
+        tpu, compute = self._hooks()
+        if self.machine["kind"] == "gce_vm":
+            compute.stop_instance(zone, name)
+            compute.start_instance(zone, name)
+        else:
+            tpu.stop_node(zone, name)
+            tpu.start_node(zone, name)
+
+    def _log_tail(self, serial_tail: str | None) -> str:
+        """The machine's last words for a failure message: its serial console (a TPU node's guest attribute
+        interlude/startup), else the workload's own log."""
+        if serial_tail:
+            where = "guest attributes (interlude/startup)" if self.machine["kind"] == "tpu_node" else "serial console"
+            return f"{where} tail:\n" + serial_tail
+        parts: list[str] = []
+        try:
+            lines = self._store.read_log(tail_chunks=1).splitlines()[-15:]
+            if lines:
+                parts.append("workload log tail:\n" + "\n".join(lines))
+            agent = self._store.bucket.blob(layout.agent_object(self.run_key))
+            if agent.exists():
+                parts.append("agent heartbeat: " + agent.download_as_text()[:500])
+        except Exception as exc:  # noqa: BLE001 - the failure itself is what the user must see
+            parts.append(f"(log tail unavailable: {exc})")
+        return "\n".join(parts) or "(the machine left no log; see its serial console)"
+
+    def _record(self, event: dict[str, Any]) -> None:
+        uri = events.record_event(self.bucket, self.run_key, self.stage, event)
+        self.log.info(
+            "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
+            "steps recomputed %s -> %s",
+            event.get("kind"),
+            ", drill" if event.get("drill") else "",
+            event.get("checkpoint_step"),
+            float(event.get("downtime_s") or 0),
+            event.get("resumed_from_step"),
+            event.get("steps_recomputed"),
+            uri,
+        )
+
+    def _request_checkpoint(self, state: StageState) -> None:
+        assert state.request_id
+        notice = (state.event or {}).get("notice_type")
+        self._store.request_checkpoint(state.request_id, reason=f"maintenance notice ({notice})")
+        self.log.info(
+            "Maintenance notice (%s, window %s): checkpoint requested (%s)",
+            notice,
+            (state.event or {}).get("window_start"),
+            state.request_id,
+        )
+
+    def _log_notice_plan(self, state: StageState) -> None:
+        """A long notice: say in the task log how long training goes on and when the checkpoint is due."""
+        event = state.event or {}
+        plan = event.get("policy") or {}
+        self.log.info(
+            "Maintenance notice (%s, window %s): %s; the checkpoint is due at %s UTC",
+            event.get("notice_type"),
+            event.get("window_start"),
+            plan.get("reason"),
+            time.strftime("%H:%M:%S", time.gmtime(float(plan.get("checkpoint_at") or 0))),
+        )
+
+    def _start_maintenance(self, state: StageState) -> None:
+        """performMaintenance: Google allows it (canReschedule, PENDING) and this is a natural pause, so the
+        window is spent here instead of wherever it would have opened. A refusal (the window opened on its
+        own meanwhile, or it cannot move after all) only means the maintenance comes on Google's schedule."""
+        zone, name = self.machine["zone"], self.machine["name"]
+        self.log.info(
+            "Starting the pending maintenance early on %s (performMaintenance) at a natural pause: %s",
+            name,
+            "right after the checkpoint" if state.event else "between two stages",
+        )
+        tpu, compute = self._hooks()
+        try:
+            if self.machine["kind"] == "gce_vm":
+                compute.perform_maintenance(zone, name)
+            else:
+                tpu.perform_maintenance(zone, name)
+        except Exception as exc:  # noqa: BLE001 - an optimisation: Google starts the window anyway
+            self.log.warning("performMaintenance was refused (%s); the window opens on Google's schedule", exc)
