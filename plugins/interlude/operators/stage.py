@@ -282,7 +282,10 @@ class TrainingStageOperator(BaseOperator):
             "metrics": latest.metrics,
         }
 
-    def _record(self, event: dict[str, Any]) -> None:
+    def _record(self, event: dict[str, Any], watcher: dict[str, Any] | None = None) -> None:
+        """Store the event, with the triggerer process that saw it close (none when the worker watched)."""
+        if watcher:
+            event = {**event, "watcher": watcher}
         uri = events.record_event(self.bucket, self.run_key, self.stage, event)
         self.log.info(
             "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
@@ -326,7 +329,7 @@ class TrainingStageOperator(BaseOperator):
             elif action is Action.REPROVISION:
                 self._reprovision()
             elif action is Action.RECORD_EVENT and payload.get("event"):
-                self._record(payload["event"])
+                self._record(payload["event"], payload.get("watcher"))
             elif action is Action.FAIL:
                 raise AirflowException(
                     f"stage {self.stage} failed: {state.failure}\n{self._log_tail(payload.get('log_tail'))}"
