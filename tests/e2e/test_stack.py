@@ -2,9 +2,11 @@
 
 `airflow dags test` runs triggers inline and tasks in one process; these tests prove what only the real
 topology shows: the StageTrigger imports and runs in the triggerer process, tasks run on the Celery
-worker, a triggerer killed mid-training hands its trigger to its replacement without losing the
-maintenance event, and a training task killed and cleared resumes from its checkpoint. Each run ends
-with no machine of it left in the local cloud. One stack serves the whole session (see stack_fixtures).
+worker, a triggerer killed mid-training hands its trigger to its replacement (the new triggerer process
+records the maintenance event), and a training task whose worker process is SIGKILLed resumes, once
+cleared, from its last committed checkpoint. Each run ends with no machine of it left in the local cloud.
+The assertions read independent facts: GCS objects, the workload's own log, processes, the cloud's machines.
+One stack serves the whole session (see stack_fixtures).
 """
 
 from __future__ import annotations
