@@ -298,8 +298,13 @@ def stop_group(pid: int, started: int | None = None, grace: float = 20.0) -> Non
             time.sleep(0.2)
 
 
-def restart_component(state: dict[str, Any], name: str, kill_signal: int = signal.SIGKILL) -> int:
-    """Kill one component's process group and start it again (same command, env, log). Returns the new pid."""
+def restart_component(
+    state: dict[str, Any], name: str, kill_signal: int = signal.SIGKILL, env: dict[str, str] | None = None
+) -> int:
+    """Kill one component's process group and start it again (same command, env, log). Returns the new pid.
+
+    `env` adds variables for this start only (a later restart without it goes back to the stack's own).
+    """
     pid = int(state["pids"][name])
     if kill_signal == signal.SIGKILL:
         try:
@@ -313,7 +318,7 @@ def restart_component(state: dict[str, Any], name: str, kill_signal: int = signa
     else:
         stop_group(pid, state["started"].get(name))
     var_dir = Path(state["var_dir"])
-    proc = spawn(name, state["commands"][name], component_env(state), var_dir / "logs")
+    proc = spawn(name, state["commands"][name], component_env(state) | (env or {}), var_dir / "logs")
     state["pids"][name] = proc.pid
     state["started"][name] = start_time(proc.pid)
     write_state(var_dir, state)

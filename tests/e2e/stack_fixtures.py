@@ -75,6 +75,11 @@ class AirflowApi:
     def task_instance(self, run_id: str, task_id: str, dag_id: str = DAG_ID) -> dict[str, Any]:
         return dict(self.call("GET", f"dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}"))
 
+    def active_runs(self, dag_id: str = DAG_ID) -> list[str]:
+        """Ids of the DAG's runs that are queued or running."""
+        body = self.call("GET", f"dags/{dag_id}/dagRuns", params={"state": ["queued", "running"], "limit": 100})
+        return [str(run["dag_run_id"]) for run in body["dag_runs"]]
+
     def wait_run(
         self,
         run_id: str,
@@ -119,8 +124,9 @@ class Stack:
         url = f"{self.state['localcloud']['api_endpoint']}/_localcloud/machines"
         return list(requests.get(url, timeout=30).json()["machines"])
 
-    def restart(self, name: str) -> int:
-        return int(self.module.restart_component(self.state, name))
+    def restart(self, name: str, env: dict[str, str] | None = None) -> int:
+        """SIGKILL one component's process group and start it again (`env`: extra variables, this start only)."""
+        return int(self.module.restart_component(self.state, name, env=env))
 
 
 GPU_ONLY_ZONE = "us-east1-b"

@@ -2,15 +2,21 @@
 
 `airflow dags test` runs triggers inline and tasks in one process; these tests prove what only the real
 topology shows: the StageTrigger imports and runs in the triggerer process, tasks run on the Celery
-worker, a triggerer killed mid-training hands its trigger to its replacement without losing the
-maintenance event, and a training task killed and cleared resumes from its checkpoint. Each run ends
-with no machine of it left in the local cloud. One stack serves the whole session (see stack_fixtures).
+worker, a triggerer killed mid-training hands its trigger to its replacement (the new triggerer process
+records the maintenance event), and a training task whose worker process is SIGKILLed resumes, once
+cleared, from its last committed checkpoint. Each run ends with no machine of it left in the local cloud.
+The assertions read independent facts: GCS objects, the workload's own log, processes, the cloud's machines.
+One stack serves the whole session (see stack_fixtures).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +27,7 @@ from tests.e2e.stack_fixtures import (
     DAG_ID,
     DATA_DATE,
     GPU_ONLY_ZONE,
+    TERMINAL,
     Stack,
 )
 
@@ -105,71 +112,170 @@ def test_triggered_run_succeeds_on_celery_with_trigger_in_triggerer(stack: Stack
         assert_no_machines_left(stack, run_key)
 
 
+def fired_events(log_file: Path) -> list[str]:
+    """The "Trigger fired event" lines of one triggerer job's log of a task (Airflow writes the job id
+    into the file name: attempt=N.log.trigger.<job id>.log)."""
+    if not log_file.exists():
+        return []
+    return [line for line in log_file.read_text(errors="replace").splitlines() if "Trigger fired event" in line]
+
+
 def test_triggerer_restart_during_training_still_handles_maintenance(stack: Stack) -> None:
-    """SIGKILL the triggerer right after the drill's simulateMaintenanceEvent; its replacement carries on."""
+    """SIGKILL the triggerer while train is deferred and before the drill; the new triggerer job handles
+    the drill's maintenance event end to end, and its record matches the workload's own log."""
     from interlude import events
     from interlude_workload.checkpoints import CheckpointStore
 
     api = stack.api
+    # The drill holds at step 20 (checkpoint_every): several seconds of stepping in which to restart.
     run_id = api.trigger(
-        base_conf(drill_maintenance=True, train_steps=80, finetune_steps=10, checkpoint_every=5, step_seconds=0.25)
+        base_conf(drill_maintenance=True, train_steps=80, finetune_steps=10, checkpoint_every=20, step_seconds=0.25)
     )
     run_key = naming.run_key(DAG_ID, run_id)
     drill = CheckpointStore(BUCKET, run_key, "train")
     drill_blob = drill.bucket.blob(drill.base + "control/drill.json")
     old_pid = stack.state["pids"]["triggerer"]
+
+    def train_with_a_triggerer(run: dict[str, Any]) -> bool:
+        ti = api.task_instance(run_id, "train")
+        return run["state"] in TERMINAL or (ti["state"] == "deferred" and bool(ti.get("triggerer_job")))
+
     try:
-        api.wait_run(
-            run_id,
-            RUN_TIMEOUT,
-            until=lambda run: (
-                run["state"] in ("success", "failed")
-                or (drill_blob.exists() and api.task_instance(run_id, "train")["state"] == "deferred")
-            ),
-        )
-        assert api.task_instance(run_id, "train")["state"] == "deferred", "train finished before the restart"
-        step_at_kill = int(progress(run_key, "train").get("step") or 0)
-        assert step_at_kill < 80, "training already done: the restart would not land during training"
+        api.wait_run(run_id, RUN_TIMEOUT, until=train_with_a_triggerer)
+        train = api.task_instance(run_id, "train")
+        assert train["state"] == "deferred", "train finished before the restart"
+        old_job = int(train["triggerer_job"]["id"])
+        # Before the drill: everything about the maintenance event happens after the restart.
+        assert not drill_blob.exists(), "the drill was already sent: the restart would not precede the event"
+        assert not events.load_events(BUCKET, run_key)
         new_pid = stack.restart("triggerer")
         assert new_pid != old_pid
 
-        run = api.wait_run(run_id, RUN_TIMEOUT)
+        jobs_seen: dict[int, str] = {}  # triggerer job id -> its host, as the REST API shows train's job
+
+        def watch(tis: dict[str, dict[str, Any]]) -> None:
+            job = tis["train"].get("triggerer_job")
+            if job:
+                jobs_seen[int(job["id"])] = str(job.get("hostname"))
+
+        run = api.wait_run(run_id, RUN_TIMEOUT, on_poll=watch)
         tis = api.task_instances(run_id)
         assert run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
+        new_jobs = set(jobs_seen) - {old_job}
+        assert len(new_jobs) == 1, f"train's triggerer jobs after the restart: {jobs_seen} (before: {old_job})"
+        new_job = new_jobs.pop()
+
         recorded = [e for e in events.load_events(BUCKET, run_key) if e["stage"] == "train"]
-        assert recorded, "no maintenance event of train was recorded across the triggerer restart"
-        assert any(e.get("kind") == "maintenance" for e in recorded), recorded
+        assert len(recorded) == 1, recorded
+        event = recorded[0]
+        assert event.get("kind") == "maintenance", event
+        # The new triggerer (not the killed one) saw the event close: the trigger names its process on the
+        # transition (the runner's parent is the `airflow triggerer` the stack restarted), the operator
+        # stores it with the event; the new job runs on that host.
+        watcher = event.get("watcher") or {}
+        assert watcher.get("ppid") == new_pid, (watcher, old_pid, new_pid)
+        assert watcher.get("host") == jobs_seen[new_job], (watcher, jobs_seen)
+        # ...and that job ran train's trigger: its log file is named for the job (attempt=N.log.trigger.<id>.log).
+        log_dir = stack.task_logs(run_id, "train")[0].parent
+        assert fired_events(log_dir / f"attempt=1.log.trigger.{new_job}.log"), sorted(p.name for p in log_dir.iterdir())
+
+        # The workload's own account: where it held for the drill and where its next boot resumed.
+        log = drill.read_log()
+        held = [int(step) for step in re.findall(r"holding at committed step (\d+): drill step", log)]
+        assert held == [20], log[-3000:]
+        # The first resume point after the hold is the maintenance reboot's (a later boot, for finetune,
+        # logs train's final step again before "nothing to do").
+        after_hold = log.split("holding at committed step 20: drill step", 1)[1]
+        resumed = re.search(r"resume point: step (\d+)", after_hold)
+        assert resumed, after_hold[-3000:]
+        assert int(resumed.group(1)) == event["resumed_from_step"] == event["checkpoint_step"] == 20, event
         report_blob = drill.bucket.blob(naming.checkpoint_prefix(run_key) + "report.json")
         report = json.loads(report_blob.download_as_bytes())
-        assert any(e["stage"] == "train" for e in report["events"]), report["events"]
-        # The replacement triggerer ran the trigger after the restart.
-        assert "trigger" in stack.log_text("triggerer").split("Starting the triggerer")[-1]
+        assert [e["event_id"] for e in report["events"] if e["stage"] == "train"] == [event["event_id"]]
     finally:
         api.wait_run(run_id, RUN_TIMEOUT)
         assert_no_machines_left(stack, run_key)
 
 
+# The worker watches the stages itself (no deferral) for the killed-task test: a process then holds `train`.
+WATCH_FROM_WORKER = {"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False"}
+
+
+def committed_step(store: Any) -> int:
+    """The latest committed checkpoint step in GCS (the objects and their COMMITTED marker), 0 if none."""
+    latest = store.latest().checkpoint
+    return int(latest.step) if latest is not None else 0
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def ancestors(pid: int) -> list[int]:
+    """The parent chain of a live process, from /proc (field 4 of /proc/PID/stat is the parent's pid)."""
+    chain: list[int] = []
+    while pid > 1:
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        chain.append(pid)
+    return chain
+
+
+def wait_for(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what}"
+        time.sleep(0.5)
+
+
 def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> None:
-    """Mark train failed mid-run (as a user would in the UI), let the run fail, clear it: it resumes."""
+    """SIGKILL the worker process running train, let the run fail, clear it: it resumes from its checkpoint.
+
+    The worker is restarted to watch stages itself (no triggerer), so a real task process holds `train`
+    on the Celery worker; the test kills that process (the TaskInstance's pid, checked to be in the
+    worker's process group) and then checks GCS and the workload's own log, not the code's counters.
+    """
+    from interlude_workload.checkpoints import CheckpointStore
+
     api = stack.api
+    # Nothing else may be running on the worker that is about to be restarted (e.g. the scheduled run).
+    wait_for(lambda: not api.active_runs(), RUN_TIMEOUT, "other DAG runs to finish")
+    stack.restart("worker", env=WATCH_FROM_WORKER)
     run_id = api.trigger(base_conf(train_steps=150, finetune_steps=10, checkpoint_every=10, step_seconds=0.2))
     run_key = naming.run_key(DAG_ID, run_id)
+    store = CheckpointStore(BUCKET, run_key, "train")
+    worker_pid = int(stack.state["pids"]["worker"])
     try:
         api.wait_run(
             run_id,
             RUN_TIMEOUT,
             until=lambda run: (
-                run["state"] in ("success", "failed")
-                or (int(progress(run_key, "train").get("last_checkpoint_step") or 0) >= 20)
+                run["state"] in TERMINAL
+                or (api.task_instance(run_id, "train")["state"] == "running" and committed_step(store) >= 20)
             ),
         )
-        killed_at = int(progress(run_key, "train").get("step") or 0)
-        assert 20 <= killed_at < 150, killed_at
-        api.call("PATCH", f"dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/train", json={"new_state": "failed"})
+        train = api.task_instance(run_id, "train")
+        assert train["state"] == "running", f"train is {train['state']}, not running, when it should be killed"
+        pid = int(train["pid"])
+        # An independent check that this pid is the task process on the Celery worker (not a stale value):
+        # the Celery worker is among its ancestors.
+        assert worker_pid in ancestors(pid), f"pid {pid} does not descend from the Celery worker {worker_pid}"
+        committed_before_kill = committed_step(store)
+        assert 20 <= committed_before_kill < 150, committed_before_kill
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: process_gone(pid), 60, f"the killed task process {pid} to be gone")
+
         failed = api.wait_run(run_id, RUN_TIMEOUT)
         assert failed["state"] == "failed"
+        assert api.task_instance(run_id, "train")["state"] == "failed"
         assert api.task_instance(run_id, "teardown")["state"] == "success"
         assert_no_machines_left(stack, run_key)
+        # The machine is gone: nothing commits any more. This is where the retry must resume.
+        committed_at_retry = committed_step(store)
+        assert committed_at_retry >= committed_before_kill
 
         api.call(
             "POST",
@@ -188,11 +294,22 @@ def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> N
         tis = api.task_instances(run_id)
         assert run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
         assert tis["train"]["try_number"] >= 2
-        resumed = progress(run_key, "train")
-        assert int(resumed.get("resumed_from") or 0) >= 10, resumed
-        assert int(resumed["step"]) == 150
+        # The workload's own log: the first boot had nothing to restore; the retry's boot resumed from the
+        # checkpoint committed before the kill (or a later one written before teardown), and ran to the end.
+        # (The log reaches GCS in chunks: wait for the last one, which carries the final digest.)
+        wait_for(lambda: "final digest" in store.read_log(tail_chunks=1), 120, "the workload's final log chunk")
+        log = store.read_log()
+        resumed = [int(step) for step in re.findall(r"resume point: step (\d+)", log)]
+        assert resumed, f"the workload never logged a resume point:\n{log[-3000:]}"
+        assert resumed[-1] == committed_at_retry >= committed_before_kill, (resumed, committed_at_retry)
+        assert f"training train steps {committed_at_retry + 1}..150" in log, log[-3000:]
+        assert committed_step(store) == 150
+        assert "final digest" in log.split(f"resume point: step {committed_at_retry}")[-1]
     finally:
-        api.wait_run(run_id, RUN_TIMEOUT)
+        try:
+            api.wait_run(run_id, RUN_TIMEOUT)
+        finally:
+            stack.restart("worker")
         assert_no_machines_left(stack, run_key)
 
 
@@ -254,6 +371,44 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
         slices.add(spec["data_date"])
         assert spec["data_date"] == str(run["logical_date"])[:10], "each run fine-tunes on its own data slice"
     assert len(slices) == 3
+
+
+class PoolCapExceeded(AssertionError):
+    """More machines alive at once than the accelerator pool has slots (the only failure the xfail expects)."""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=PoolCapExceeded,
+    reason="issue 10 item 9: provision runs in the default pool and a stage's slot is free between tasks, so "
+    "machines alive at once exceed the accelerator pool's slots (remove this mark with the fix)",
+)
+def test_machines_alive_at_once_never_exceed_the_accelerator_pool(stack: Stack) -> None:
+    """Four runs at once on a 2-slot pool: the machines alive in the local cloud, sampled every half second,
+    never outnumber the slots (the cap as users read it), and the cap is reached."""
+    api = stack.api
+    slots = int(api.call("GET", "pools/interlude_accelerators")["slots"])
+    wait_for(lambda: not api.active_runs(), RUN_TIMEOUT, "other DAG runs to finish")
+    run_ids = [
+        api.trigger(base_conf(seed=40 + i, train_steps=20, finetune_steps=5, checkpoint_every=5)) for i in range(4)
+    ]
+    keys = [naming.run_key(DAG_ID, run_id) for run_id in run_ids]
+    most: list[str] = []
+    deadline = time.monotonic() + 2 * RUN_TIMEOUT
+    try:
+        while api.active_runs() and time.monotonic() < deadline:
+            alive = [m["name"] for m in stack.machines() if m["name"].startswith(tuple(keys))]
+            most = alive if len(alive) > len(most) else most
+            time.sleep(0.5)
+        states = {run_id: api.run(run_id)["state"] for run_id in run_ids}
+        assert all(state == "success" for state in states.values()), states
+        if len(most) > slots:
+            raise PoolCapExceeded(f"{len(most)} machines alive at once on {slots} slots: {most}")
+        assert len(most) == slots, f"the cap was never reached ({len(most)} of {slots}): the test shows nothing"
+    finally:
+        for run_id, key in zip(run_ids, keys, strict=True):
+            api.wait_run(run_id, RUN_TIMEOUT)
+            assert_no_machines_left(stack, key)
 
 
 def test_conversion_approval_given_through_the_rest_api(stack: Stack) -> None:

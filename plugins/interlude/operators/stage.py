@@ -261,7 +261,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             elif action is Action.REPROVISION:
                 self._reprovision()
             elif action is Action.RECORD_EVENT and payload.get("event"):
-                self._record(payload["event"])
+                self._record(payload["event"], payload.get("watcher"))
             elif action is Action.FAIL:
                 raise AirflowException(
                     f"stage {self.stage} failed: {state.failure}\n{self._log_tail(payload.get('log_tail'))}"

@@ -116,7 +116,10 @@ class StageActions:
             parts.append(f"(log tail unavailable: {exc})")
         return "\n".join(parts) or "(the machine left no log; see its serial console)"
 
-    def _record(self, event: dict[str, Any]) -> None:
+    def _record(self, event: dict[str, Any], watcher: dict[str, Any] | None = None) -> None:
+        """Store the event, with the triggerer process that saw it close (none when the worker watched)."""
+        if watcher:
+            event = {**event, "watcher": watcher}
         uri = events.record_event(self.bucket, self.run_key, self.stage, event)
         self.log.info(
             "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "

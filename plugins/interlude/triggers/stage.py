@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.utils.net import get_hostname
 
 from interlude.maintenance import Limits, Machine, Observation, Phase, StageState, Transition, next_step
 from interlude.observe import (
@@ -256,7 +258,11 @@ class StageTrigger(BaseTrigger):
                     )
                 t = next_step(state, obs, limits)
                 if t.differs_from(state):
-                    yield TriggerEvent(transition_event(self.stage, t, progress, self._serial, obs))
+                    payload = transition_event(self.stage, t, progress, self._serial, obs)
+                    # Which process saw this transition: host (as Airflow names it on the triggerer's job), the
+                    # trigger runner and its parent, the triggerer.
+                    payload["watcher"] = {"host": get_hostname(), "pid": os.getpid(), "ppid": os.getppid()}
+                    yield TriggerEvent(payload)
                     return
                 state = t.state  # carries the running step count and the clocks between polls
                 await asyncio.sleep(self.poll_interval)
