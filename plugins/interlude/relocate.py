@@ -24,7 +24,14 @@ MAX_ATTEMPTS = 4
 
 
 class RelocationRefused(RuntimeError):
-    """No place the run may move to (capacity, or a checkpoint that cannot load on the other family)."""
+    """No place the run may move to (capacity, or a checkpoint that cannot load on the other family).
+
+    ``max_wait_seconds`` > 0 when the model's profile lets the run wait for capacity to come back (the
+    stage then waits in the triggerer and tries again) instead of failing at once."""
+
+    def __init__(self, message: str, max_wait_seconds: float = 0.0) -> None:
+        super().__init__(message)
+        self.max_wait_seconds = max_wait_seconds
 
 
 def current_machine(spec: RunSpec, provisioned: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -109,7 +116,12 @@ def relocate(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
     for _ in range(MAX_ATTEMPTS):
         plan = _plan(spec, machine, why, lost)
         if isinstance(plan, Refusal):
-            raise RelocationRefused(f"stage {stage}: cannot move off {plan.source} ({why.value}): {plan.reason}")
+            from interlude.profiles import get_profile
+
+            wait = get_profile(spec.model_profile).max_wait.total_seconds() if plan.wait else 0.0
+            raise RelocationRefused(
+                f"stage {stage}: cannot move off {plan.source} ({why.value}): {plan.reason}", max_wait_seconds=wait
+            )
         log.warning("Failover: %s", plan.reason())
         try:
             record = _provision(spec, plan, gcp_conn_id)

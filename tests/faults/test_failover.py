@@ -8,6 +8,8 @@ the machines left in the cloud, and the final weights against an uninterrupted r
 from __future__ import annotations
 
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +96,59 @@ def test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint(stage_st
     assert resumed and max(resumed) >= 20, resumed
     assert store(cloud, run_key, "finetune").latest().checkpoint.metrics["digest"] == reference(cloud, train_steps=300)
     assert cloud.admin.machines() == []
+
+
+def test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes(
+    stage_stack: Any,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A TPU-only model (its profile may wait) loses every TPU mid-training: no move is possible (the other
+    family needs a conversion), so the stage waits in the triggerer instead of failing, and resumes from its
+    committed checkpoint when capacity comes back."""
+    cloud, _ = stage_stack
+    lost_at = time.monotonic()
+
+    def mid_training(machine: dict[str, Any], progress: dict[str, Any]) -> bool:
+        return machine["kind"] == "tpu" and int(progress.get("step") or 0) >= 20
+
+    def lose_every_tpu(machine: dict[str, Any]) -> None:
+        nonlocal lost_at
+        for zone in (HOME_ZONE, OTHER_ZONE):
+            for tpu_type in ("v6e-8", "v5litepod-8"):
+                cloud.admin.set_capacity(zone, "tpu", tpu_type, on_demand=0, spot=0)
+        cloud.admin.preempt("tpu", machine["zone"], machine["name"])
+        lost_at = time.monotonic()
+
+    def capacity_back() -> None:  # the run must be seen waiting before the capacity returns
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            log = tmp_path / "dags-test.log"
+            if log.exists() and "allows waiting" in log.read_text(errors="replace"):
+                time.sleep(3)
+                cloud.admin.set_capacity(HOME_ZONE, "tpu", "v6e-8", on_demand=4, spot=4)
+                return
+            time.sleep(0.5)
+
+    watcher = when_training(cloud, mid_training, lose_every_tpu)
+    restorer = threading.Thread(target=capacity_back, daemon=True)
+    restorer.start()
+    result, run_key = run_dag(
+        stage_stack,
+        tmp_path,
+        spot=True,
+        zones=[HOME_ZONE, OTHER_ZONE],
+        model_profile="maxtext-tpu-only",
+        train_steps=300,
+    )
+    watcher.join(timeout=1)
+    restorer.join(timeout=1)
+
+    assert result.state == "success", result.log[-4000:]
+    assert "The model profile allows waiting" in result.log, result.log[-4000:]
+    booted = [str(e["machine"]) for e in cloud.admin.events() if e.get("event") == "machine_boot"]
+    assert all(b.startswith("tpu-") for b in booted) and len(set(booted)) >= 1, booted
+    resumed = _resumed_steps(workload_log(cloud, run_key, "train"))
+    assert resumed and max(resumed) >= 20, resumed  # resumed from what it had committed before the loss
+    assert store(cloud, run_key, "finetune").latest().checkpoint.metrics["digest"] == reference(cloud, train_steps=300)
+    assert cloud.admin.machines() == []
+    print(f"lost every TPU, waited, resumed: {time.monotonic() - lost_at:.0f}s from the loss to the end")

@@ -31,7 +31,7 @@ from interlude.observe import (
 )
 from interlude.operators.conventions import default_deferrable
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink
-from interlude.operators.stage_actions import StageActions
+from interlude.operators.stage_actions import CapacityWait, StageActions
 from interlude.spec import RunSpec
 from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
 from interlude_workload import layout
@@ -298,7 +298,10 @@ class TrainingStageOperator(StageActions, BaseOperator):
             raise AirflowException(f"stage {self.stage}: watching failed: {event.get('message')}")
         if status != "transition":
             raise AirflowException(f"stage {self.stage}: unexpected trigger event status {status!r}")
-        state, result = self._act(context, event)
+        try:
+            state, result = self._act(context, event)
+        except CapacityWait as wait:
+            self._wait_for_capacity(StageState.from_dict(event["state"]), wait, since=time.time())
         if result is not None:
             self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
             return result
@@ -322,7 +325,11 @@ class TrainingStageOperator(StageActions, BaseOperator):
             t = next_step(state, obs, limits)
             if t.differs_from(state):
                 payload = transition_event(self.stage, t, progress, serial.text if serial else "", obs)
-                state, result = self._act(context, payload)
+                try:
+                    state, result = self._act(context, payload)
+                except CapacityWait as wait:
+                    self._wait_for_capacity_sync(wait)
+                    state, result = t.state, None
                 if result is not None:
                     return result
             else:

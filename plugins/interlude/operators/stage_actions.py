@@ -9,13 +9,25 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
 from interlude import events, provisioning
 from interlude.maintenance import StageState
 from interlude_workload import layout
+
+
+class CapacityWait(Exception):
+    """Nowhere to go now, and the profile lets the run wait: try again after a while, up to ``max_wait``."""
+
+    def __init__(self, reason: str, max_wait: float) -> None:
+        super().__init__(reason)
+        self.reason, self.max_wait = reason, max_wait
+
+
+CAPACITY_RETRY_SECONDS = 60.0
+"""How often a stage waiting for capacity tries to re-provision (Google's capacity changes in minutes)."""
 
 
 class StageActions:
@@ -34,6 +46,65 @@ class StageActions:
     def _plan(self, hold_at_step: int | None) -> Any:  # provided by the operator
         raise NotImplementedError
 
+    if TYPE_CHECKING:  # provided by the operator and BaseOperator (declared here for the type checker only)
+
+        @property
+        def poll_interval(self) -> float: ...
+        def _bind(self, context: Any) -> None: ...
+        def _trigger(self, state: StageState) -> Any: ...
+        def defer(self, **kwargs: Any) -> Any: ...
+
+    def _wait_for_capacity(self, state: StageState, wait: CapacityWait, since: float) -> None:
+        """Nowhere to go and the profile allows waiting: wait in the triggerer, then try again (defers)."""
+        from interlude.triggers.provision import QuotaWaitTrigger
+
+        waited = time.time() - since
+        if waited > wait.max_wait:
+            raise AirflowException(
+                f"stage {self.stage}: no capacity came back in {waited:.0f}s (the model profile waits at most "
+                f"{wait.max_wait:.0f}s): {wait.reason}"
+            )
+        retry = min(CAPACITY_RETRY_SECONDS, self.poll_interval * 10)
+        self.log.warning(
+            "Stage %s: %s. The model profile allows waiting: trying again in %.0fs (waited %.0fs of %.0fs)",
+            self.stage,
+            wait.reason,
+            retry,
+            waited,
+            wait.max_wait,
+        )
+        trigger = QuotaWaitTrigger(seconds=retry, state={"stage_state": state.to_dict(), "since": since})
+        self.defer(trigger=trigger, method_name="capacity_waited")
+
+    def capacity_waited(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
+        """After a wait for capacity: re-provision (in place, else a move); then watch the stage again."""
+        self._bind(context)
+        waiting = event["state"]
+        state = StageState.from_dict(waiting["stage_state"])
+        try:
+            self._reprovision()
+        except CapacityWait as wait:
+            self._wait_for_capacity(state, wait, since=float(waiting["since"]))
+        self.log.warning("Stage %s: capacity is back after %.0fs", self.stage, time.time() - float(waiting["since"]))
+        self.defer(trigger=self._trigger(state), method_name="execute_complete")
+        raise AssertionError("unreachable")
+
+    def _wait_for_capacity_sync(self, wait: CapacityWait) -> None:
+        """deferrable=False: the same waits on the worker (sleeping: that is what non-deferrable means)."""
+        since = time.time()
+        while True:
+            if time.time() - since > wait.max_wait:
+                raise AirflowException(
+                    f"stage {self.stage}: no capacity came back in {wait.max_wait:.0f}s: {wait.reason}"
+                )
+            self.log.warning("Stage %s: %s. Waiting for capacity", self.stage, wait.reason)
+            time.sleep(min(CAPACITY_RETRY_SECONDS, self.poll_interval * 10))
+            try:
+                self._reprovision()
+                return
+            except CapacityWait as again:
+                wait = again
+
     def _reprovision(self) -> None:
         """Bring the machine back where it was; when that place is gone, move the run (failover)."""
         from interlude.failover import Why
@@ -50,6 +121,8 @@ class StageActions:
         try:
             self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
         except RelocationRefused as exc:
+            if exc.max_wait_seconds > 0:
+                raise CapacityWait(str(exc), exc.max_wait_seconds) from exc
             raise AirflowException(str(exc)) from exc
         self.log.warning(
             "Stage %s continues on %s in %s from its latest committed checkpoint",
