@@ -39,7 +39,8 @@ resumes from its latest committed checkpoint. Checkpoints live under
 `gs://<bucket>/interlude/<run_key>/`.
 """
 
-# Tasks that hold a machine run in this pool (create it with --include-deferred; slots = machines at once).
+# The stages run in this pool (create it with --include-deferred): slots = stages training at once. It does not
+# yet cap machines alive (a machine lives from provision to teardown): tests/e2e/test_stack.py measures that gap.
 ACCELERATOR_POOL = "interlude_accelerators"
 
 
