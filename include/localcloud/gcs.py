@@ -40,7 +40,7 @@ class GcsEmulator:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        cmd = [sys.executable, "-m", "gcp_storage_emulator"]
+        cmd = [sys.executable, "-m", "interlude_localcloud.gcs_emulator"]
         if self.data_dir is not None:
             self.data_dir.mkdir(parents=True, exist_ok=True)
             cmd += ["--data-dir", str(self.data_dir)]

@@ -337,6 +337,7 @@ def write_airflow_cfg(
     fernet_key: str,
     password_file: Path,
     db_password: str,
+    max_machines: int = 2,
 ) -> Path:
     """The one airflow.cfg every component reads (same secrets, same database, same broker); mode 0600."""
     db = f"postgresql+psycopg2://airflow:{db_password}@127.0.0.1:{pg_port}/airflow"
@@ -377,6 +378,8 @@ def write_airflow_cfg(
         "dag_processor": {"refresh_interval": 30},
         # A killed triggerer's triggers move to a live one after the health threshold: keep it short locally.
         "triggerer": {"capacity": 1000, "job_heartbeat_sec": 2, "triggerer_health_check_threshold": 10},
+        # Machines alive at once (interlude.machine_slots): the same number as the accelerator pool's slots.
+        "interlude": {"max_machines": max_machines},
     }
     home.mkdir(parents=True, exist_ok=True)
     lines = []
@@ -644,6 +647,7 @@ def up(
             fernet_key=Fernet.generate_key().decode(),
             password_file=password_file,
             db_password=db_password(var_dir),
+            max_machines=pool_slots,
         )
         env = component_env(state)
         log("airflow db migrate")

@@ -4,6 +4,7 @@ Both sides import it: the workload on the machine (it cannot import the Airflow 
 Airflow side (operators, triggers, report, links). A path spelled anywhere else is a bug: two
 spellings of one path drift apart, and a run then stops finding its own checkpoints. Layout::
 
+    gs://BUCKET/interlude/_slots/slot-N.json               slot_object: a machine slot held by one run
     gs://BUCKET/interlude/RUN_KEY/                         run_prefix
         plan/NN-STAGE.json                                 plan_object: what each boot runs
         events/STAGE-MILLIS-KIND-ID.json                   event_object: one per maintenance event
@@ -20,6 +21,15 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
 from __future__ import annotations
 
 ROOT = "interlude"
+
+
+def slots_prefix() -> str:
+    """The bucket's machine slots (interlude.machine_slots): one object per machine alive or being made."""
+    return f"{ROOT}/_slots/"
+
+
+def slot_object(index: int) -> str:
+    return f"{slots_prefix()}slot-{index:04d}.json"
 
 
 def run_prefix(run_key: str) -> str:

@@ -67,7 +67,7 @@ def running_gcs_emulator(startup_timeout: float = 30.0) -> Iterator[GcsEmulator]
         [
             sys.executable,
             "-m",
-            "gcp_storage_emulator",
+            "interlude_localcloud.gcs_emulator",
             "start",
             "--host",
             "127.0.0.1",

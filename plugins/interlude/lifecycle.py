@@ -155,6 +155,31 @@ def start_fresh(spec: RunSpec) -> dict[str, int]:
     return wiped
 
 
+def take_machine_slot(spec: RunSpec, state: dict[str, Any]) -> str | None:
+    """Hold one of the deployment's machine slots before anything is created (interlude.machine_slots).
+
+    Returns None when the run holds a slot (or there is no cap), else why it must wait; raises once it
+    waited longer than ``queue_wait_seconds`` (no wait is endless). ``state`` carries the wait's start.
+    """
+    from interlude import machine_slots
+
+    cap = machine_slots.max_machines()
+    if not cap:
+        return None
+    index = machine_slots.take(spec.bucket, spec.run_key, spec.dag_id, spec.run_id, cap)
+    if index is not None:
+        log.info("Machine slot %d of %d held by this run until its teardown", index, cap)
+        return None
+    since = float(state.setdefault("slot_wait_since", time.time()))
+    holders = ", ".join(s.run_key for s in machine_slots.holders(spec.bucket))
+    if time.time() - since > spec.queue_wait_seconds:
+        raise RuntimeError(
+            f"no machine slot freed in {spec.queue_wait_seconds:.0f}s (queue_wait_seconds): all {cap} "
+            f"([interlude] max_machines) are held by {holders}"
+        )
+    return f"all {cap} machine slots ([interlude] max_machines) are held by {holders}"
+
+
 def record_intent(spec: RunSpec, machine: Mapping[str, Any]) -> None:
     """Before the create call: where the machine will be, so teardown deletes it even if this task dies."""
     from interlude import ledger
@@ -179,6 +204,9 @@ def provision(spec: RunSpec, validated: Mapping[str, Any], report: Mapping[str, 
         "tried": [],
         "quota_deadline": time.time() + spec.quota_wait_seconds,
     }
+    while (held := take_machine_slot(spec, state)) is not None:
+        log.warning("%s: waiting for a machine slot to free", held)
+        time.sleep(min(30.0, spec.poll_seconds * 10))
     while True:
         attempt = create_or_queue(spec, state)
         if attempt.quota is not None:
@@ -295,7 +323,20 @@ def teardown(spec: RunSpec) -> list[str]:
         report.unlisted["(intent records)"] = ledger_error
     if not report.complete:
         raise TeardownIncomplete(spec.run_key, report)
+    _release_machine_slot(spec)
     return report.deleted
+
+
+def _release_machine_slot(spec: RunSpec) -> None:
+    """Nothing of the run is left: its machine slot goes to the next run (a failure here fails teardown,
+    whose retry releases it: a slot never leaks silently)."""
+    from interlude import machine_slots
+
+    if not machine_slots.max_machines():
+        return  # no cap in this deployment: no slot was taken
+    freed = machine_slots.release(spec.bucket, spec.run_key)
+    if freed:
+        log.info("Machine slot(s) %s released", freed)
 
 
 def sweep(zones: list[str], state_of: Any) -> list[str]:

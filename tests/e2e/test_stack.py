@@ -374,18 +374,13 @@ def test_backfill_three_dates_gives_three_runs(stack: Stack) -> None:
 
 
 class PoolCapExceeded(AssertionError):
-    """More machines alive at once than the accelerator pool has slots (the only failure the xfail expects)."""
+    """More machines alive at once than the accelerator pool has slots."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=PoolCapExceeded,
-    reason="issue 10 item 9: provision runs in the default pool and a stage's slot is free between tasks, so "
-    "machines alive at once exceed the accelerator pool's slots (remove this mark with the fix)",
-)
 def test_machines_alive_at_once_never_exceed_the_accelerator_pool(stack: Stack) -> None:
     """Four runs at once on a 2-slot pool: the machines alive in the local cloud, sampled every half second,
-    never outnumber the slots (the cap as users read it), and the cap is reached."""
+    never outnumber the slots (the cap as users read it: the stack sets `[interlude] max_machines` to the
+    pool's slots, interlude.machine_slots holds it from provision to teardown), and the cap is reached."""
     api = stack.api
     slots = int(api.call("GET", "pools/interlude_accelerators")["slots"])
     wait_for(lambda: not api.active_runs(), RUN_TIMEOUT, "other DAG runs to finish")

@@ -60,7 +60,13 @@ class ProvisionOperator(BaseOperator):
 
     def _attempt(self, context: Any, spec: Any, state: dict[str, Any]) -> dict[str, Any]:
         from interlude import lifecycle
+        from interlude.triggers.provision import QuotaWaitTrigger
 
+        held = lifecycle.take_machine_slot(spec, state)
+        if held is not None:
+            wait = min(30.0, spec.poll_seconds * 10)
+            self.log.warning("%s: waiting %.0fs in the triggerer for a machine slot to free", held, wait)
+            self.defer(trigger=QuotaWaitTrigger(seconds=wait, state=state), method_name="quota_waited")
         outcome = lifecycle.create_or_queue(spec, state)
         if outcome.machine is not None and not outcome.queued:
             return outcome.machine
@@ -82,8 +88,6 @@ class ProvisionOperator(BaseOperator):
                 machine=machine,
             )
             self.defer(trigger=trigger, method_name="queued_complete")
-        from interlude.triggers.provision import QuotaWaitTrigger
-
         wait = min(30.0, spec.poll_seconds * 10)
         self.log.warning("Quota exhausted (%s): waiting %.0fs in the triggerer, then trying again", outcome.quota, wait)
         self.defer(trigger=QuotaWaitTrigger(seconds=wait, state=outcome.state), method_name="quota_waited")
