@@ -39,8 +39,8 @@ resumes from its latest committed checkpoint. Checkpoints live under
 `gs://<bucket>/interlude/<run_key>/`.
 """
 
-# The stages run in this pool (create it with --include-deferred): slots = stages training at once. It does not
-# yet cap machines alive (a machine lives from provision to teardown): tests/e2e/test_stack.py measures that gap.
+# The stages run in this pool (create it with --include-deferred): slots = stages training at once. Machines
+# alive at once are capped by `[interlude] max_machines` (interlude.machine_slots: provision to teardown).
 ACCELERATOR_POOL = "interlude_accelerators"
 
 
