@@ -65,6 +65,8 @@ u.urlopen(u.Request(sys.argv[1], sys.stdin.buffer.read(), {{"Metadata-Flavor": "
 # The control plane reads the end line on the serial console (and the same words as the guest attribute
 # interlude/startup): the workload is not running any more.
 last_words() {{ echo "startup: begin: boot $INTERLUDE_BOOT_ID"; tail -n 12 "$LOG" | cut -c1-300; }}
+# This boot's begin replaces the last boot's last words at once: they must never be read as this boot's.
+echo "startup: begin: boot $INTERLUDE_BOOT_ID" | guest startup
 trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"; last_words | guest startup' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi

@@ -67,7 +67,7 @@ ZONE_LISTS = ZoneListCache()
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
 SERIAL_SUSPECT_SECONDS = 10.0
-SIGTERM_EXIT = 143  # the startup script's exit when the machine stopped it (see interlude_workload.startup)
+STOPPED_EXITS = (0, 143)  # the startup script's exits when the machine stopped it (the agent ends only on SIGTERM)
 SERIAL_KEEP = 64 * 1024
 
 
@@ -147,14 +147,14 @@ class StageTrigger(BaseTrigger):
         items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
         return items.get(name)
 
-    async def _startup_failure(self, hook: Any) -> StartupFailure | None:
+    async def _startup_failure(self, hook: Any, reported_boot: str | None = None) -> StartupFailure | None:
         """New serial console output of a GCE VM (only the bytes since the last read), then the verdict.
 
         TPU nodes have no serial console in the TPU API: there the startup script leaves the same last words
         in the guest attribute ``interlude/startup`` (written when it ends), read with getGuestAttributes.
         """
         if self.machine["kind"] == "tpu_node":
-            return await self._tpu_startup_failure(hook)
+            return await self._tpu_startup_failure(hook, reported_boot)
         if self.machine["kind"] != "gce_vm":
             return None
         rest = await hook.async_rest()
@@ -165,12 +165,18 @@ class StageTrigger(BaseTrigger):
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
 
-    async def _tpu_startup_failure(self, hook: Any) -> StartupFailure | None:
+    async def _tpu_startup_failure(self, hook: Any, reported_boot: str | None) -> StartupFailure | None:
+        """The guest attribute holds the latest boot's begin, then its last words once it ends. Only an end of
+        the boot the workload last reported (or of a first boot that never reported) counts: an older boot's
+        end is a machine that went down and came back. Exit 0 or 143 is the agent stopped by SIGTERM (the
+        machine going down), not a failure."""
         entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
         words = "\n".join(str(e.get("value") or "") for e in entries if e.get("key") == "startup")
         failure = startup_failure(words)
-        if failure is None or failure.exit_code == SIGTERM_EXIT:
-            return None  # a boot that ended because the machine was being stopped is no startup failure
+        if failure is None or failure.exit_code in STOPPED_EXITS:
+            return None
+        if reported_boot is not None and failure.boot != reported_boot:
+            return None
         self._serial = words[-SERIAL_KEEP:]
         return failure
 
@@ -213,7 +219,9 @@ class StageTrigger(BaseTrigger):
                     read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
                 )
                 facts_at = time.monotonic()
-            failure = await self._startup_failure(hook) if self.suspect(state, machine, time.time()) else None
+            boot = (facts.progress or {}).get("boot_id") if facts is not None else None
+            suspect = self.suspect(state, machine, time.time())
+            failure = await self._startup_failure(hook, str(boot) if boot else None) if suspect else None
             return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
         except Exception as exc:
             if not is_outage(exc):
