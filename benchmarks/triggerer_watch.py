@@ -266,7 +266,7 @@ def cpu_delta(a: Sample, b: Sample) -> float:
 
 
 # --------------------------------------------------------------------------------------------- main
-def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - TODO(issue 12): split
+def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - TODO(issue 16): split with the triggerer-cost rework
     work = Path(tempfile.mkdtemp(prefix="interlude-bench-"))
     log(f"work dir {work}")
     cloud: LocalCloud | None = None

@@ -82,7 +82,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace) -> int:  # noqa: C901 - TODO(issue 12): split
+def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to bottom: resume, step, commit, hold, stop
     x, y = data.load(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
     ckpt = Checkpointer(
         args.bucket,
