@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from interlude import events, provisioning
+from interlude import events, lifecycle, provisioning
 from interlude.maintenance import StageState
 from interlude_workload import layout
 
@@ -21,9 +21,9 @@ from interlude_workload import layout
 class CapacityWait(Exception):
     """Nowhere to go now, and the profile lets the run wait: try again after a while, up to ``max_wait``."""
 
-    def __init__(self, reason: str, max_wait: float) -> None:
+    def __init__(self, reason: str, max_wait: float, limit: str = "the model profile's max_wait") -> None:
         super().__init__(reason)
-        self.reason, self.max_wait = reason, max_wait
+        self.reason, self.max_wait, self.limit = reason, max_wait, limit
 
 
 CAPACITY_RETRY_SECONDS = 60.0
@@ -61,8 +61,8 @@ class StageActions:
         waited = time.time() - since
         if waited > wait.max_wait:
             raise AirflowException(
-                f"stage {self.stage}: no capacity came back in {waited:.0f}s (the model profile waits at most "
-                f"{wait.max_wait:.0f}s): {wait.reason}"
+                f"stage {self.stage}: no capacity came back in {waited:.0f}s (at most {wait.max_wait:.0f}s: "
+                f"{wait.limit}): {wait.reason}"
             )
         retry = min(CAPACITY_RETRY_SECONDS, self.poll_interval * 10)
         self.log.warning(
@@ -112,6 +112,12 @@ class StageActions:
         from interlude.relocate import RelocationRefused, relocate
 
         self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
+        # Every create holds a machine slot (interlude.machine_slots): the run's own while it lives (taking it
+        # again is one list), a new one when its teardown already released it (a stage cleared on its own).
+        held = lifecycle.take_machine_slot(self.run_spec, {})
+        if held is not None:
+            why = f"{held}: the machine is re-created when one frees"
+            raise CapacityWait(why, self.run_spec.queue_wait_seconds, "queue_wait_seconds")
         try:
             provisioning.reprovision(self.machine, self.gcp_conn_id)
             return
