@@ -232,7 +232,7 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
                 json={"model": "interlude", "prompt": "hello", "max_tokens": 40},
             )
         except requests.RequestException:
-            pass
+            time.sleep(0.2)  # no pod answering right now: do not spin
 
     # the served pod queues: pace tokens and allow one sequence at a time (a new rollout of the template)
     def slow(cur: dict[str, Any]) -> dict[str, Any]:
@@ -255,14 +255,25 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
         ),
         c,
     )
-    load = [threading.Thread(target=complete, daemon=True) for _ in range(5)]
+    # Five clients keep the queue full until the HPA acts: one burst could drain before a loaded machine's
+    # HPA pass saw it (or meet the pod mid-migration and fail fast), and then nothing ever queues again.
+    scaled = threading.Event()
+
+    def keep_loading() -> None:
+        while not scaled.is_set():
+            complete()
+
+    load = [threading.Thread(target=keep_loading, daemon=True) for _ in range(5)]
     for t in load:
         t.start()
-    wait_for("the HPA scaling up", lambda: replicas(store) > 1, c)
+    try:
+        wait_for("the HPA scaling up", lambda: replicas(store) > 1, c)
+    finally:
+        scaled.set()
     status = store.get(HPAS, "default", "interlude-vllm")["status"]
     assert status["desiredReplicas"] > 1, status
     for t in load:
-        t.join(timeout=60)
+        t.join(timeout=130)
     wait_for("the HPA scaling back to 1", lambda: replicas(store) == 1, c)
 
 
