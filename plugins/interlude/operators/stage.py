@@ -128,6 +128,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             self.machine,
             spec.maintenance_policy,
             time_scale,
+            spec.policy_overrides(),
             poll_seconds=spec.poll_seconds,
             stage_follows=not self.last_stage,
         )
