@@ -67,4 +67,3 @@ def overdue(event: dict[str, Any], obs: Observation, limits: Limits, down_at: fl
     """Why the machine is given up on now (None: keep waiting for it to come back)."""
     at, why = deadline(event, obs, limits, down_at)
     return why if obs.now > at else None
-
