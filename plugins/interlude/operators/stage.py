@@ -260,7 +260,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             if action in simple:
                 simple[action](state)
             elif action is Action.REPROVISION:
-                self._reprovision()
+                self._reprovision((state.event or {}).get("reprovision_reason"))
             elif action is Action.RECORD_EVENT and payload.get("event"):
                 self._record(payload["event"], payload.get("watcher"))
             elif action is Action.FAIL:

@@ -105,13 +105,13 @@ class StageActions:
             except CapacityWait as again:
                 wait = again
 
-    def _reprovision(self) -> None:
+    def _reprovision(self, why: str | None = None) -> None:
         """Bring the machine back where it was; when that place is gone, move the run (failover)."""
         from interlude.failover import Why
         from interlude.hooks.errors import QuotaExceededError, StockoutError
         from interlude.relocate import RelocationRefused, relocate
 
-        self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
+        self.log.warning("Machine %s: %s: re-provisioning it", self.machine["name"], why or "gone or did not come back")
         try:
             provisioning.reprovision(self.machine, self.gcp_conn_id)
             return
