@@ -23,7 +23,8 @@ Durations are Google-real seconds; the local cloud runs faster by its scenario `
   shutdown, never restarted by maintenance: re-provision at once).
 
 Entry points: :func:`plan_for_notice` when a notice appears, :func:`start_early_now` at each natural pause,
-:func:`machine_gone` / :func:`should_reprovision` while the machine is away.
+:func:`machine_gone`, :func:`reprovision_deadline` and :func:`reprovision_due` while the machine is away
+(the stage's use of them: :mod:`interlude.down_wait`).
 """
 
 from __future__ import annotations

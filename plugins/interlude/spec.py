@@ -68,7 +68,9 @@ def _optional(description: str, **schema: Any) -> Any:
 class RunSpec:
     """Everything a run needs to know, with the single default of every param.
 
-    Durations are in seconds of the cloud the run talks to.
+    Durations are in seconds of the cloud the run talks to, except the maintenance policy's knobs
+    (``down_budget_seconds`` and the ones after it): Google-real seconds, which the connection's
+    ``time_scale`` maps to the local cloud's faster clock, so their defaults are right on Google.
     """
 
     # -- params (the trigger form) -------------------------------------------------------------------
