@@ -64,6 +64,7 @@ def test_a_gpu_vm_in_a_long_normal_maintenance_is_waited_for_not_recreated(
     assert deletes == [], deletes
     # It resumed on the same VM's new boot with nothing recomputed (the workload's own log).
     assert figures.recomputed_steps == 0 and figures.resume_step >= figures.last_commit_before_window, figures
+    print(json.dumps({"down_s": round(ends[0] - starts[0], 2), "inserts": len(inserts), **figures.to_dict()}))
     assert dev.machines(cloud) == []
 
 
@@ -110,5 +111,6 @@ def test_a_gpu_vm_google_reports_gone_is_reprovisioned_without_waiting_the_budge
     assert len(inserts) == 2, inserts
     waited = inserts[1]["t"] - deleted[0]
     assert 0 < waited < budget_s / TIME_SCALE / 3, waited  # far inside the 60 s the budget would have allowed
+    print(json.dumps({"deleted_to_new_insert_s": round(waited, 2), "budget_real_s": budget_s / TIME_SCALE}))
     assert "Google says the machine is gone" in result.log
     assert dev.machines(cloud) == []
