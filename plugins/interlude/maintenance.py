@@ -132,7 +132,7 @@ BOOKKEEPING: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Limits:
-    restart_timeout: float  # seconds a machine may stay down before it is re-provisioned
+    restart_timeout: float  # without a notice policy: seconds a machine may stay down before re-provisioning
     max_reprovisions: int = 3
     stall_timeout: float = 600.0  # seconds a READY machine may show no progress
     api_outage_budget: float = 900.0  # seconds the control plane may stay silent
@@ -171,6 +171,7 @@ def open_event(kind: str, obs: Observation, state: StageState, notice: Notice | 
         "kind": kind,
         "notice_type": notice.kind if notice else None,
         "window_start": notice.window_start if notice else None,
+        "window_end": notice.window_end if notice else None,
         "detected_at": obs.now,
         "step_at_detection": max(state.last_step_seen, obs.progress_step),
         "committed_at_detection": obs.committed_step,
@@ -239,13 +240,19 @@ def down(state: StageState, obs: Observation) -> StageState:
 
 
 def _maybe_reprovision(state: StageState, obs: Observation, limits: Limits) -> Transition:
+    """Provision another machine only when Google says this one is gone or it is still away at the deadline
+    (the window's end with margin, else the kind's down budget: see interlude.down_wait)."""
+    from interlude import down_wait
+
     event = state.event or {}
     down_at = event.get("down_at")
-    down_for = obs.now - (obs.now if down_at is None else down_at)
-    if obs.machine is Machine.GONE or down_for > limits.restart_timeout:
+    down_at = obs.now if down_at is None else float(down_at)
+    why = "Google says the machine is gone" if obs.machine is Machine.GONE else None
+    why = why or down_wait.overdue(event, obs, limits, down_at)
+    if why is not None:
         if state.reprovisions >= limits.max_reprovisions:
             return fail(state, f"machine did not come back after {state.reprovisions} re-provisions")
-        new_event = {**event, "reprovisioned": True, "down_at": obs.now if down_at is None else down_at}
+        new_event = {**event, "reprovisioned": True, "reprovision_reason": why, "down_at": down_at}
         new = replace(state, phase=Phase.RECOVERING, event=new_event, reprovisions=state.reprovisions + 1)
         return Transition(new, (Action.REPROVISION,))
     return Transition(state)

@@ -23,7 +23,8 @@ Durations are Google-real seconds; the local cloud runs faster by its scenario `
   shutdown, never restarted by maintenance: re-provision at once).
 
 Entry points: :func:`plan_for_notice` when a notice appears, :func:`start_early_now` at each natural pause,
-:func:`machine_gone` / :func:`should_reprovision` while the machine is away.
+:func:`machine_gone`, :func:`reprovision_deadline` and :func:`reprovision_due` while the machine is away
+(the stage's use of them: :mod:`interlude.down_wait`).
 """
 
 from __future__ import annotations
@@ -258,7 +259,10 @@ class MachineState:
     automatic_restart: bool = True  # Compute scheduling.automaticRestart (TPU nodes come back by themselves)
 
 
-GONE_STATES = {"PREEMPTED"}
+GONE_STATES = frozenset({"PREEMPTED", "DELETING", "HIDING", "HIDDEN"})
+"""TPU Node states from which the node does not come back by itself (preempted, being deleted, or hidden
+by its queued resource being deleted): https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes#State
+"""
 
 
 def machine_gone(machine: MachineState) -> bool:
@@ -272,9 +276,28 @@ def machine_gone(machine: MachineState) -> bool:
     return machine.state == "TERMINATED" and not machine.automatic_restart
 
 
-def should_reprovision(plan: NoticePlan, machine: MachineState, now: float) -> bool:
-    """Provision another machine: Google says this one is gone, or the window's end is past with margin."""
+def reprovision_deadline(
+    kind: MaintenanceKind, down_at: float, window_end: float | None, params: PolicyParams | None = None
+) -> float:
+    """When a machine that went down at ``down_at`` is given up on (Google has not said it is gone).
+
+    Google's ``windowEndTime`` is its own word on when the disruption is over: past it by the margin, the
+    machine is not coming back on time. Without a window end (no notice, or a stale one that ended before
+    the machine went down) the kind's down budget from the moment it went down."""
+    params = params or PolicyParams()
+    if window_end is not None and window_end + params.reprovision_margin_s > down_at:
+        return window_end + params.reprovision_margin_s
+    return down_at + params.budget(kind)
+
+
+def reprovision_due(machine: MachineState, deadline: float, now: float) -> bool:
+    """Provision another machine: Google says this one is gone, or it is still away at the deadline."""
     if machine_gone(machine):
         return True
     healthy = machine.state in ("READY", "RUNNING")
-    return not healthy and now >= plan.reprovision_after
+    return not healthy and now >= deadline
+
+
+def should_reprovision(plan: NoticePlan, machine: MachineState, now: float) -> bool:
+    """Provision another machine: Google says this one is gone, or the window's end is past with margin."""
+    return reprovision_due(machine, plan.reprovision_after, now)

@@ -60,7 +60,7 @@ class NoticePolicy:
             min_margin_s=scaled(p.min_margin_s, ts),
             near_window_s=scaled(p.near_window_s, ts),
             reprovision_margin_s=scaled(p.reprovision_margin_s, ts),
-            down_budget_s={k: scaled(v, ts) for k, v in p.down_budget_s.items()},
+            down_budget_s={k.value: scaled(p.budget(k), ts) for k in MaintenanceKind},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -100,12 +100,49 @@ def policy_for(
         raise ValueError(f"maintenance_policy must be one of {POLICIES}, not {name!r}")
     if name == "checkpoint_at_notice":
         return None
+    gpu = machine.get("kind") == "gce_vm"
     kind = kind_for(
-        "gpu" if machine.get("kind") == "gce_vm" else "tpu",
+        "gpu" if gpu else "tpu",
         machine_type=machine.get("machine_type"),
+        hosts=1 if gpu else slice_hosts(machine.get("accelerator_type")),
         spot=machine.get("mode") == "spot",
     )
     return NoticePolicy(kind, PolicyParams.from_mapping(overrides), time_scale, poll_seconds, stage_follows)
+
+
+def slice_hosts(accelerator_type: str | None) -> int:
+    """Hosts (TPU VMs) of a TPU slice from its type, by the runtime table: v5e/v6e slices up to 8 chips are
+    one host, larger ones spread over 4-chip hosts (v6e-16 = 4 hosts; include/runtimes.yaml,
+    https://cloud.google.com/tpu/docs/v6e). An unknown type counts as one host."""
+    from interlude.runtimes.tpu import UnknownAcceleratorError, parse_tpu_type
+
+    if not accelerator_type:
+        return 1
+    try:
+        return parse_tpu_type(accelerator_type).hosts
+    except UnknownAcceleratorError:
+        return 1
+
+
+def policy_overrides(
+    *,
+    checkpoint_margin_commits: float,
+    checkpoint_margin_min_seconds: float,
+    start_early_within_seconds: float,
+    reprovision_margin_seconds: float,
+    down_budget_seconds: float,
+) -> dict[str, Any]:
+    """The run's policy params (RunSpec) as :class:`PolicyParams` overrides. ``down_budget_seconds`` 0 keeps
+    Google's figure per kind; another value replaces it for every kind but Spot (a preempted Spot machine
+    never comes back: waiting for it is never right)."""
+    budgets = {k.value: down_budget_seconds for k in MaintenanceKind if k is not MaintenanceKind.SPOT}
+    return {
+        "commit_margin_factor": checkpoint_margin_commits,
+        "min_margin_s": checkpoint_margin_min_seconds,
+        "near_window_s": start_early_within_seconds,
+        "reprovision_margin_s": reprovision_margin_seconds,
+        "down_budget_s": budgets if down_budget_seconds > 0 else {},
+    }
 
 
 def workload_margins(policy: NoticePolicy | None) -> tuple[float | None, float | None]:

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlude.maintenance import Machine, Notice, Observation
+from interlude.maintenance_policy import MachineState, machine_gone
 
-# TPU node states (names; the hooks return enum names) that mean "will not come back by itself".
-_TPU_GONE = {"PREEMPTED", "DELETING", "HIDDEN", "HIDING"}
 _GCE_UP = {"RUNNING"}
 
 
@@ -37,7 +36,7 @@ def tpu_machine(node: dict[str, Any] | None) -> tuple[Machine, Notice | None]:
         return Machine.GONE, None
     notice = _notice(node.get("upcomingMaintenance"))
     state = node.get("state")
-    if state in _TPU_GONE:
+    if machine_gone(tpu_state(node)):
         return Machine.GONE, notice
     healthy = node.get("health") in (None, "HEALTHY", "HEALTH_UNSPECIFIED")
     ongoing = notice is not None and notice.status == "ONGOING"
@@ -52,13 +51,26 @@ def gce_machine(instance: dict[str, Any] | None) -> tuple[Machine, Notice | None
         return Machine.GONE, None
     notice = _notice((instance.get("resourceStatus") or {}).get("upcomingMaintenance"))
     status = instance.get("status")
-    scheduling = instance.get("scheduling") or {}
     if status in _GCE_UP and not (notice and notice.status == "ONGOING"):
         return Machine.READY, notice
-    restarts = scheduling.get("automaticRestart", True) and scheduling.get("provisioningModel") != "SPOT"
-    if status == "TERMINATED" and not restarts:
+    if machine_gone(gce_state(instance)):
         return Machine.GONE, notice
     return Machine.DOWN, notice
+
+
+def tpu_state(node: dict[str, Any] | None) -> MachineState:
+    """What the TPU API says about a node, as the maintenance policy reads it (nodes restart by themselves)."""
+    return MachineState(exists=node is not None, state=str((node or {}).get("state") or ""))
+
+
+def gce_state(instance: dict[str, Any] | None) -> MachineState:
+    """What the Compute API says about a VM: a Spot VM, or one with ``automaticRestart`` false, stays
+    TERMINATED (https://cloud.google.com/compute/docs/instances/setting-vm-host-options)."""
+    scheduling = (instance or {}).get("scheduling") or {}
+    restarts = bool(scheduling.get("automaticRestart", True)) and scheduling.get("provisioningModel") != "SPOT"
+    return MachineState(
+        exists=instance is not None, state=str((instance or {}).get("status") or ""), automatic_restart=restarts
+    )
 
 
 def machine_view(kind: str, resource: dict[str, Any] | None) -> tuple[Machine, Notice | None]:

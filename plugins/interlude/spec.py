@@ -68,7 +68,9 @@ def _optional(description: str, **schema: Any) -> Any:
 class RunSpec:
     """Everything a run needs to know, with the single default of every param.
 
-    Durations are in seconds of the cloud the run talks to.
+    Durations are in seconds of the cloud the run talks to, except the maintenance policy's knobs
+    (``down_budget_seconds`` and the ones after it): Google-real seconds, which the connection's
+    ``time_scale`` maps to the local cloud's faster clock, so their defaults are right on Google.
     """
 
     # -- params (the trigger form) -------------------------------------------------------------------
@@ -140,7 +142,40 @@ class RunSpec:
     restart_timeout_seconds: float = _param(
         120.0,
         {"type": "number", "minimum": 1, "maximum": 86400},
-        "How long a machine may stay down before it is re-provisioned.",
+        "With maintenance_policy=checkpoint_at_notice only: how long a machine may stay down before it is "
+        "re-provisioned (by_notice waits as Google's figures say: down_budget_seconds, reprovision_margin_seconds).",
+    )
+    # -- the maintenance policy's knobs (maintenance_policy=by_notice), in Google-real seconds: the local cloud's
+    # -- connection time_scale maps them to its faster clock (interlude.notice_wait.NoticePolicy.real).
+    down_budget_seconds: float = _param(
+        0.0,
+        {"type": "number", "minimum": 0, "maximum": 7 * 86400},
+        "How long a machine that is down, with no maintenance window end from Google, is waited for before it "
+        "is re-provisioned; 0 = Google's figure for the machine's kind (GPU VM 1 h, TPU 1 h, multi-host TPU "
+        "slice 3 h, Spot none). A machine Google reports gone (deleted, PREEMPTED, TERMINATED without restart) "
+        "is re-provisioned at once. Google-real seconds.",
+    )
+    reprovision_margin_seconds: float = _param(
+        600.0,
+        {"type": "number", "minimum": 0, "maximum": 86400},
+        "A machine still down this long after its maintenance window's end (windowEndTime) is re-provisioned. "
+        "Google-real seconds.",
+    )
+    checkpoint_margin_commits: float = _param(
+        3.0,
+        {"type": "number", "minimum": 1, "maximum": 100},
+        "On a long notice the last checkpoint starts this many measured checkpoint commits before the window.",
+    )
+    checkpoint_margin_min_seconds: float = _param(
+        60.0,
+        {"type": "number", "minimum": 0, "maximum": 86400},
+        "... and at least this long before it. Google-real seconds.",
+    )
+    start_early_within_seconds: float = _param(
+        900.0,
+        {"type": "number", "minimum": 0, "maximum": 7 * 86400},
+        "Right after a checkpoint, start a pending maintenance early (performMaintenance, when Google allows "
+        "it) if its window opens within this long. Google-real seconds.",
     )
     stall_timeout_seconds: float = _param(
         600.0,
@@ -224,6 +259,18 @@ class RunSpec:
     # ------------------------------------------------------------------ derived
     def steps_for(self, stage: str) -> int:
         return {"train": self.train_steps, "finetune": self.finetune_steps}[stage]
+
+    def policy_overrides(self) -> dict[str, Any]:
+        """The maintenance policy's knobs (interlude.maintenance_policy.PolicyParams) from this run's params."""
+        from interlude.notice_wait import policy_overrides
+
+        return policy_overrides(
+            checkpoint_margin_commits=self.checkpoint_margin_commits,
+            checkpoint_margin_min_seconds=self.checkpoint_margin_min_seconds,
+            start_early_within_seconds=self.start_early_within_seconds,
+            reprovision_margin_seconds=self.reprovision_margin_seconds,
+            down_budget_seconds=self.down_budget_seconds,
+        )
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)

@@ -36,10 +36,11 @@ CONF: dict[str, Any] = {
 }
 
 
-def write_scenario(path: Path) -> Path:
+def write_scenario(path: Path, gpu_maintenance_s: float = 300) -> Path:
+    """The default scenario at 600x with an hour's GPU notice and a GPU host maintenance this long."""
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
     data["time_scale"] = TIME_SCALE
-    data["maintenance"]["gce"].update(scheduled_notice=GPU_NOTICE_S, duration=300)
+    data["maintenance"]["gce"].update(scheduled_notice=GPU_NOTICE_S, duration=gpu_maintenance_s)
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -169,6 +170,7 @@ def run_with_notice(
     log_path: Path,
     timeout: float = 600,
     also_at_step: int | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> tuple[dev.DagTestResult, str, NoticeFigures | None]:
     """One lifecycle run with a notice mid-training (and another at ``also_at_step``); the figures of the
     first maintenance of its train stage (None: no notice came)."""
@@ -177,7 +179,7 @@ def run_with_notice(
     announced = announce_when_training(cloud, bucket)
     if also_at_step is not None:
         announce_when_training(cloud, bucket, also_at_step)
-    conf = {**CONF, "bucket": bucket, "maintenance_policy": policy}
+    conf = {**CONF, "bucket": bucket, "maintenance_policy": policy, **(extra or {})}
     result = dev.dags_test(env, DAG_ID, conf, log_path, timeout=timeout)
     assert result.run_id, f"no run finished; log tail:\n{result.log[-3000:]}"
     run_key = naming.run_key(DAG_ID, result.run_id)

@@ -128,6 +128,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             self.machine,
             spec.maintenance_policy,
             time_scale,
+            spec.policy_overrides(),
             poll_seconds=spec.poll_seconds,
             stage_follows=not self.last_stage,
         )
@@ -259,7 +260,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             if action in simple:
                 simple[action](state)
             elif action is Action.REPROVISION:
-                self._reprovision()
+                self._reprovision((state.event or {}).get("reprovision_reason"))
             elif action is Action.RECORD_EVENT and payload.get("event"):
                 self._record(payload["event"], payload.get("watcher"))
             elif action is Action.FAIL:

@@ -105,27 +105,27 @@ class StageActions:
             except CapacityWait as again:
                 wait = again
 
-    def _reprovision(self) -> None:
+    def _reprovision(self, why: str | None = None) -> None:
         """Bring the machine back where it was; when that place is gone, move the run (failover)."""
         from interlude.failover import Why
         from interlude.hooks.errors import QuotaExceededError, StockoutError
         from interlude.relocate import RelocationRefused, relocate
 
-        self.log.warning("Machine %s is gone or did not come back: re-provisioning it", self.machine["name"])
+        self.log.warning("Machine %s: %s: re-provisioning it", self.machine["name"], why or "gone or did not come back")
         # Every create holds a machine slot (interlude.machine_slots): the run's own while it lives (taking it
         # again is one list), a new one when its teardown already released it (a stage cleared on its own).
         held = lifecycle.take_machine_slot(self.run_spec, {})
         if held is not None:
-            why = f"{held}: the machine is re-created when one frees"
-            raise CapacityWait(why, self.run_spec.queue_wait_seconds, "queue_wait_seconds")
+            waiting = f"{held}: the machine is re-created when one frees"
+            raise CapacityWait(waiting, self.run_spec.queue_wait_seconds, "queue_wait_seconds")
         try:
             provisioning.reprovision(self.machine, self.gcp_conn_id)
             return
         except (StockoutError, QuotaExceededError) as exc:
-            why = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
+            cause = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
             self.log.warning("Cannot come back in %s (%s): looking for another place", self.machine["zone"], exc)
         try:
-            self.machine = relocate(self.run_spec, self.machine, why, self.stage, self.gcp_conn_id)
+            self.machine = relocate(self.run_spec, self.machine, cause, self.stage, self.gcp_conn_id)
         except RelocationRefused as exc:
             if exc.max_wait_seconds > 0:
                 raise CapacityWait(str(exc), exc.max_wait_seconds) from exc

@@ -124,6 +124,12 @@ def test_empty_strings_mean_not_set() -> None:
         ({"bucket": "ok-bucket\r"}, "bucket"),
         ({"zones": ["us-central1-a\x1b[31m"]}, "zones"),
         ({"no_such_param": 1}, "no_such_param"),
+        ({"down_budget_seconds": -1}, "down_budget_seconds"),
+        ({"down_budget_seconds": "an hour"}, "down_budget_seconds"),
+        ({"reprovision_margin_seconds": -5}, "reprovision_margin_seconds"),
+        ({"checkpoint_margin_commits": 0.5}, "checkpoint_margin_commits"),
+        ({"checkpoint_margin_min_seconds": 1e9}, "checkpoint_margin_min_seconds"),
+        ({"start_early_within_seconds": True}, "start_early_within_seconds"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
@@ -170,3 +176,17 @@ def test_no_run_param_dict_access_outside_runspec() -> None:
             if pattern.search(line):
                 offenders.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert offenders == []
+
+
+def test_maintenance_policy_params_reach_the_policy() -> None:
+    """Defaults are Google's figures (nothing overridden); a set param overrides its knob, the form's strings too."""
+    from interlude.maintenance_policy import MaintenanceKind, PolicyParams
+
+    assert PolicyParams.from_mapping(RunSpec().policy_overrides()) == PolicyParams()
+    spec = RunSpec.from_params(
+        {"down_budget_seconds": "7200", "reprovision_margin_seconds": 30, "checkpoint_margin_commits": 2}
+    )
+    params = PolicyParams.from_mapping(spec.policy_overrides())
+    assert params.budget(MaintenanceKind.GPU) == params.budget(MaintenanceKind.TPU_MULTI_HOST) == 7200.0
+    assert params.budget(MaintenanceKind.SPOT) == 0.0
+    assert (params.reprovision_margin_s, params.commit_margin_factor) == (30.0, 2.0)
