@@ -31,37 +31,18 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
+from interlude.stage_facts import StageFactsReader, list_bucket
+from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
-GCS_EVERY = 3  # while calm, GCS facts are read every third poll (machine state every poll)
-
-
-class ZoneListCache:
-    """One in-flight or recent list call per (api, endpoint, zone), shared by all triggers.
-
-    A thousand watched machines in one zone cost one list call per interval, not a thousand gets.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[dict[str, dict[str, Any]]]]] = {}
-        self.calls = 0
-
-    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
-        """The zone's resources by short name (indexed once per fetch, not scanned by every watcher)."""
-        now = time.monotonic()
-        entry = self._entries.get(key)
-        if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
-            self.calls += 1
-
-            async def fetch_indexed() -> dict[str, dict[str, Any]]:
-                return {item.get("name", "").rsplit("/", 1)[-1]: item for item in await fetch()}
-
-            entry = (now, asyncio.ensure_future(fetch_indexed()))
-            self._entries[key] = entry
-        return await asyncio.shield(entry[1])
-
+GCS_EVERY = 3  # per-stage reads: while calm, GCS facts are read every third poll (machine state every poll)
+FACT_SOURCES = ("bucket_list", "per_stage")
+"""Where a trigger's GCS facts come from: the listing of its bucket shared by every trigger in the process
+(one read per bucket and interval, interlude.stage_facts), or its own reads (read_stage_facts: a list and
+up to four downloads per read; the sync path's way, kept for comparison in benchmarks/triggerer_watch.py)."""
 
 ZONE_LISTS = ZoneListCache()
+BUCKET_LISTS: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
 
 
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
@@ -85,8 +66,10 @@ class StageTrigger(BaseTrigger):
         stall_timeout: float = 600.0,
         api_outage_budget: float = 900.0,
         gcp_conn_id: str | None = "google_cloud_default",
-        log_every: float = 30.0,
+        log_every: float = 300.0,
         notice_policy: dict[str, Any] | None = None,
+        facts_source: str = "bucket_list",
+        gcs_every: int = GCS_EVERY,
     ) -> None:
         super().__init__()
         self.machine = machine
@@ -101,6 +84,11 @@ class StageTrigger(BaseTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.log_every = log_every
         self.notice_policy = notice_policy
+        if facts_source not in FACT_SOURCES:
+            raise ValueError(f"facts_source {facts_source!r} must be one of {FACT_SOURCES}")
+        self.facts_source = facts_source
+        self.gcs_every = gcs_every
+        self._reader: StageFactsReader | None = None
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
@@ -121,6 +109,8 @@ class StageTrigger(BaseTrigger):
                 "gcp_conn_id": self.gcp_conn_id,
                 "log_every": self.log_every,
                 "notice_policy": self.notice_policy,
+                "facts_source": self.facts_source,
+                "gcs_every": self.gcs_every,
             },
         )
 
@@ -202,6 +192,30 @@ class StageTrigger(BaseTrigger):
         await asyncio.to_thread(request)
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
+    async def _shared_facts(self, state: StageState) -> StageFacts:
+        """This stage's facts from the bucket's listing shared by every trigger in the process; a download
+        only for what changed (off the event loop), else no GCS call of its own."""
+        index = await BUCKET_LISTS.get(
+            ("gcs", self.bucket), lambda: asyncio.to_thread(list_bucket, self.bucket), self.poll_interval * 0.9
+        )
+        if self._reader is None:
+            self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
+        objects = self._reader.objects(index)
+        if self._reader.needs_io(objects, state.request_id):
+            return await asyncio.to_thread(self._reader.read, objects, state.request_id)
+        return self._reader.read(objects, state.request_id)
+
+    @staticmethod
+    def _calm(state: StageState, machine: Machine, notice: Any) -> bool:
+        """Per-stage reads are the expensive look: every poll while anything is happening, else every few.
+        A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time."""
+        return machine is Machine.READY and (
+            (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
+        )
+
+    def _due(self, facts_at: float) -> bool:
+        return time.monotonic() - facts_at >= self.poll_interval * self.gcs_every
+
     async def _observe(
         self, hook: Any, state: StageState, facts: StageFacts | None, facts_at: float
     ) -> tuple[Observation, StageFacts | None, float]:
@@ -209,12 +223,9 @@ class StageTrigger(BaseTrigger):
         try:
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
-            # GCS is the expensive look: every poll while anything is happening, else every few.
-            # A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time.
-            calm = machine is Machine.READY and (
-                (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
-            )
-            if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
+            if self.facts_source == "bucket_list":
+                facts, facts_at = await self._shared_facts(state), time.monotonic()
+            elif facts is None or not self._calm(state, machine, notice) or self._due(facts_at):
                 facts = await asyncio.to_thread(
                     read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
                 )
@@ -244,6 +255,7 @@ class StageTrigger(BaseTrigger):
         limits = self.limits()
         hook: Any = None
         last_log = 0.0
+        last_seen: tuple[Any, ...] = ()
         facts: StageFacts | None = None
         facts_at = 0.0
         try:
@@ -252,7 +264,11 @@ class StageTrigger(BaseTrigger):
             while True:
                 obs, facts, facts_at = await self._observe(hook, state, facts, facts_at)
                 progress = facts.progress if facts is not None else {}
-                if time.monotonic() - last_log >= self.log_every and obs.machine is not Machine.UNKNOWN:
+                # One line per trigger goes through the supervisor to a file: on a change, else every log_every.
+                seen = (state.phase, obs.machine, obs.notice is None)
+                due = time.monotonic() - last_log >= self.log_every or seen != last_seen
+                if due and obs.machine is not Machine.UNKNOWN:
+                    last_seen = seen
                     self.log.info(
                         "%s  (%s, machine %s)",
                         progress_line(self.stage, progress),
