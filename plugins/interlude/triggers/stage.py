@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -42,6 +43,9 @@ FACT_SOURCES = ("bucket_list", "per_stage")
 up to four downloads per read; the sync path's way, kept for comparison in benchmarks/triggerer_watch.py)."""
 
 ZONE_LISTS = ZoneListCache()
+SHARED_HOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
 BUCKET_LISTS: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
 
 
@@ -118,6 +122,17 @@ class StageTrigger(BaseTrigger):
         return stage_limits(self.restart_timeout, self.stall_timeout, self.api_outage_budget, self.notice_policy)
 
     async def _hook(self) -> Any:
+        """The process's hook for this machine kind and connection on this event loop, shared by every trigger:
+        each hook holds an HTTP client (~1 MB with its TLS context), and whichever trigger's turn it is to fetch
+        the shared zone list would otherwise leave one behind per trigger."""
+        hooks = SHARED_HOOKS.setdefault(asyncio.get_running_loop(), {})
+        key = (self.machine["kind"], self.gcp_conn_id or "")
+        if key not in hooks:
+            hook = await self._new_hook()
+            hooks.setdefault(key, hook)
+        return hooks[key]
+
+    async def _new_hook(self) -> Any:
         # The hook modules import Google's client libraries (a second or two): never on the event loop.
         retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
         policy = retry.RetryPolicy(**WATCH_RETRY)
@@ -253,7 +268,6 @@ class StageTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         limits = self.limits()
-        hook: Any = None
         last_log = 0.0
         last_seen: tuple[Any, ...] = ()
         facts: StageFacts | None = None
@@ -295,10 +309,6 @@ class StageTrigger(BaseTrigger):
             yield TriggerEvent(
                 {"status": "error", "message": f"{type(exc).__name__}: {exc}"[:1000], "state": self.state}
             )
-        finally:
-            close = getattr(hook, "aclose", None)
-            if close is not None:
-                await close()
 
 
 def stage_limits(
