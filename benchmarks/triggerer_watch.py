@@ -230,6 +230,7 @@ class Sample:
     threads: dict[int, tuple[float, float]]  # pid -> (main-thread seconds, other-threads seconds)
     rss: int
     pss: int
+    rss_by_pid: dict[int, int] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
 
 
@@ -237,6 +238,7 @@ def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sampl
     cpu: dict[int, float] = {}
     threads: dict[int, tuple[float, float]] = {}
     rss = pss = 0
+    rss_by_pid: dict[int, int] = {}
     for p in tree(pid):
         try:
             with p.oneshot():
@@ -253,12 +255,13 @@ def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sampl
                     m = p.memory_full_info()
                     rss += m.rss
                     pss += m.pss
+                    rss_by_pid[p.pid] = m.rss
         except psutil.NoSuchProcess:
             continue
     calls: Counter[str] = Counter()
     for proxy in proxies:
         calls.update(proxy.snapshot())
-    return Sample(time.monotonic(), cpu, threads, rss, pss, calls)
+    return Sample(time.monotonic(), cpu, threads, rss, pss, rss_by_pid, calls)
 
 
 def cpu_delta(a: Sample, b: Sample) -> float:
@@ -478,6 +481,14 @@ def figures(
             "runner_event_loop_thread": round(runner_loop / wall * 100, 2),
             "runner_other_threads_gcs_reads": round((runner_all - runner_loop) / wall * 100, 2),
         },
+        "rss_above_idle_split_mb": {
+            "supervisor_process": round((b.rss_by_pid.get(root_pid, 0) - idle.rss_by_pid.get(root_pid, 0)) / 2**20, 1),
+            "trigger_runner": round(
+                sum(v for k, v in b.rss_by_pid.items() if k != root_pid) / 2**20
+                - sum(v for k, v in idle.rss_by_pid.items() if k != root_pid) / 2**20,
+                1,
+            ),
+        },
         "rss_mb": round(memory["rss"] / 2**20, 1),
         "rss_peak_mb": round(memory["peak_rss"] / 2**20, 1),
         "rss_above_idle_mb": round((memory["rss"] - idle.rss) / 2**20, 1),
@@ -524,6 +535,12 @@ ROWS: list[tuple[str, Any]] = [
     ("- runner event-loop thread", lambda r: f"{r['cpu_split_pct']['runner_event_loop_thread']:.1f}%"),
     ("- runner other threads (GCS)", lambda r: f"{r['cpu_split_pct']['runner_other_threads_gcs_reads']:.1f}%"),
     ("RSS above idle", lambda r: f"{r['rss_above_idle_mb']:.0f} MB ({r['kb_per_trigger_rss']:.0f} KB/trigger)"),
+    (
+        "- supervisor / trigger runner",
+        lambda r: "{supervisor_process:.0f} / {trigger_runner:.0f} MB (at the end)".format(
+            **r["rss_above_idle_split_mb"]
+        ),
+    ),
     ("PSS above idle", lambda r: f"{r['pss_above_idle_mb']:.0f} MB"),
     ("TPU API calls/min", lambda r: f"{r['tpu_api_calls_per_min']:g}"),
     ("GCS calls/min", lambda r: f"{r['gcs_calls_per_min']:g}"),

@@ -96,6 +96,7 @@ class StageTrigger(BaseTrigger):
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
+        self._startup_checked_at = -1e9
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -190,6 +191,13 @@ class StageTrigger(BaseTrigger):
         quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
         return machine is Machine.READY and quiet_for >= max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval)
 
+    def _startup_check_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._startup_checked_at < max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval):
+            return False
+        self._startup_checked_at = now
+        return True
+
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
 
@@ -246,7 +254,9 @@ class StageTrigger(BaseTrigger):
                 )
                 facts_at = time.monotonic()
             boot = (facts.progress or {}).get("boot_id") if facts is not None else None
-            suspect = self.suspect(state, machine, time.time())
+            # Quiet for long enough to look at the startup script's last words: once per suspect period, not
+            # every poll (a stage that reports rarely would otherwise cost one machine read per poll).
+            suspect = self.suspect(state, machine, time.time()) and self._startup_check_due()
             failure = await self._startup_failure(hook, str(boot) if boot else None) if suspect else None
             return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
         except Exception as exc:
