@@ -49,6 +49,20 @@ SHARED_HOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[st
 BUCKET_LISTS: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
 
 
+MACHINE_READS = 8
+_READ_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _machine_reads() -> asyncio.Semaphore:
+    """At most MACHINE_READS per-machine reads (serial console, guest attributes) in flight per event loop: a
+    thousand quiet stages checking at once would otherwise queue in the shared HTTP client's pool, whose
+    bookkeeping grows with the queue times the connections (most of a core at 1,000)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _READ_SLOTS:
+        _READ_SLOTS[loop] = asyncio.Semaphore(MACHINE_READS)
+    return _READ_SLOTS[loop]
+
+
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
 SERIAL_SUSPECT_SECONDS = 10.0
@@ -166,7 +180,8 @@ class StageTrigger(BaseTrigger):
         rest = await hook.async_rest()
         sync = await hook.sync_hook()
         url = f"{sync.instances_url(self.machine['zone'])}/{self.machine['name']}/serialPort"
-        out = await rest.request("GET", url, params={"start": str(self._serial_next)})
+        async with _machine_reads():
+            out = await rest.request("GET", url, params={"start": str(self._serial_next)})
         self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
@@ -176,7 +191,8 @@ class StageTrigger(BaseTrigger):
         the boot the workload last reported (or of a first boot that never reported) counts: an older boot's
         end is a machine that went down and came back. Exit 0 or 143 is the agent stopped by SIGTERM (the
         machine going down), not a failure."""
-        entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
+        async with _machine_reads():
+            entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
         words = "\n".join(str(e.get("value") or "") for e in entries if e.get("key") == "startup")
         failure = startup_failure(words)
         if failure is None or failure.exit_code in STOPPED_EXITS:
