@@ -14,9 +14,8 @@ glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from interlude.observe import StageFacts, _shared_client
 
@@ -26,21 +25,34 @@ GLOBS = (f"{ROOT}/*/*/{{step-*,control}}/**", f"{ROOT}/*/*/progress.json")
 FIELDS = "items(name,generation,size,crc32c,timeCreated),nextPageToken"
 PROGRESS = "progress.json"
 
-StageObjects = Mapping[str, Any]  # name relative to the stage prefix -> listed blob
+
+class Listed(NamedTuple):
+    """What the listing says of one object, and no more: a thousand stages' objects are held between polls
+    (a listed ``Blob`` with its full metadata costs several KB; this a hundred bytes)."""
+
+    name: str
+    generation: int | None
+    size: int | None
+    crc32c: str | None
+    time_created: Any
+
+
+StageObjects = Mapping[str, Listed]  # name relative to the stage prefix -> what the listing said
 BucketIndex = Mapping[str, StageObjects]  # stage prefix "interlude/RUN_KEY/STAGE/" -> its objects
 
 
-def index_by_stage(blobs: Iterable[Any]) -> dict[str, dict[str, Any]]:
+def index_by_stage(blobs: Iterable[Any]) -> dict[str, dict[str, Listed]]:
     """Group listed objects by stage prefix (the first three path segments under interlude/)."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, Listed]] = {}
     for blob in blobs:
         parts = blob.name.split("/", 3)
         if len(parts) == 4 and parts[0] == ROOT:
-            out.setdefault(f"{parts[0]}/{parts[1]}/{parts[2]}/", {})[parts[3]] = blob
+            listed = Listed(blob.name, blob.generation, blob.size, blob.crc32c, blob.time_created)
+            out.setdefault(f"{parts[0]}/{parts[1]}/{parts[2]}/", {})[parts[3]] = listed
     return out
 
 
-def list_bucket(bucket: str, client: Any = None) -> dict[str, dict[str, Any]]:
+def list_bucket(bucket: str, client: Any = None) -> dict[str, dict[str, Listed]]:
     """Blocking: the bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects)."""
     client = client or _shared_client()
     blobs: list[Any] = []
@@ -111,7 +123,7 @@ class StageFactsReader:
                 if not verify:
                     return None
                 self.downloads += 2
-                checkpoint, reason = self._store_().verify(_detached(status))
+                checkpoint, reason = self._store_().verify(_as_blobs(status, self._store_().bucket))
                 ok = checkpoint is not None
                 if not ok and (reason or "").startswith("could not read"):
                     continue  # a failed read is no verdict: try again next poll
@@ -141,17 +153,23 @@ class StageFactsReader:
         return self._ack[2]
 
 
-def _detached(status: Any) -> Any:
-    """The step with copies of its listed blobs: a download rewrites a blob's properties from the response
-    headers (the emulator sends no generation), and the listing's generations are this reader's cache keys."""
+def _as_blobs(status: Any, bucket: Any) -> Any:
+    """The listed step as blobs the store can verify: downloads by name, sizes and CRC32C as listed."""
     from interlude_workload.checkpoints import StepStatus
 
     objects = {}
-    for name, blob in status.objects.items():
-        twin = copy.copy(blob)
-        twin._properties = dict(blob._properties)
-        objects[name] = twin
+    for name, listed in status.objects.items():
+        blob = bucket.blob(listed.name)
+        # The listing's metadata, as list_blobs would have set it (the payload check reads size and crc32c).
+        blob._properties.update(
+            {"size": listed.size, "crc32c": listed.crc32c, "timeCreated": _rfc3339(listed.time_created)}
+        )
+        objects[name] = blob
     return StepStatus(step=status.step, committed=status.committed, objects=objects)
+
+
+def _rfc3339(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
 
 
 def _ack_name(request_id: str | None) -> str:
