@@ -14,8 +14,9 @@ instance exactly what the Execution API does when a worker defers (``ti_update_s
 instance to DEFERRED with ``trigger_id`` and ``next_method``. No worker, scheduler or api-server is
 needed, and the triggerer cannot tell these rows from ones a worker wrote.
 
-SPEC.json: {"dag_id", "run_id", "bucket", "poll_interval", "restart_timeout",
-"placements": [{"kind", "zone", "name", "run_key"}, ...]} (one per map index, in order).
+SPEC.json: {"dag_id", "run_id", "bucket", "poll_interval", "restart_timeout", "trigger_kwargs" (optional,
+more StageTrigger arguments: the watch design), "placements": [{"kind", "zone", "name", "run_key"}, ...]}
+(one per map index, in order).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
                 state=state,
                 restart_timeout=spec["restart_timeout"],
                 poll_interval=spec["poll_interval"],
+                **spec.get("trigger_kwargs", {}),
             )
             row = Trigger.from_object(trigger)
             session.add(row)

@@ -205,11 +205,11 @@ def wait_for_triggerer_job(home: Path, proc: subprocess.Popen[bytes], timeout: f
     raise RuntimeError("the triggerer did not start within the timeout")
 
 
-def polled_triggers(home: Path) -> int:
+def polled_triggers(home: Path, run_id: str) -> int:
     """Triggers whose log has a poll line ("... (RUNNING, machine READY)"): logged after the first poll."""
     return sum(
         1
-        for p in (home / "logs").glob(f"dag_id={DAG_ID}/**/*.trigger.*.log")
+        for p in (home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/**/*.trigger.*.log")
         if ", machine " in p.read_text(errors="replace")
     )
 
@@ -230,6 +230,7 @@ class Sample:
     threads: dict[int, tuple[float, float]]  # pid -> (main-thread seconds, other-threads seconds)
     rss: int
     pss: int
+    rss_by_pid: dict[int, int] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
 
 
@@ -237,6 +238,7 @@ def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sampl
     cpu: dict[int, float] = {}
     threads: dict[int, tuple[float, float]] = {}
     rss = pss = 0
+    rss_by_pid: dict[int, int] = {}
     for p in tree(pid):
         try:
             with p.oneshot():
@@ -253,187 +255,267 @@ def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sampl
                     m = p.memory_full_info()
                     rss += m.rss
                     pss += m.pss
+                    rss_by_pid[p.pid] = m.rss
         except psutil.NoSuchProcess:
             continue
     calls: Counter[str] = Counter()
     for proxy in proxies:
         calls.update(proxy.snapshot())
-    return Sample(time.monotonic(), cpu, threads, rss, pss, calls)
+    return Sample(time.monotonic(), cpu, threads, rss, pss, rss_by_pid, calls)
 
 
 def cpu_delta(a: Sample, b: Sample) -> float:
     return sum(b.cpu[pid] - a.cpu.get(pid, 0.0) for pid in b.cpu)
 
 
-# --------------------------------------------------------------------------------------------- main
-def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - TODO(issue 16): split with the triggerer-cost rework
-    work = Path(tempfile.mkdtemp(prefix="interlude-bench-"))
-    log(f"work dir {work}")
-    cloud: LocalCloud | None = None
-    proxies: list[CountingProxy] = []
-    triggerer: subprocess.Popen[bytes] | None = None
-    setup: threading.Thread | None = None
+# --------------------------------------------------------------------------------------------- designs
+DESIGNS: dict[str, dict[str, Any]] = {
+    # Each trigger reads its own stage's GCS facts every poll and logs a line every 30 s (the first design).
+    "naive": {"facts_source": "per_stage", "gcs_every": 1, "log_every": 30.0},
+    # Before issue 16: its own reads every third poll while calm, a log line every 30 s.
+    "before": {"facts_source": "per_stage", "gcs_every": 3, "log_every": 30.0},
+    # After: one shared listing per bucket and interval, downloads only on change, log on change or 300 s.
+    "after": {},
+}
+
+
+@dataclass
+class Bench:
+    """What every design shares: the local cloud, its proxies, the nodes, the seeded GCS, the Airflow home."""
+
+    work: Path
+    env: dict[str, str]
+    home: Path
+    proxies: list[CountingProxy]
+    placements: list[dict[str, str]]
+
+
+def setup(args: argparse.Namespace, work: Path, cloud: LocalCloud) -> Bench:
+    t0 = time.monotonic()
+    ensure_bucket(cloud, BUCKET)
+    api = CountingProxy(cloud.api_endpoint, classify_api).start()
+    gcs = CountingProxy(cloud.gcs_endpoint, classify_gcs).start()
+    home = work / "airflow"
+    home.mkdir()
+    env = airflow_env(home, replace(cloud, api_endpoint=api.endpoint, gcs_endpoint=gcs.endpoint))
+    env.update(
+        {
+            "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
+            "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, args.machines)),
+            # Default 50 per loop: N triggers would trickle in for N/50 loops; the steady state is the same.
+            "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": str(max(50, args.machines)),
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        }
+    )
+    setup_error: list[BaseException] = []
+
+    def prepare() -> None:
+        try:
+            prepare_airflow(env, args.machines)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
+            setup_error.append(e)
+
+    thread = threading.Thread(target=prepare, name="airflow-setup")
+    thread.start()
     try:
-        t0 = time.monotonic()
-        cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud")
-        ensure_bucket(cloud, BUCKET)
-        api = CountingProxy(cloud.api_endpoint, classify_api).start()
-        gcs = CountingProxy(cloud.gcs_endpoint, classify_gcs).start()
-        proxies = [api, gcs]
-        home = work / "airflow"
-        home.mkdir()
-        env = airflow_env(home, replace(cloud, api_endpoint=api.endpoint, gcs_endpoint=gcs.endpoint))
-        env.update(
-            {
-                "AIRFLOW__CORE__DAGS_FOLDER": str(work / "dags"),
-                "AIRFLOW__TRIGGERER__CAPACITY": str(max(1000, args.machines)),
-                # Default 50 per loop: N triggers would trickle in for N/50 loops; the steady state is the same.
-                "AIRFLOW__TRIGGERER__MAX_TRIGGER_TO_SELECT_PER_LOOP": str(max(50, args.machines)),
-                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-            }
-        )
-        setup_error: list[BaseException] = []
-
-        def prepare() -> None:
-            try:
-                prepare_airflow(env, args.machines)
-            except BaseException as e:  # noqa: BLE001 - re-raised in the main thread
-                setup_error.append(e)
-
-        setup = threading.Thread(target=prepare, name="airflow-setup")
-        setup.start()
         log(f"creating {args.machines} TPU nodes in {args.zones} zone(s)")
         placements = create_nodes(cloud, args.machines, args.zones)
         log(f"seeding GCS ({args.gcs_state}) for {args.machines} stages")
         seed_gcs(cloud, placements, args.gcs_state)
-        setup.join()
-        if setup_error:
-            raise RuntimeError(f"airflow setup failed; see {home / 'setup.log'}") from setup_error[0]
-        log(f"setup took {time.monotonic() - t0:.0f} s; starting the triggerer")
+    except BaseException:
+        api.stop()
+        gcs.stop()
+        raise
+    finally:
+        thread.join()
+    if setup_error:
+        raise RuntimeError(f"airflow setup failed; see {home / 'setup.log'}") from setup_error[0]
+    log(f"setup took {time.monotonic() - t0:.0f} s")
+    return Bench(work, env, home, [api, gcs], placements)
 
-        triggerer = start_triggerer(env)
-        wait_for_triggerer_job(home, triggerer)
-        time.sleep(args.settle)
-        idle_a = sample(triggerer.pid, proxies)
-        time.sleep(args.idle_seconds)
-        idle_b = sample(triggerer.pid, proxies)
-        idle_cpu = cpu_delta(idle_a, idle_b) / (idle_b.t - idle_a.t)
-        log(
-            f"idle triggerer: RSS {idle_b.rss / 2**20:.0f} MB, PSS {idle_b.pss / 2**20:.0f} MB, "
-            f"CPU {idle_cpu * 100:.1f}%"
+
+def retire_run(home: Path, run_id: str) -> None:
+    """After a design: its instances leave DEFERRED and its trigger rows go, so the next triggerer starts empty."""
+    with sqlite3.connect(home / "airflow.db", timeout=30) as db:
+        db.execute(
+            "update task_instance set state='removed', trigger_id=null where dag_id=? and run_id=?", (DAG_ID, run_id)
         )
+        db.execute("update dag_run set state='success' where dag_id=? and run_id=?", (DAG_ID, run_id))
+        db.execute("delete from trigger")
 
-        spec = {
-            "dag_id": DAG_ID,
-            "run_id": RUN_ID,
-            "bucket": BUCKET,
-            "poll_interval": args.poll_interval,
-            "restart_timeout": 3600.0,
-            "placements": placements,
-        }
-        (work / "spec.json").write_text(json.dumps(spec))
+
+def measure_idle(bench: Bench, triggerer: subprocess.Popen[bytes], args: argparse.Namespace) -> tuple[Sample, float]:
+    wait_for_triggerer_job(bench.home, triggerer)
+    time.sleep(args.settle)
+    idle_a = sample(triggerer.pid, bench.proxies)
+    time.sleep(args.idle_seconds)
+    idle_b = sample(triggerer.pid, bench.proxies)
+    idle_cpu = cpu_delta(idle_a, idle_b) / (idle_b.t - idle_a.t)
+    log(f"idle triggerer: RSS {idle_b.rss / 2**20:.0f} MB, PSS {idle_b.pss / 2**20:.0f} MB, CPU {idle_cpu * 100:.1f}%")
+    return idle_b, idle_cpu
+
+
+def defer_all(bench: Bench, args: argparse.Namespace, design: str, run_id: str) -> None:
+    spec = {
+        "dag_id": DAG_ID,
+        "run_id": run_id,
+        "bucket": BUCKET,
+        "poll_interval": args.poll_interval,
+        "restart_timeout": 3600.0,
+        "trigger_kwargs": DESIGNS[design],
+        "placements": bench.placements,
+    }
+    (bench.work / "spec.json").write_text(json.dumps(spec))
+    with open(bench.home / "seed.log", "ab") as err:
         subprocess.run(
-            [sys.executable, str(HERE / "deferred_seed.py"), str(work / "spec.json")],
-            env=env,
+            [sys.executable, str(HERE / "deferred_seed.py"), str(bench.work / "spec.json")],
+            env=bench.env,
             check=True,
             stdout=subprocess.DEVNULL,
-            stderr=open(home / "seed.log", "wb"),
+            stderr=err,
         )
+
+
+def wait_first_polls(bench: Bench, triggerer: subprocess.Popen[bytes], args: argparse.Namespace, run_id: str) -> int:
+    deadline = time.monotonic() + args.startup_timeout
+    while (polled := polled_triggers(bench.home, run_id)) < args.machines:
+        if triggerer.poll() is not None:
+            raise RuntimeError(f"triggerer exited ({triggerer.returncode}); see {bench.home / 'triggerer.log'}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{polled}/{args.machines} triggers polled in {args.startup_timeout} s")
+        time.sleep(1)
+    return polled
+
+
+def window(bench: Bench, triggerer: subprocess.Popen[bytes], seconds: float) -> tuple[Sample, Sample, dict[str, float]]:
+    """Sample over the window: start and end samples, plus the mean and peak memory in between."""
+    a = sample(triggerer.pid, bench.proxies)
+    peak_rss, rss_sum, pss_sum, k = a.rss, 0, 0, 0
+    end = a.t + seconds
+    while (now := time.monotonic()) < end:
+        time.sleep(min(seconds / 10, end - now))
+        s = sample(triggerer.pid, bench.proxies)
+        peak_rss = max(peak_rss, s.rss)
+        rss_sum, pss_sum, k = rss_sum + s.rss, pss_sum + s.pss, k + 1
+    b = sample(triggerer.pid, bench.proxies)
+    if triggerer.poll() is not None:
+        raise RuntimeError(f"triggerer exited during the window; see {bench.home / 'triggerer.log'}")
+    memory = {"peak_rss": peak_rss, "rss": rss_sum / k if k else b.rss, "pss": pss_sum / k if k else b.pss}
+    return a, b, memory
+
+
+def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> dict[str, Any]:
+    """One design in a fresh triggerer: idle figure, N deferred triggers, first polls, warm-up, the window."""
+    run_id = f"{RUN_ID}-{index}-{design}"
+    log(f"design {design!r}: starting a triggerer")
+    triggerer = start_triggerer(bench.env)
+    try:
+        idle, idle_cpu = measure_idle(bench, triggerer, args)
+        defer_all(bench, args, design, run_id)
         log(f"{args.machines} deferred task instances + trigger rows written; waiting for the first polls")
         t_seeded = time.monotonic()
-        deadline = t_seeded + args.startup_timeout
-        polled = 0
-        while (polled := polled_triggers(home)) < args.machines:
-            if triggerer.poll() is not None:
-                raise RuntimeError(f"triggerer exited ({triggerer.returncode}); see {home / 'triggerer.log'}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{polled}/{args.machines} triggers polled in {args.startup_timeout} s")
-            time.sleep(1)
+        polled = wait_first_polls(bench, triggerer, args, run_id)
         ramp = time.monotonic() - t_seeded
         log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {args.poll_interval:.0f} s")
         time.sleep(args.poll_interval)
-
         log(f"measuring for {args.seconds:.0f} s")
-        a = sample(triggerer.pid, proxies)
-        peak_rss, rss_sum, pss_sum, k = a.rss, 0, 0, 0
-        end = a.t + args.seconds
-        while (now := time.monotonic()) < end:
-            time.sleep(min(args.seconds / 10, end - now))
-            s = sample(triggerer.pid, proxies)
-            peak_rss = max(peak_rss, s.rss)
-            rss_sum, pss_sum, k = rss_sum + s.rss, pss_sum + s.pss, k + 1
-        b = sample(triggerer.pid, proxies)
-        wall = b.t - a.t
-        if triggerer.poll() is not None:
-            raise RuntimeError(f"triggerer exited during the window; see {home / 'triggerer.log'}")
-
+        a, b, memory = window(bench, triggerer, args.seconds)
         states = dict(
             db_query(
-                home,
-                f"select coalesce(state, 'none'), count(*) from task_instance where dag_id='{DAG_ID}' group by state",
+                bench.home,
+                "select coalesce(state, 'none'), count(*) from task_instance "
+                f"where dag_id='{DAG_ID}' and run_id='{run_id}' group by state",
             )
         )
-        assigned = db_query(home, "select count(*) from trigger where triggerer_id is not null")[0][0]
-        calls = b.calls - a.calls
-        per_min = {k2: v * 60 / wall for k2, v in sorted(calls.items())}
-        tpu_per_min = sum(v for k2, v in per_min.items() if not k2.startswith("gcs.") and "!" not in k2)
-        gcs_per_min = sum(v for k2, v in per_min.items() if k2.startswith("gcs.") and "!" not in k2)
-        polls_per_min = per_min.get("gcs.list_objects", 0.0)  # read_stage_facts lists step dirs once a poll
-        root_pid = triggerer.pid
-        # Runner CPU not on its main (event-loop) thread: worker threads, including short-lived ones that
-        # exited within the window (google-cloud-storage starts a bucket-metadata thread per Client).
-        runner_loop = sum(
-            main - a.threads.get(pid, (0.0, 0.0))[0] for pid, (main, _other) in b.threads.items() if pid != root_pid
+        assigned = db_query(bench.home, "select count(*) from trigger where triggerer_id is not null")[0][0]
+        result = figures(args, a, b, memory, idle, idle_cpu, triggerer.pid)
+        result.update(
+            {"design": design, "triggers_polled": polled, "triggers_assigned": assigned, "ramp_up_s": round(ramp, 1)}
         )
-        runner_all = sum(b.cpu[pid] - a.cpu.get(pid, 0.0) for pid in b.cpu if pid != root_pid)
-        runner_threads = runner_all - runner_loop
-        supervisor = b.cpu.get(root_pid, 0.0) - a.cpu.get(root_pid, 0.0)
-        cpu = cpu_delta(a, b)
-        mean_rss = rss_sum / k if k else b.rss
-        mean_pss = pss_sum / k if k else b.pss
-        result = {
-            "machines": args.machines,
-            "zones": args.zones,
-            "poll_interval_s": args.poll_interval,
-            "window_s": round(wall, 1),
-            "gcs_state": args.gcs_state,
-            "cores": psutil.cpu_count(),
-            "triggers_polled": polled,
-            "triggers_assigned": assigned,
-            "ramp_up_s": round(ramp, 1),
-            "task_instance_states": states,
-            "idle": {
-                "cpu_pct": round(idle_cpu * 100, 2),
-                "rss_mb": round(idle_b.rss / 2**20, 1),
-                "pss_mb": round(idle_b.pss / 2**20, 1),
-            },
-            "cpu_pct": round(cpu / wall * 100, 2),
-            "cpu_pct_above_idle": round((cpu / wall - idle_cpu) * 100, 2),
-            "cpu_split_pct": {
-                "supervisor_process": round(supervisor / wall * 100, 2),
-                "runner_event_loop_thread": round(runner_loop / wall * 100, 2),
-                "runner_other_threads_gcs_reads": round(runner_threads / wall * 100, 2),
-            },
-            "rss_mb": round(mean_rss / 2**20, 1),
-            "rss_peak_mb": round(peak_rss / 2**20, 1),
-            "rss_above_idle_mb": round((mean_rss - idle_b.rss) / 2**20, 1),
-            "pss_mb": round(mean_pss / 2**20, 1),
-            "pss_above_idle_mb": round((mean_pss - idle_b.pss) / 2**20, 1),
-            "kb_per_trigger_rss": round((mean_rss - idle_b.rss) / 1024 / args.machines, 1),
-            "calls_per_min": {k2: round(v, 1) for k2, v in per_min.items()},
-            "tpu_api_calls_per_min": round(tpu_per_min, 1),
-            "gcs_calls_per_min": round(gcs_per_min, 1),
-            "polls_per_trigger_per_min": round(polls_per_min / args.machines, 2),
-            "expected_polls_per_trigger_per_min": round(60 / args.poll_interval, 2),
-            "gcs_calls_per_poll": round(gcs_per_min / polls_per_min, 2) if polls_per_min else None,
-        }
+        result["task_instance_states"] = states
         return result
     finally:
-        if setup is not None and setup.is_alive():
-            setup.join()
-        if triggerer is not None:
-            stop_process_group(triggerer)
-        for proxy in proxies:
+        stop_process_group(triggerer)
+        retire_run(bench.home, run_id)
+
+
+def figures(
+    args: argparse.Namespace,
+    a: Sample,
+    b: Sample,
+    memory: dict[str, float],
+    idle: Sample,
+    idle_cpu: float,
+    root_pid: int,
+) -> dict[str, Any]:
+    wall = b.t - a.t
+    calls = b.calls - a.calls
+    per_min = {k2: v * 60 / wall for k2, v in sorted(calls.items())}
+    tpu_per_min = sum(v for k2, v in per_min.items() if not k2.startswith("gcs.") and "!" not in k2)
+    gcs_per_min = sum(v for k2, v in per_min.items() if k2.startswith("gcs.") and "!" not in k2)
+    lists_per_min = per_min.get("gcs.list_objects", 0.0)
+    # Runner CPU not on its main (event-loop) thread: worker threads, including short-lived ones that
+    # exited within the window (google-cloud-storage starts a bucket-metadata thread per Client).
+    runner_loop = sum(
+        main - a.threads.get(pid, (0.0, 0.0))[0] for pid, (main, _other) in b.threads.items() if pid != root_pid
+    )
+    runner_all = sum(b.cpu[pid] - a.cpu.get(pid, 0.0) for pid in b.cpu if pid != root_pid)
+    supervisor = b.cpu.get(root_pid, 0.0) - a.cpu.get(root_pid, 0.0)
+    cpu = cpu_delta(a, b)
+    return {
+        "machines": args.machines,
+        "zones": args.zones,
+        "poll_interval_s": args.poll_interval,
+        "window_s": round(wall, 1),
+        "gcs_state": args.gcs_state,
+        "cores": psutil.cpu_count(),
+        "idle": {
+            "cpu_pct": round(idle_cpu * 100, 2),
+            "rss_mb": round(idle.rss / 2**20, 1),
+            "pss_mb": round(idle.pss / 2**20, 1),
+        },
+        "cpu_pct": round(cpu / wall * 100, 2),
+        "cpu_pct_above_idle": round((cpu / wall - idle_cpu) * 100, 2),
+        "cpu_split_pct": {
+            "supervisor_process": round(supervisor / wall * 100, 2),
+            "runner_event_loop_thread": round(runner_loop / wall * 100, 2),
+            "runner_other_threads_gcs_reads": round((runner_all - runner_loop) / wall * 100, 2),
+        },
+        "rss_above_idle_split_mb": {
+            "supervisor_process": round((b.rss_by_pid.get(root_pid, 0) - idle.rss_by_pid.get(root_pid, 0)) / 2**20, 1),
+            "trigger_runner": round(
+                sum(v for k, v in b.rss_by_pid.items() if k != root_pid) / 2**20
+                - sum(v for k, v in idle.rss_by_pid.items() if k != root_pid) / 2**20,
+                1,
+            ),
+        },
+        "rss_mb": round(memory["rss"] / 2**20, 1),
+        "rss_peak_mb": round(memory["peak_rss"] / 2**20, 1),
+        "rss_above_idle_mb": round((memory["rss"] - idle.rss) / 2**20, 1),
+        "pss_mb": round(memory["pss"] / 2**20, 1),
+        "pss_above_idle_mb": round((memory["pss"] - idle.pss) / 2**20, 1),
+        "kb_per_trigger_rss": round((memory["rss"] - idle.rss) / 1024 / args.machines, 1),
+        "calls_per_min": {k2: round(v, 1) for k2, v in per_min.items()},
+        "tpu_api_calls_per_min": round(tpu_per_min, 1),
+        "gcs_calls_per_min": round(gcs_per_min, 1),
+        "gcs_lists_per_min": round(lists_per_min, 1),
+        "gcs_calls_per_trigger_per_min": round(gcs_per_min / args.machines, 3),
+        "expected_polls_per_trigger_per_min": round(60 / args.poll_interval, 2),
+    }
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Shared setup once, then each design in sequence in its own fresh triggerer; everything stopped at the end."""
+    work = Path(tempfile.mkdtemp(prefix="interlude-bench-"))
+    log(f"work dir {work}")
+    cloud: LocalCloud | None = None
+    bench: Bench | None = None
+    try:
+        cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud")
+        bench = setup(args, work, cloud)
+        return [measure(bench, args, design, i) for i, design in enumerate(args.design)]
+    finally:
+        for proxy in bench.proxies if bench is not None else []:
             proxy.stop()
         if cloud is not None:
             cloud.stop()
@@ -443,30 +525,44 @@ def run(args: argparse.Namespace) -> dict[str, Any]:  # noqa: C901 - TODO(issue 
             shutil.rmtree(work, ignore_errors=True)
 
 
-def report(r: dict[str, Any]) -> str:
-    lines = [
-        f"StageTrigger watch benchmark: {r['machines']} machines, {r['zones']} zone(s), poll every "
-        f"{r['poll_interval_s']:g} s, window {r['window_s']:g} s, {r['cores']} cores, "
-        f"GCS facts: {r['gcs_state']}",
-        f"  triggers polled / assigned      {r['triggers_polled']} / {r['triggers_assigned']}  "
-        f"(all polled {r['ramp_up_s']:g} s after the rows were written); "
-        f"TI states {r['task_instance_states']}",
-        f"  idle triggerer                  CPU {r['idle']['cpu_pct']:.2f}%  "
-        f"RSS {r['idle']['rss_mb']:.0f} MB  PSS {r['idle']['pss_mb']:.0f} MB",
-        f"  triggerer CPU (tree)            {r['cpu_pct']:.1f}% of one core "
-        f"({r['cpu_pct_above_idle']:.1f}% above idle)",
-        f"    supervisor process            {r['cpu_split_pct']['supervisor_process']:.1f}%",
-        f"    runner event-loop thread      {r['cpu_split_pct']['runner_event_loop_thread']:.1f}%",
-        f"    runner worker threads (GCS)   {r['cpu_split_pct']['runner_other_threads_gcs_reads']:.1f}%",
-        f"  memory                          RSS {r['rss_mb']:.0f} MB (peak {r['rss_peak_mb']:.0f}), "
-        f"{r['rss_above_idle_mb']:.0f} MB above idle RSS ({r['kb_per_trigger_rss']:.0f} KB/trigger), "
-        f"PSS {r['pss_mb']:.0f} MB (+{r['pss_above_idle_mb']:.0f} MB)",
-        f"  TPU API calls/min               {r['tpu_api_calls_per_min']:.1f}",
-        f"  GCS calls/min                   {r['gcs_calls_per_min']:.1f}  ({r['gcs_calls_per_poll']} per poll)",
-        f"  polls per trigger per minute    {r['polls_per_trigger_per_min']:.2f} "
-        f"(expected {r['expected_polls_per_trigger_per_min']:.2f})",
-        "  calls/min by kind: " + ", ".join(f"{k} {v:g}" for k, v in r["calls_per_min"].items()),
-    ]
+ROWS: list[tuple[str, Any]] = [
+    ("triggers polled / assigned", lambda r: f"{r['triggers_polled']} / {r['triggers_assigned']}"),
+    ("all polled once after", lambda r: f"{r['ramp_up_s']:g} s"),
+    ("task instances", lambda r: ", ".join(f"{k} {v}" for k, v in r["task_instance_states"].items())),
+    ("idle triggerer", lambda r: f"{r['idle']['cpu_pct']:.1f}% CPU, RSS {r['idle']['rss_mb']:.0f} MB"),
+    ("triggerer CPU (tree)", lambda r: f"{r['cpu_pct']:.1f}% ({r['cpu_pct_above_idle']:.1f} above idle)"),
+    ("- supervisor process", lambda r: f"{r['cpu_split_pct']['supervisor_process']:.1f}%"),
+    ("- runner event-loop thread", lambda r: f"{r['cpu_split_pct']['runner_event_loop_thread']:.1f}%"),
+    ("- runner other threads (GCS)", lambda r: f"{r['cpu_split_pct']['runner_other_threads_gcs_reads']:.1f}%"),
+    ("RSS above idle", lambda r: f"{r['rss_above_idle_mb']:.0f} MB ({r['kb_per_trigger_rss']:.0f} KB/trigger)"),
+    (
+        "- supervisor / trigger runner",
+        lambda r: "{supervisor_process:.0f} / {trigger_runner:.0f} MB (at the end)".format(
+            **r["rss_above_idle_split_mb"]
+        ),
+    ),
+    ("PSS above idle", lambda r: f"{r['pss_above_idle_mb']:.0f} MB"),
+    ("TPU API calls/min", lambda r: f"{r['tpu_api_calls_per_min']:g}"),
+    ("GCS calls/min", lambda r: f"{r['gcs_calls_per_min']:g}"),
+    ("- of which lists", lambda r: f"{r['gcs_lists_per_min']:g}"),
+    ("GCS calls per trigger per min", lambda r: f"{r['gcs_calls_per_trigger_per_min']:g}"),
+]
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    """The designs side by side, one column each."""
+    r0 = results[0]
+    head = (
+        f"StageTrigger watch benchmark: {r0['machines']} machines, {r0['zones']} zone(s), poll every "
+        f"{r0['poll_interval_s']:g} s, window {r0['window_s']:g} s, {r0['cores']} cores, GCS facts: {r0['gcs_state']}"
+    )
+    table = [["", *(r["design"] for r in results)], *([label, *(f(r) for r in results)] for label, f in ROWS)]
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]))]
+    lines = [head, *("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in table)]
+    for r in results:
+        lines.append(
+            f"  {r['design']} calls/min by kind: " + ", ".join(f"{k} {v:g}" for k, v in r["calls_per_min"].items())
+        )
     return "\n".join(lines)
 
 
@@ -500,11 +596,19 @@ def main(argv: list[str] | None = None) -> int:
         default=300.0,
         help="seconds for every trigger to poll once after the rows are written",
     )
+    p.add_argument(
+        "--design",
+        type=lambda v: [d for d in v.split(",") if d],
+        default=list(DESIGNS),
+        help=f"watch designs to run in sequence, comma-separated, each in a fresh triggerer: {', '.join(DESIGNS)}",
+    )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, airflow.db)")
     args = p.parse_args(argv)
-    result = run(args)
-    print(report(result))
-    print("RESULT " + json.dumps(result), flush=True)
+    if unknown := sorted(set(args.design) - set(DESIGNS)):
+        p.error(f"unknown design(s) {unknown}; choose from {list(DESIGNS)}")
+    results = run(args)
+    print(report(results))
+    print("RESULT " + json.dumps({"designs": results}), flush=True)
     return 0
 
 

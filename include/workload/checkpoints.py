@@ -170,16 +170,16 @@ class CheckpointStore:
     # ----------------------------------------------------------------- reading
     def scan(self) -> list[StepStatus]:
         """Every step directory, ascending, from ONE list call (cheap enough for a trigger's poll)."""
-        found: dict[int, dict[str, storage.Blob]] = {}
-        for blob in self.client.list_blobs(self.bucket_name, prefix=f"{self.base}step-"):
-            match = _STEP_DIR.match(blob.name[len(self.base) :])
-            if match:
-                found.setdefault(int(match.group(1)), {})[match.group(2)] = blob
-        return [StepStatus(step=s, committed=COMMITTED in objs, objects=objs) for s, objs in sorted(found.items())]
+        blobs = self.client.list_blobs(self.bucket_name, prefix=f"{self.base}step-")
+        return step_statuses((blob.name[len(self.base) :], blob) for blob in blobs)
 
     def list(self) -> list[StepStatus]:
         """Alias of :meth:`scan` under the name the contract promises."""
         return self.scan()
+
+    def verify(self, status: StepStatus, mode: VerifyMode = "metadata") -> tuple[Checkpoint | None, str | None]:
+        """Check one listed committed step (two downloads: manifest and COMMITTED); the checkpoint or why not."""
+        return self._verify(status, mode)
 
     def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:
         """Check one committed step; return the checkpoint or the reason it cannot be used."""
@@ -459,6 +459,16 @@ class CheckpointStore:
         if tail_chunks is not None:
             blobs = blobs[-tail_chunks:]
         return "".join(b.download_as_bytes(retry=DEFAULT_RETRY).decode("utf-8", "replace") for b in blobs)
+
+
+def step_statuses(named: Iterable[tuple[str, Any]]) -> list[StepStatus]:
+    """Step directories, ascending, from (name relative to the stage prefix, blob) pairs of one listing."""
+    found: dict[int, dict[str, Any]] = {}
+    for rel, blob in named:
+        match = _STEP_DIR.match(rel)
+        if match:
+            found.setdefault(int(match.group(1)), {})[match.group(2)] = blob
+    return [StepStatus(step=s, committed=COMMITTED in objs, objects=objs) for s, objs in sorted(found.items())]
 
 
 def log_writer_id() -> str:

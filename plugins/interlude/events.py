@@ -43,39 +43,39 @@ def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
 
 
 def build_report(
-    *, run_key: str, machine: dict[str, Any], stages: list[dict[str, Any]], events: list[dict[str, Any]]
+    *,
+    run_key: str,
+    machine: dict[str, Any],
+    stages: list[dict[str, Any]],
+    events: list[dict[str, Any]],
+    provisioning_started_at: float | None = None,
 ) -> dict[str, Any]:
-    """Goodput = productive training time / wall time; badput split by cause.
+    """Goodput = productive training time / wall time; badput split by named cause (interlude.badput).
 
-    `stages` carry each stage's start/end (epoch seconds), steps, and mean step time. Productive
-    time is steps that count once; downtime and recomputed steps are badput, and so is the time
-    between stages (provisioning, waiting for the fine-tune gate).
+    `stages` carry each stage's start/end (epoch seconds), steps, and mean step time; `events` the
+    maintenance events as recorded; `provisioning_started_at` (when known) starts the wall clock at the
+    first create instead of the first step.
     """
-    start = min((s["started_at"] for s in stages), default=0.0)
-    end = max((s["finished_at"] for s in stages), default=0.0)
-    wall = max(end - start, 1e-9)
+    from interlude.badput import event_badput, split
+
+    wall, productive, badput = split(stages, events, provisioning_started_at)
     step_time = {s["stage"]: float(s.get("mean_step_seconds") or 0.0) for s in stages}
-    downtime = sum(float(e.get("downtime_s") or 0.0) for e in events)
     recomputed = sum(int(e.get("steps_recomputed") or 0) for e in events)
-    recompute_s = sum(int(e.get("steps_recomputed") or 0) * step_time.get(e.get("stage", ""), 0.0) for e in events)
-    productive = sum(int(s["steps"]) * step_time.get(s["stage"], 0.0) for s in stages)
-    productive = min(productive, wall)
-    other = max(wall - productive - downtime - recompute_s, 0.0)
+    costed = []
+    for e in events:
+        cost = event_badput(e, step_time.get(e.get("stage", ""), 0.0))
+        costed.append({**e, "beyond_downtime_s": round(cost.beyond_downtime, 3)})
     return {
         "run_key": run_key,
         "accelerator": machine.get("accelerator_type"),
         "zone": machine.get("zone"),
         "machine": {k: machine.get(k) for k in ("kind", "name", "zone", "mode", "runtime")},
         "stages": stages,
-        "events": events,
+        "events": costed,
         "steps_recomputed": recomputed,
-        "wall_seconds": round(wall, 3),
-        "goodput": round(productive / wall, 4),
-        "badput_seconds": {
-            "maintenance_downtime": round(downtime, 3),
-            "recomputed_steps": round(recompute_s, 3),
-            "checkpointing_and_other": round(other, 3),
-        },
+        "wall_seconds": round(max(wall, 1e-9), 3),
+        "goodput": round(productive / max(wall, 1e-9), 4),
+        "badput_seconds": badput.as_dict(),
     }
 
 
@@ -100,7 +100,8 @@ def render_report(report: dict[str, Any]) -> str:
         lines.append(
             f"    - {e.get('stage')}: {e.get('kind')} ({e.get('notice_type') or 'no notice'}), checkpoint step "
             f"{e.get('checkpoint_step')}, downtime {float(e.get('downtime_s') or 0):.1f}s, "
-            f"steps recomputed {e.get('steps_recomputed')}, resumed from {e.get('resumed_from_step')}"
+            f"steps recomputed {e.get('steps_recomputed')}, resumed from {e.get('resumed_from_step')}, "
+            f"{float(e.get('beyond_downtime_s') or 0):.1f}s beyond the downtime"
         )
     bad = report["badput_seconds"]
     lines.append(

@@ -355,6 +355,18 @@ def sweep(zones: list[str], state_of: Any) -> list[str]:
     return report.deleted
 
 
+def _provisioning_started_at(spec: RunSpec) -> float | None:
+    """When the run's first machine create was about to be sent (its intent record), or None if unreadable."""
+    from interlude import ledger
+
+    try:
+        intents = ledger.read(spec.bucket, spec.run_key)
+    except Exception:
+        log.warning("Could not read the run's machine intents: the report starts at the first step", exc_info=True)
+        return None
+    return min((i.recorded_at for i in intents), default=None)
+
+
 def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[str, Any]]) -> dict[str, Any]:
     from interlude import events
     from interlude_workload.checkpoints import CheckpointStore
@@ -375,7 +387,11 @@ def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[s
             }
         )
     report = events.build_report(
-        run_key=spec.run_key, machine=dict(machine), stages=rows, events=events.load_events(spec.bucket, spec.run_key)
+        run_key=spec.run_key,
+        machine=dict(machine),
+        stages=rows,
+        events=events.load_events(spec.bucket, spec.run_key),
+        provisioning_started_at=_provisioning_started_at(spec),
     )
     uri = events.write_report(spec.bucket, spec.run_key, report)
     log.info("%s\n  report: %s", events.render_report(report), uri)

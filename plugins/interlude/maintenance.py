@@ -371,7 +371,12 @@ def _checkpoint_requested(state: StageState, obs: Observation, limits: Limits) -
         new = replace(state, phase=Phase.RESUMING, event={**(state.event or {}), "checkpoint_step": None})
         return _close(new, obs) if _resumed(new, obs) else Transition(new)
     if obs.request_ack_step is not None:
-        event = {**(state.event or {}), "checkpoint_step": obs.request_ack_step, "checkpoint_committed_at": obs.now}
+        event = {
+            **(state.event or {}),
+            "checkpoint_step": obs.request_ack_step,
+            "checkpoint_committed_at": obs.now,
+            "checkpoint_write_s": obs.commit_seconds,  # the workload's own measure (interlude.badput)
+        }
         new = replace(state, phase=Phase.AWAITING_RESTART, event=event)
         if obs.machine is not Machine.READY:
             return Transition(down(new, obs))

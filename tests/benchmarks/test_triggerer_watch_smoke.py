@@ -33,7 +33,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_twenty_triggers_poll_in_a_real_triggerer() -> None:
+def test_twenty_triggers_poll_in_a_real_triggerer_before_and_after() -> None:
     cmd = [
         sys.executable,
         str(SCRIPT),
@@ -48,23 +48,33 @@ def test_twenty_triggers_poll_in_a_real_triggerer() -> None:
         "--settle",
         "1",
         "--gcs-state",
-        "progress",
+        "checkpoint",
         "--startup-timeout",
         "60",
+        "--design",
+        "before,after",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=170, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    result = json.loads(line.removeprefix("RESULT "))
+    before, after = json.loads(line.removeprefix("RESULT "))["designs"]
+    assert (before["design"], after["design"]) == ("before", "after")
 
-    assert result["triggers_polled"] == 20
-    assert result["task_instance_states"] == {"deferred": 20}
-    calls = result["calls_per_min"]
-    assert calls.get("tpu.GET.nodes", 0) > 0  # the shared per-zone list ran in the triggerer
-    assert calls.get("gcs.list_objects", 0) > 0  # and so did the GCS reads
-    # One list per zone and interval, shared by all 20 triggers: far fewer TPU calls than polls.
-    assert result["tpu_api_calls_per_min"] < result["polls_per_trigger_per_min"] * 20
-    assert result["cpu_pct"] > 0 and result["idle"]["rss_mb"] > 0
+    for result in (before, after):
+        assert result["triggers_polled"] == 20
+        assert result["task_instance_states"] == {"deferred": 20}
+        calls = result["calls_per_min"]
+        assert calls.get("tpu.GET.nodes", 0) > 0  # the shared per-zone list ran in the triggerer
+        assert calls.get("gcs.list_objects", 0) > 0  # and so did the GCS reads
+        # One list per zone and interval, shared by all 20 triggers: far fewer TPU calls than polls.
+        assert result["tpu_api_calls_per_min"] < result["expected_polls_per_trigger_per_min"] * 20
+        assert result["cpu_pct"] > 0 and result["idle"]["rss_mb"] > 0
+    # Before: each trigger lists its stage and downloads progress, manifest and COMMITTED itself.
+    assert before["gcs_calls_per_trigger_per_min"] >= 1
+    # After: two shared lists per interval for the whole bucket, and nothing changed, so no downloads.
+    assert after["calls_per_min"].get("gcs.download", 0) == 0
+    assert after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
+    assert after["gcs_calls_per_min"] * 5 < before["gcs_calls_per_min"]
 
     work = re.search(r"work dir (\S+)", proc.stderr)
     assert work is not None

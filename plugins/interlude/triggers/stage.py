@@ -13,6 +13,7 @@ import asyncio
 import importlib
 import os
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -31,37 +32,35 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
+from interlude.stage_facts import StageFactsReader, list_bucket
+from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
-GCS_EVERY = 3  # while calm, GCS facts are read every third poll (machine state every poll)
-
-
-class ZoneListCache:
-    """One in-flight or recent list call per (api, endpoint, zone), shared by all triggers.
-
-    A thousand watched machines in one zone cost one list call per interval, not a thousand gets.
-    """
-
-    def __init__(self) -> None:
-        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[dict[str, dict[str, Any]]]]] = {}
-        self.calls = 0
-
-    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
-        """The zone's resources by short name (indexed once per fetch, not scanned by every watcher)."""
-        now = time.monotonic()
-        entry = self._entries.get(key)
-        if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
-            self.calls += 1
-
-            async def fetch_indexed() -> dict[str, dict[str, Any]]:
-                return {item.get("name", "").rsplit("/", 1)[-1]: item for item in await fetch()}
-
-            entry = (now, asyncio.ensure_future(fetch_indexed()))
-            self._entries[key] = entry
-        return await asyncio.shield(entry[1])
-
+GCS_EVERY = 3  # per-stage reads: while calm, GCS facts are read every third poll (machine state every poll)
+FACT_SOURCES = ("bucket_list", "per_stage")
+"""Where a trigger's GCS facts come from: the listing of its bucket shared by every trigger in the process
+(one read per bucket and interval, interlude.stage_facts), or its own reads (read_stage_facts: a list and
+up to four downloads per read; the sync path's way, kept for comparison in benchmarks/triggerer_watch.py)."""
 
 ZONE_LISTS = ZoneListCache()
+SHARED_HOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+BUCKET_LISTS: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
+
+
+MACHINE_READS = 8
+_READ_SLOTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def _machine_reads() -> asyncio.Semaphore:
+    """At most MACHINE_READS per-machine reads (serial console, guest attributes) in flight per event loop: a
+    thousand quiet stages checking at once would otherwise queue in the shared HTTP client's pool, whose
+    bookkeeping grows with the queue times the connections (most of a core at 1,000)."""
+    loop = asyncio.get_running_loop()
+    if loop not in _READ_SLOTS:
+        _READ_SLOTS[loop] = asyncio.Semaphore(MACHINE_READS)
+    return _READ_SLOTS[loop]
 
 
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
@@ -85,8 +84,10 @@ class StageTrigger(BaseTrigger):
         stall_timeout: float = 600.0,
         api_outage_budget: float = 900.0,
         gcp_conn_id: str | None = "google_cloud_default",
-        log_every: float = 30.0,
+        log_every: float = 300.0,
         notice_policy: dict[str, Any] | None = None,
+        facts_source: str = "bucket_list",
+        gcs_every: int = GCS_EVERY,
     ) -> None:
         super().__init__()
         self.machine = machine
@@ -101,9 +102,15 @@ class StageTrigger(BaseTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.log_every = log_every
         self.notice_policy = notice_policy
+        if facts_source not in FACT_SOURCES:
+            raise ValueError(f"facts_source {facts_source!r} must be one of {FACT_SOURCES}")
+        self.facts_source = facts_source
+        self.gcs_every = gcs_every
+        self._reader: StageFactsReader | None = None
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
+        self._startup_checked_at = -1e9
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -121,6 +128,8 @@ class StageTrigger(BaseTrigger):
                 "gcp_conn_id": self.gcp_conn_id,
                 "log_every": self.log_every,
                 "notice_policy": self.notice_policy,
+                "facts_source": self.facts_source,
+                "gcs_every": self.gcs_every,
             },
         )
 
@@ -128,6 +137,17 @@ class StageTrigger(BaseTrigger):
         return stage_limits(self.restart_timeout, self.stall_timeout, self.api_outage_budget, self.notice_policy)
 
     async def _hook(self) -> Any:
+        """The process's hook for this machine kind and connection on this event loop, shared by every trigger:
+        each hook holds an HTTP client (~1 MB with its TLS context), and whichever trigger's turn it is to fetch
+        the shared zone list would otherwise leave one behind per trigger."""
+        hooks = SHARED_HOOKS.setdefault(asyncio.get_running_loop(), {})
+        key = (self.machine["kind"], self.gcp_conn_id or "")
+        if key not in hooks:
+            hook = await self._new_hook()
+            hooks.setdefault(key, hook)
+        return hooks[key]
+
+    async def _new_hook(self) -> Any:
         # The hook modules import Google's client libraries (a second or two): never on the event loop.
         retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
         policy = retry.RetryPolicy(**WATCH_RETRY)
@@ -160,7 +180,8 @@ class StageTrigger(BaseTrigger):
         rest = await hook.async_rest()
         sync = await hook.sync_hook()
         url = f"{sync.instances_url(self.machine['zone'])}/{self.machine['name']}/serialPort"
-        out = await rest.request("GET", url, params={"start": str(self._serial_next)})
+        async with _machine_reads():
+            out = await rest.request("GET", url, params={"start": str(self._serial_next)})
         self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
@@ -170,7 +191,8 @@ class StageTrigger(BaseTrigger):
         the boot the workload last reported (or of a first boot that never reported) counts: an older boot's
         end is a machine that went down and came back. Exit 0 or 143 is the agent stopped by SIGTERM (the
         machine going down), not a failure."""
-        entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
+        async with _machine_reads():
+            entries = await hook.get_guest_attributes(self.machine["zone"], self.machine["name"], "interlude/")
         words = "\n".join(str(e.get("value") or "") for e in entries if e.get("key") == "startup")
         failure = startup_failure(words)
         if failure is None or failure.exit_code in STOPPED_EXITS:
@@ -184,6 +206,13 @@ class StageTrigger(BaseTrigger):
         """Quiet for a while on a READY machine: worth a look at the serial console."""
         quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
         return machine is Machine.READY and quiet_for >= max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval)
+
+    def _startup_check_due(self) -> bool:
+        now = time.monotonic()
+        if now - self._startup_checked_at < max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval):
+            return False
+        self._startup_checked_at = now
+        return True
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
@@ -202,6 +231,30 @@ class StageTrigger(BaseTrigger):
         await asyncio.to_thread(request)
         self.log.info("Task killed: checkpoint requested from the workload (%s)", request_id)
 
+    async def _shared_facts(self, state: StageState) -> StageFacts:
+        """This stage's facts from the bucket's listing shared by every trigger in the process; a download
+        only for what changed (off the event loop), else no GCS call of its own."""
+        index = await BUCKET_LISTS.get(
+            ("gcs", self.bucket), lambda: asyncio.to_thread(list_bucket, self.bucket), self.poll_interval * 0.9
+        )
+        if self._reader is None:
+            self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
+        objects = self._reader.objects(index)
+        if self._reader.needs_io(objects, state.request_id):
+            return await asyncio.to_thread(self._reader.read, objects, state.request_id)
+        return self._reader.read(objects, state.request_id)
+
+    @staticmethod
+    def _calm(state: StageState, machine: Machine, notice: Any) -> bool:
+        """Per-stage reads are the expensive look: every poll while anything is happening, else every few.
+        A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time."""
+        return machine is Machine.READY and (
+            (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
+        )
+
+    def _due(self, facts_at: float) -> bool:
+        return time.monotonic() - facts_at >= self.poll_interval * self.gcs_every
+
     async def _observe(
         self, hook: Any, state: StageState, facts: StageFacts | None, facts_at: float
     ) -> tuple[Observation, StageFacts | None, float]:
@@ -209,18 +262,17 @@ class StageTrigger(BaseTrigger):
         try:
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
-            # GCS is the expensive look: every poll while anything is happening, else every few.
-            # A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time.
-            calm = machine is Machine.READY and (
-                (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
-            )
-            if facts is None or not calm or time.monotonic() - facts_at >= self.poll_interval * GCS_EVERY:
+            if self.facts_source == "bucket_list":
+                facts, facts_at = await self._shared_facts(state), time.monotonic()
+            elif facts is None or not self._calm(state, machine, notice) or self._due(facts_at):
                 facts = await asyncio.to_thread(
                     read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
                 )
                 facts_at = time.monotonic()
             boot = (facts.progress or {}).get("boot_id") if facts is not None else None
-            suspect = self.suspect(state, machine, time.time())
+            # Quiet for long enough to look at the startup script's last words: once per suspect period, not
+            # every poll (a stage that reports rarely would otherwise cost one machine read per poll).
+            suspect = self.suspect(state, machine, time.time()) and self._startup_check_due()
             failure = await self._startup_failure(hook, str(boot) if boot else None) if suspect else None
             return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
         except Exception as exc:
@@ -242,8 +294,8 @@ class StageTrigger(BaseTrigger):
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         limits = self.limits()
-        hook: Any = None
         last_log = 0.0
+        last_seen: tuple[Any, ...] = ()
         facts: StageFacts | None = None
         facts_at = 0.0
         try:
@@ -252,7 +304,11 @@ class StageTrigger(BaseTrigger):
             while True:
                 obs, facts, facts_at = await self._observe(hook, state, facts, facts_at)
                 progress = facts.progress if facts is not None else {}
-                if time.monotonic() - last_log >= self.log_every and obs.machine is not Machine.UNKNOWN:
+                # One line per trigger goes through the supervisor to a file: on a change, else every log_every.
+                seen = (state.phase, obs.machine, obs.notice is None)
+                due = time.monotonic() - last_log >= self.log_every or seen != last_seen
+                if due and obs.machine is not Machine.UNKNOWN:
+                    last_seen = seen
                     self.log.info(
                         "%s  (%s, machine %s)",
                         progress_line(self.stage, progress),
@@ -279,10 +335,6 @@ class StageTrigger(BaseTrigger):
             yield TriggerEvent(
                 {"status": "error", "message": f"{type(exc).__name__}: {exc}"[:1000], "state": self.state}
             )
-        finally:
-            close = getattr(hook, "aclose", None)
-            if close is not None:
-                await close()
 
 
 def stage_limits(

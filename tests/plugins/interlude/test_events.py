@@ -39,10 +39,16 @@ def test_report_accounts_for_downtime_and_recomputation() -> None:
     assert report["steps_recomputed"] == 4
     assert report["wall_seconds"] == 100.0
     assert report["goodput"] == 0.6  # 120 steps x 0.5 s of 100 s
+    # Only the events' downtime lengths are recorded here (no down_at/up_at): all of it counts as the cloud's.
     assert report["badput_seconds"] == {
-        "maintenance_downtime": 15.0,
+        "provisioning": 0.0,
+        "stage_handoff": 5.0,
+        "checkpoint_writes": 0.0,
+        "waiting_for_window": 0.0,
+        "cloud_downtime": 15.0,
+        "restore": 0.0,
         "recomputed_steps": 2.0,
-        "checkpointing_and_other": 23.0,
+        "other": 18.0,
     }
     text = render_report(report)
     assert "steps recomputed: 4" in text and "preemption" in text and "SCHEDULED" in text

@@ -1,0 +1,120 @@
+"""Where the seconds of a run that were not training went: badput split into named causes.
+
+Pure: a recorded timeline in (each stage's start/end/steps/step time, each maintenance event's
+timestamps as the state machine recorded them, when provisioning began), seconds per cause out. The
+report calls it; a benchmark or a test calls it on any recorded timeline.
+
+Per event the timeline is notice seen (``detected_at``) -> the requested checkpoint committed
+(``checkpoint_committed_at``) -> machine down (``down_at``) -> machine booted (``up_at``) -> workload
+stepping again (``resumed_at``). Between commit and down the workload either holds (waiting for the
+window) or trains on, and steps trained on after the checkpoint are recomputed after the restore; so
+the wait is that gap minus the recomputed steps' time, never counted twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+CAUSES = (
+    "provisioning",
+    "stage_handoff",
+    "checkpoint_writes",
+    "waiting_for_window",
+    "cloud_downtime",
+    "restore",
+    "recomputed_steps",
+    "other",
+)
+
+
+@dataclass(frozen=True)
+class Badput:
+    """Seconds per cause; ``other`` is what no recorded timestamp explains (periodic checkpoints, poll latency)."""
+
+    provisioning: float = 0.0
+    stage_handoff: float = 0.0
+    checkpoint_writes: float = 0.0
+    waiting_for_window: float = 0.0
+    cloud_downtime: float = 0.0
+    restore: float = 0.0
+    recomputed_steps: float = 0.0
+    other: float = 0.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class EventBadput:
+    """One maintenance event's cost, for the report's event lines."""
+
+    checkpoint_write: float
+    waiting_for_window: float
+    cloud_downtime: float
+    restore: float
+    recomputed_steps: float
+
+    @property
+    def beyond_downtime(self) -> float:
+        """What the event cost beyond the cloud's own downtime: the part the control plane can shrink."""
+        return self.checkpoint_write + self.waiting_for_window + self.restore + self.recomputed_steps
+
+
+def _num(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _gap(start: Any, end: Any) -> float:
+    a, b = _num(start), _num(end)
+    return max(b - a, 0.0) if a is not None and b is not None else 0.0
+
+
+def event_badput(event: Mapping[str, Any], step_seconds: float) -> EventBadput:
+    """Split one recorded event. Missing timestamps (a reboot no poll saw, no checkpoint asked) count as 0."""
+    recomputed = int(event.get("steps_recomputed") or 0) * step_seconds
+    up = event.get("up_at") if event.get("up_at") is not None else event.get("resumed_at")
+    if event.get("down_at") is None:  # no down time recorded, only its length (or none): all of it is the cloud's
+        downtime, restore = max(_num(event.get("downtime_s")) or 0.0, 0.0), 0.0
+    else:
+        downtime, restore = _gap(event.get("down_at"), up), _gap(up, event.get("resumed_at"))
+    return EventBadput(
+        checkpoint_write=max(_num(event.get("checkpoint_write_s")) or 0.0, 0.0),
+        waiting_for_window=max(_gap(event.get("checkpoint_committed_at"), event.get("down_at")) - recomputed, 0.0),
+        cloud_downtime=downtime,
+        restore=restore,
+        recomputed_steps=recomputed,
+    )
+
+
+def split(
+    stages: Iterable[Mapping[str, Any]],
+    events: Iterable[Mapping[str, Any]],
+    provisioning_started_at: float | None = None,
+) -> tuple[float, float, Badput]:
+    """(wall seconds, productive seconds, badput by cause) of a run's recorded timeline."""
+    rows = sorted(stages, key=lambda s: float(s["started_at"]))
+    if not rows:
+        return 0.0, 0.0, Badput()
+    step_time = {str(s["stage"]): float(s.get("mean_step_seconds") or 0.0) for s in rows}
+    first = float(rows[0]["started_at"])
+    start = min(first, provisioning_started_at) if provisioning_started_at is not None else first
+    wall = max(max(float(s["finished_at"]) for s in rows) - start, 0.0)
+    productive = min(sum(int(s["steps"]) * step_time[str(s["stage"])] for s in rows), wall)
+    handoff = sum(_gap(a["finished_at"], b["started_at"]) for a, b in zip(rows, rows[1:], strict=False))
+    per_event = [event_badput(e, step_time.get(str(e.get("stage", "")), 0.0)) for e in events]
+    named = {
+        "provisioning": first - start,
+        "stage_handoff": handoff,
+        "checkpoint_writes": sum(e.checkpoint_write for e in per_event),
+        "waiting_for_window": sum(e.waiting_for_window for e in per_event),
+        "cloud_downtime": sum(e.cloud_downtime for e in per_event),
+        "restore": sum(e.restore for e in per_event),
+        "recomputed_steps": sum(e.recomputed_steps for e in per_event),
+    }
+    other = max(wall - productive - sum(named.values()), 0.0)
+    return wall, productive, Badput(**named, other=other)

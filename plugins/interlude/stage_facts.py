@@ -1,0 +1,176 @@
+"""A stage's GCS facts for many watchers from one bucket listing per interval.
+
+Why: a triggerer watching a thousand stages used to read each stage's facts itself (a list, the progress
+object, and two downloads to re-verify the same COMMITTED marker every time). Here every watcher in the
+process shares one listing of the bucket's ``interlude/`` tree per interval, narrowed with ``matchGlob`` to
+the objects the facts come from (step directories, control acks, progress.json; not logs or events), and
+each stage's reader downloads only what changed since its last look, by object generation: progress.json
+when it was rewritten, a committed step's manifest and COMMITTED once per generation (a marker is never
+re-verified while it is unchanged), an ack once. A calm stage then costs no GCS call of its own.
+
+Object generations: https://cloud.google.com/storage/docs/metadata#generation-number ; listing with a
+glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object-glob
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from interlude.observe import StageFacts, _shared_client
+
+ROOT = "interlude"  # interlude_workload.layout.ROOT (not imported here: this module loads in the triggerer)
+# GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
+GLOBS = (f"{ROOT}/*/*/{{step-*,control}}/**", f"{ROOT}/*/*/progress.json")
+FIELDS = "items(name,generation,size,crc32c,timeCreated),nextPageToken"
+PROGRESS = "progress.json"
+
+
+class Listed(NamedTuple):
+    """What the listing says of one object, and no more: a thousand stages' objects are held between polls
+    (a listed ``Blob`` with its full metadata costs several KB; this a hundred bytes)."""
+
+    name: str
+    generation: int | None
+    size: int | None
+    crc32c: str | None
+    time_created: Any
+
+
+StageObjects = Mapping[str, Listed]  # name relative to the stage prefix -> what the listing said
+BucketIndex = Mapping[str, StageObjects]  # stage prefix "interlude/RUN_KEY/STAGE/" -> its objects
+
+
+def index_by_stage(blobs: Iterable[Any]) -> dict[str, dict[str, Listed]]:
+    """Group listed objects by stage prefix (the first three path segments under interlude/)."""
+    out: dict[str, dict[str, Listed]] = {}
+    for blob in blobs:
+        parts = blob.name.split("/", 3)
+        if len(parts) == 4 and parts[0] == ROOT:
+            listed = Listed(blob.name, blob.generation, blob.size, blob.crc32c, blob.time_created)
+            out.setdefault(f"{parts[0]}/{parts[1]}/{parts[2]}/", {})[parts[3]] = listed
+    return out
+
+
+def list_bucket(bucket: str, client: Any = None) -> dict[str, dict[str, Listed]]:
+    """Blocking: the bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects)."""
+    client = client or _shared_client()
+    blobs: list[Any] = []
+    for glob in GLOBS:
+        blobs.extend(client.list_blobs(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS))
+    return index_by_stage(blobs)
+
+
+def _generations(objects: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((name, blob.generation) for name, blob in objects.items()))
+
+
+class StageFactsReader:
+    """One stage's facts from the shared listing; downloads only what the listing shows has changed."""
+
+    def __init__(self, bucket: str, run_key: str, stage: str, client: Any = None) -> None:
+        from interlude_workload import layout
+
+        self.client = client
+        self.bucket = bucket
+        self.run_key = run_key
+        self.stage = stage
+        self.prefix = layout.stage_prefix(run_key, stage)
+        self._store: Any = None
+        self._progress: tuple[Any, dict[str, Any]] = (None, {})  # (generation, content)
+        self._verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}  # committed step -> verifies
+        self._ack: tuple[str, Any, int | None] | None = None  # (request id, generation, step)
+        self.downloads = 0
+
+    def objects(self, index: BucketIndex) -> StageObjects:
+        return index.get(self.prefix, {})
+
+    def needs_io(self, objects: StageObjects, request_id: str | None) -> bool:
+        """Whether :meth:`read` would download anything (else it is cheap enough for the event loop)."""
+        progress = objects.get(PROGRESS)
+        if progress is not None and progress.generation != self._progress[0]:
+            return True
+        ack = objects.get(_ack_name(request_id)) if request_id else None
+        if ack is not None and (self._ack is None or self._ack[:2] != (request_id, ack.generation)):
+            return True
+        return self._committed(objects, verify=False) is None
+
+    def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
+        """The facts; downloads (blocking) only new progress, new acks and committed steps not yet verified."""
+        committed = self._committed(objects, verify=True) or 0
+        return StageFacts(committed, self._read_progress(objects), self._read_ack(objects, request_id))
+
+    def _store_(self) -> Any:
+        if self._store is None:
+            from interlude_workload.checkpoints import CheckpointStore
+
+            self._store = CheckpointStore(self.bucket, self.run_key, self.stage, client=self.client or _shared_client())
+        return self._store
+
+    def _committed(self, objects: StageObjects, verify: bool) -> int | None:
+        """The highest committed step that verifies (0: none); None when verify is False and a step would
+        need a download to decide."""
+        from interlude_workload.checkpoints import step_statuses
+
+        verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}
+        found = 0
+        for status in reversed(step_statuses(objects.items())):
+            if not status.committed:
+                continue
+            key = (status.step, _generations(status.objects))
+            ok = self._verdicts.get(key)
+            if ok is None:
+                if not verify:
+                    return None
+                self.downloads += 2
+                checkpoint, reason = self._store_().verify(_as_blobs(status, self._store_().bucket))
+                ok = checkpoint is not None
+                if not ok and (reason or "").startswith("could not read"):
+                    continue  # a failed read is no verdict: try again next poll
+            verdicts[key] = ok
+            if ok:
+                found = status.step
+                break
+        self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
+        return found
+
+    def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
+        blob = objects.get(PROGRESS)
+        if blob is None:
+            self._progress = (None, {})
+        elif blob.generation != self._progress[0]:
+            self.downloads += 1
+            self._progress = (blob.generation, self._store_().read_progress() or {})
+        return self._progress[1]
+
+    def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
+        blob = objects.get(_ack_name(request_id)) if request_id else None
+        if blob is None or request_id is None:
+            return None
+        if self._ack is None or self._ack[:2] != (request_id, blob.generation):
+            self.downloads += 1
+            self._ack = (request_id, blob.generation, self._store_().checkpoint_for_request(request_id))
+        return self._ack[2]
+
+
+def _as_blobs(status: Any, bucket: Any) -> Any:
+    """The listed step as blobs the store can verify: downloads by name, sizes and CRC32C as listed."""
+    from interlude_workload.checkpoints import StepStatus
+
+    objects = {}
+    for name, listed in status.objects.items():
+        blob = bucket.blob(listed.name)
+        # The listing's metadata, as list_blobs would have set it (the payload check reads size and crc32c).
+        blob._properties.update(
+            {"size": listed.size, "crc32c": listed.crc32c, "timeCreated": _rfc3339(listed.time_created)}
+        )
+        objects[name] = blob
+    return StepStatus(step=status.step, committed=status.committed, objects=objects)
+
+
+def _rfc3339(value: Any) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value is not None else None
+
+
+def _ack_name(request_id: str | None) -> str:
+    return f"control/ack-{request_id}.json"

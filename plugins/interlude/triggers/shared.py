@@ -1,0 +1,50 @@
+"""Calls shared by every trigger in one triggerer process: one in-flight or recent call per key.
+
+A thousand watchers of one zone (or one bucket) cost one call per interval, not a thousand: the first
+watcher whose copy is older than its max age starts the call, everyone else awaits the same task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+_ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
+
+
+class SharedCalls(Generic[T]):
+    """The latest result per key, refetched when older than the caller's max age or when it failed."""
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[T]]] = {}
+        self.calls = 0
+
+    async def get(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[T]], max_age: float) -> T:
+        now = time.monotonic()
+        entry = self._entries.get(key)
+        if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
+            self.calls += 1
+            entry = (now, asyncio.ensure_future(fetch()))
+            self._entries[key] = entry
+        return await asyncio.shield(entry[1])
+
+
+class ZoneListCache:
+    """One list call per (api, endpoint, zone) and interval, indexed by short name once per fetch (not
+    scanned by every watcher)."""
+
+    def __init__(self) -> None:
+        self._shared: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
+
+    @property
+    def calls(self) -> int:
+        return self._shared.calls
+
+    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
+        async def fetch_indexed() -> dict[str, dict[str, Any]]:
+            return {item.get("name", "").rsplit("/", 1)[-1]: item for item in await fetch()}
+
+        return await self._shared.get(key, fetch_indexed, max_age)

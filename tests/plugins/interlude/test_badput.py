@@ -1,0 +1,73 @@
+"""Badput split into named causes from a recorded timeline (pure: no cloud, no Airflow)."""
+
+from __future__ import annotations
+
+import pytest
+
+from interlude.badput import CAUSES, Badput, event_badput, split
+
+# A run as the report sees it: provisioning from t=0, train 10..110 (0.5 s steps), a gate, fine-tune 120..160.
+STAGES = [
+    {"stage": "train", "steps": 150, "started_at": 10.0, "finished_at": 110.0, "mean_step_seconds": 0.5},
+    {"stage": "finetune", "steps": 40, "started_at": 120.0, "finished_at": 160.0, "mean_step_seconds": 0.5},
+]
+# Scheduled maintenance in train: notice at 30, checkpoint committed at 40 (its write took 1.5 s), the workload
+# holds until the machine goes down at 46, boots at 61, steps again at 64.
+HELD = {
+    "stage": "train",
+    "detected_at": 30.0,
+    "checkpoint_write_s": 1.5,
+    "checkpoint_committed_at": 40.0,
+    "down_at": 46.0,
+    "up_at": 61.0,
+    "resumed_at": 64.0,
+    "steps_recomputed": 0,
+}
+# A preemption in fine-tune: no notice, no checkpoint asked; down at 130, up at 136, stepping at 138, 4 steps lost.
+PREEMPTED = {
+    "stage": "finetune",
+    "detected_at": 130.0,
+    "down_at": 130.0,
+    "up_at": 136.0,
+    "resumed_at": 138.0,
+    "steps_recomputed": 4,
+}
+
+
+def test_every_second_of_the_run_has_a_cause() -> None:
+    wall, productive, badput = split(STAGES, [HELD, PREEMPTED], provisioning_started_at=0.0)
+    assert wall == 160.0 and productive == 95.0  # 190 steps x 0.5 s
+    assert badput == Badput(
+        provisioning=10.0,
+        stage_handoff=10.0,
+        checkpoint_writes=1.5,
+        waiting_for_window=6.0,
+        cloud_downtime=21.0,  # 15 + 6
+        restore=5.0,  # 3 + 2
+        recomputed_steps=2.0,  # 4 steps x 0.5 s
+        other=9.5,
+    )
+    assert sum(badput.as_dict().values()) + productive == pytest.approx(wall)
+    assert tuple(badput.as_dict()) == CAUSES
+
+
+def test_steps_trained_after_the_checkpoint_are_recomputed_not_waited() -> None:
+    # Checkpoint at notice, training goes on 6 s until down (12 steps), all of them recomputed after the restore.
+    trained_on = {**HELD, "steps_recomputed": 12}
+    cost = event_badput(trained_on, 0.5)
+    assert (cost.waiting_for_window, cost.recomputed_steps) == (0.0, 6.0)
+    assert cost.beyond_downtime == 1.5 + 3.0 + 6.0
+
+
+def test_missing_timestamps_count_as_nothing_and_the_start_defaults_to_the_first_step() -> None:
+    # A reboot no poll saw: no up_at (downtime runs to the resume), no checkpoint asked.
+    quick = {"stage": "train", "down_at": 50.0, "resumed_at": 52.0, "steps_recomputed": 0}
+    wall, _, badput = split(STAGES, [quick])
+    assert wall == 150.0 and badput.provisioning == 0.0
+    assert (badput.cloud_downtime, badput.restore, badput.checkpoint_writes, badput.waiting_for_window) == (
+        2.0,
+        0.0,
+        0.0,
+        0.0,
+    )
+    assert split([], [quick]) == (0.0, 0.0, Badput())
