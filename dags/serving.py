@@ -37,7 +37,9 @@ starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoi
 4. **apply** — server-side apply of the plan's objects in order through the provider's GKE hooks; a re-run with
    the same params changes nothing (each object's outcome is logged: created / configured / unchanged).
 5. **rollout** — deferred to the triggerer until the new pods are Ready (or `rollout_timeout_seconds` passes);
-   logs the accelerator each pod landed on.
+   logs the accelerator each pod landed on. Pods pending on a TPU stockout (the autoscaler's events) for
+   `fallback_after_seconds` make it re-apply the ComputeClass GPU-first (logged with the reason; listed in
+   the report): GPU replicas within minutes instead of GKE's TPU wait.
 6. **smoke** — one `/v1/completions` request through the Service (API server proxy); fails unless the answer
    comes from the served model and `/v1/models` names the checkpoint.
 7. **report** — pods per accelerator, time to first Ready, the smoke request's latency.

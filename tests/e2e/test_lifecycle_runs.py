@@ -299,6 +299,29 @@ def _checkpoint_asset_events(env: dict[str, str]) -> tuple[list[tuple[Any, ...]]
     return events, [q[0] for q in queued]
 
 
+def _scheduled_serving_run(env: dict[str, str], log: Path, timeout: float = 120) -> str:
+    """Airflow's own scheduler turns the queued Asset event into an asset-triggered `interlude_serving` run; the
+    scheduler is stopped once the run exists (its tasks are run below with `tasks test`, without executors)."""
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    cmd = [str(Path(sys.executable).parent / "airflow"), "scheduler", "--skip-serve-logs"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with sqlite3.connect(db) as conn:
+                row = conn.execute(
+                    "SELECT run_id FROM dag_run WHERE dag_id = 'interlude_serving' AND run_type = 'asset_triggered'"
+                ).fetchone()
+            if row:
+                return str(row[0])
+            time.sleep(0.5)
+        raise AssertionError(f"no asset-triggered serving run after {timeout:.0f} s; see {log}")
+    finally:
+        os.killpg(proc.pid, 15)  # our own scheduler's process group
+        proc.wait(timeout=60)
+
+
 def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_path: Path) -> None:
     """maxtext-tpu-only prefers queued resources: the TPU comes through one, and teardown removes both.
 
@@ -333,6 +356,20 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
     assert committed is not None and committed.step == 10
     assert extra[EXTRA_URI] == committed.uri and extra["step"] == committed.step, (extra, committed)
     assert queued == ["interlude_serving"], queued
+
+    # the scheduler starts serving on that event, and serving's resolve takes the checkpoint from it
+    for dag_id in ("interlude_training", "interlude_sweeper"):
+        _airflow(env, "dags", "pause", dag_id)  # only the Asset's consumer may start
+    serving_run = _scheduled_serving_run(env, tmp_path / "scheduler.log")
+    resolved = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "tasks", "test", "interlude_serving", "resolve", serving_run],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert f"Checkpoint from the triggering Asset event: {committed.uri}" in resolved.stdout, resolved.stdout[-3000:]
+    assert "invalid serving parameters" not in resolved.stdout + resolved.stderr
 
 
 def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: Path) -> None:
