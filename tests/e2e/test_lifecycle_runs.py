@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -318,8 +319,12 @@ def _scheduled_serving_run(env: dict[str, str], log: Path, timeout: float = 120)
             time.sleep(0.5)
         raise AssertionError(f"no asset-triggered serving run after {timeout:.0f} s; see {log}")
     finally:
-        os.killpg(proc.pid, 15)  # our own scheduler's process group
-        proc.wait(timeout=60)
+        os.killpg(proc.pid, signal.SIGTERM)  # our own scheduler's process group
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
 def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_path: Path) -> None:
