@@ -10,6 +10,7 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
 from airflow.task.trigger_rule import TriggerRule
 
+from interlude.assets import FINETUNED_CHECKPOINT
 from interlude.spec import RunSpec
 
 DOC_MD = """
@@ -30,6 +31,9 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's
    `simulateMaintenanceEvent`.
+   When fine-tuning's final checkpoint is committed, `finetune` emits an event on the Asset
+   `interlude_finetuned_checkpoint` (its extra: `checkpoint_uri`, `step`, `run_key`): `interlude_serving`
+   is scheduled on it.
 5. **report** and **teardown** (always, even after failures or a killed `provision`; checkpoints stay).
    It deletes by label, name prefix and the intent record `provision` writes before each create, in
    every zone of the run; a zone it cannot list or anything still there afterwards fails the run.
@@ -213,8 +217,14 @@ with DAG(
         stall_timeout=600,
         pool=ACCELERATOR_POOL,
     )
+    # Its committed final checkpoint is an event on the fine-tuned checkpoint Asset: serving is scheduled on it.
     finetune = TrainingStageOperator(
-        task_id="finetune", stage="finetune", order=2, init_from_stage="train", pool=ACCELERATOR_POOL
+        task_id="finetune",
+        stage="finetune",
+        order=2,
+        init_from_stage="train",
+        pool=ACCELERATOR_POOL,
+        outlets=[FINETUNED_CHECKPOINT],
     )
     reported = run_report()
     torn_down = teardown()

@@ -7,6 +7,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
+from interlude.assets import FINETUNED_CHECKPOINT
 from interlude.operators.serving import (
     ServingApplyOperator,
     ServingDeleteOperator,
@@ -24,6 +25,9 @@ onto a GKE cluster, the way Google's TPU/GPU interoperability guide serves with 
 **ComputeClass** lists TPU node pools first and GPU pools second; each pod carries a vLLM TPU container and
 a vLLM GPU container, and the one matching its node's accelerator serves.
 
+Scheduled on the Asset `interlude_finetuned_checkpoint`: each fine-tuned checkpoint the training DAG commits
+starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoint_uri` param wins).
+
 1. **resolve** — every param checked and typed (`ServeSpec`); bad input fails here, naming each param,
    before anything touches the cluster.
 2. **route** — `action=delete` goes to **delete**, anything else to **plan**.
@@ -33,7 +37,9 @@ a vLLM GPU container, and the one matching its node's accelerator serves.
 4. **apply** — server-side apply of the plan's objects in order through the provider's GKE hooks; a re-run with
    the same params changes nothing (each object's outcome is logged: created / configured / unchanged).
 5. **rollout** — deferred to the triggerer until the new pods are Ready (or `rollout_timeout_seconds` passes);
-   logs the accelerator each pod landed on.
+   logs the accelerator each pod landed on. Pods pending on a TPU stockout (the autoscaler's events) for
+   `fallback_after_seconds` make it re-apply the ComputeClass GPU-first (logged with the reason; listed in
+   the report): GPU replicas within minutes instead of GKE's TPU wait.
 6. **smoke** — one `/v1/completions` request through the Service (API server proxy); fails unless the answer
    comes from the served model and `/v1/models` names the checkpoint.
 7. **report** — pods per accelerator, time to first Ready, the smoke request's latency.
@@ -45,8 +51,8 @@ ComputeClass of it is left.
 with DAG(
     dag_id="interlude_serving",
     doc_md=DOC_MD,
-    # By hand (or API) with the fine-tuned checkpoint's URI: the training DAG publishes no Asset yet.
-    schedule=None,
+    # Each fine-tuned checkpoint the training DAG commits (its Asset event names the URI); also by hand.
+    schedule=[FINETUNED_CHECKPOINT],
     start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
     catchup=False,
     max_active_runs=1,  # one rollout of a Deployment at a time
@@ -58,10 +64,15 @@ with DAG(
     def resolve() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
+        from interlude.assets import triggering_checkpoint
         from interlude.serving.spec import ServeSpecError
 
+        context = get_current_context()
+        event_uri = triggering_checkpoint(context.get("triggering_asset_events"))
+        if event_uri:
+            print(f"Checkpoint from the triggering Asset event: {event_uri}")
         try:
-            spec = ServeSpec.from_params(get_current_context()["params"])
+            spec = ServeSpec.from_params(context["params"], checkpoint_uri=event_uri)
         except ServeSpecError as exc:  # bad input: a retry cannot fix it, the params must change
             raise AirflowFailException(str(exc)) from exc
         return spec.to_dict()

@@ -30,6 +30,9 @@ DEFAULT_DELAYS: dict[str, float] = {
     "gke_node_pool_create": 60.0,
     "gke_node_pool_delete": 30.0,
     "gke_resize": 30.0,
+    # GKE's configurable delay before a TPU priority's stockout falls through to the next ComputeClass priority
+    # (https://cloud.google.com/kubernetes-engine/docs/troubleshooting/custom-computeclass); 0 = none
+    "gke_tpu_fallback_wait": 0.0,
 }
 
 DEFAULT_MAINTENANCE: dict[str, dict[str, float]] = {

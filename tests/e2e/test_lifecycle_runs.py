@@ -9,7 +9,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +23,7 @@ import pytest
 import yaml
 
 from interlude import dev, naming
+from interlude.assets import EXTRA_URI, FINETUNED_CHECKPOINT
 
 pytestmark = pytest.mark.e2e
 DAG_ID = "interlude_training"
@@ -277,9 +281,60 @@ def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_d
         cloud.stop()
 
 
+def _airflow(env: dict[str, str], *args: str) -> None:
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env, check=True, capture_output=True)
+
+
+def _checkpoint_asset_events(env: dict[str, str]) -> tuple[list[tuple[Any, ...]], list[str]]:
+    """Airflow's own records: events on the fine-tuned checkpoint Asset, and the DAGs queued to run on them."""
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        events = db.execute(
+            "SELECT e.extra, e.source_dag_id, e.source_task_id, e.source_run_id FROM asset_event e "
+            "JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
+            (FINETUNED_CHECKPOINT.name,),
+        ).fetchall()
+        queued = db.execute(
+            "SELECT q.target_dag_id FROM asset_dag_run_queue q JOIN asset a ON a.id = q.asset_id WHERE a.name = ?",
+            (FINETUNED_CHECKPOINT.name,),
+        ).fetchall()
+    return events, [q[0] for q in queued]
+
+
+def _scheduled_serving_run(env: dict[str, str], log: Path, timeout: float = 120) -> str:
+    """Airflow's own scheduler turns the queued Asset event into an asset-triggered `interlude_serving` run; the
+    scheduler is stopped once the run exists (its tasks are run below with `tasks test`, without executors)."""
+    db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
+    cmd = [str(Path(sys.executable).parent / "airflow"), "scheduler", "--skip-serve-logs"]
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with sqlite3.connect(db) as conn:
+                row = conn.execute(
+                    "SELECT run_id FROM dag_run WHERE dag_id = 'interlude_serving' AND run_type = 'asset_triggered'"
+                ).fetchone()
+            if row:
+                return str(row[0])
+            time.sleep(0.5)
+        raise AssertionError(f"no asset-triggered serving run after {timeout:.0f} s; see {log}")
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # our own scheduler's process group
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
 def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_path: Path) -> None:
-    """maxtext-tpu-only prefers queued resources: the TPU comes through one, and teardown removes both."""
-    cloud, _ = stack
+    """maxtext-tpu-only prefers queued resources: the TPU comes through one, and teardown removes both.
+
+    The same run's committed fine-tuned checkpoint is an event on the checkpoint Asset, and the (unpaused)
+    serving DAG is queued on it for the scheduler: serving follows training without glue."""
+    cloud, env = stack
+    _airflow(env, "dags", "reserialize")  # what the dag processor does: both DAGs' schedules are in the DB
+    _airflow(env, "dags", "unpause", "interlude_serving")
     result, run_key = _run(
         stack, tmp_path, model_profile="maxtext-tpu-only", train_steps=20, finetune_steps=10, checkpoint_every=5
     )
@@ -296,6 +351,30 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
     assert states[-1] == "ACTIVE", states
     assert any(e["event"] == "queued_resource_deleted" and str(e["queued_resource"]).endswith(qr) for e in events)
     assert dev.machines(cloud) == []
+
+    asset_events, queued = _checkpoint_asset_events(env)
+    (event,) = asset_events
+    extra, source_dag, source_task, source_run = event
+    extra = json.loads(extra)
+    assert (source_dag, source_task, source_run) == (DAG_ID, "finetune", result.run_id), event
+    committed = _store(cloud, run_key, "finetune").latest().checkpoint  # read from GCS, not from Airflow
+    assert committed is not None and committed.step == 10
+    assert extra[EXTRA_URI] == committed.uri and extra["step"] == committed.step, (extra, committed)
+    assert queued == ["interlude_serving"], queued
+
+    # the scheduler starts serving on that event, and serving's resolve takes the checkpoint from it
+    for dag_id in ("interlude_training", "interlude_sweeper"):
+        _airflow(env, "dags", "pause", dag_id)  # only the Asset's consumer may start
+    serving_run = _scheduled_serving_run(env, tmp_path / "scheduler.log")
+    resolved = subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "tasks", "test", "interlude_serving", "resolve", serving_run],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert f"Checkpoint from the triggering Asset event: {committed.uri}" in resolved.stdout, resolved.stdout[-3000:]
+    assert "invalid serving parameters" not in resolved.stdout + resolved.stderr
 
 
 def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: Path) -> None:

@@ -63,9 +63,9 @@ def _write_checkpoint(cloud: dev.LocalCloud) -> tuple[str, str]:
 
 
 @contextmanager
-def started(tmp: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
+def started(tmp: Path, migrated_airflow_db: Path, scenario: str | Path = "gke_serving_run") -> Iterator[Serving]:
     """The gke_serving_run local cloud, an Airflow home using it, a committed checkpoint and a kubernetes client."""
-    cloud = dev.start_localcloud("gke_serving_run", tmp / "cloud")
+    cloud = dev.start_localcloud(scenario, tmp / "cloud")
     try:
         home = tmp / "airflow"
         home.mkdir()

@@ -139,7 +139,15 @@ class Gke:
             gcs = getattr(self.cloud, "gcs_endpoint", None) or os.environ.get("STORAGE_EMULATOR_HOST")
             if gcs:
                 env["STORAGE_EMULATOR_HOST"] = str(gcs)
-            c.runtime = ClusterRuntime(c, self.state_dir, sc.time_scale, sc.delay("gke_resize"), env, self._free_units)
+            c.runtime = ClusterRuntime(
+                c,
+                self.state_dir,
+                sc.time_scale,
+                sc.delay("gke_resize"),
+                env,
+                self._free_units,
+                sc.delays.get("gke_tpu_fallback_wait", 0.0),  # scenario seconds, as the autoscaler's clock
+            )
             c.runtime.start()
 
     def _free_units(self, zone: str, cap_type: str, spot: bool, kind: str) -> int:

@@ -37,11 +37,13 @@ from interlude_localcloud.gke.policy.model import (
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store
+from interlude_localcloud.gke.store import now as store_now
 from interlude_localcloud.gke.views import node_view, pool_view, quantities
 
 PODS = next(r for r in RESOURCES if r.plural == "pods")
 NODES = next(r for r in RESOURCES if r.plural == "nodes")
 CLASSES = next(r for r in RESOURCES if r.plural == "computeclasses")
+EVENTS = next(r for r in RESOURCES if r.plural == "events")
 EVENTS_KEPT = 500
 
 
@@ -90,10 +92,13 @@ def capacity_key(pool: NodePool) -> tuple[str, str, int] | None:
 
 
 class Controllers:
-    def __init__(self, cluster: Any, resize_delay: float, free_units: CapacityFn | None = None) -> None:
+    def __init__(
+        self, cluster: Any, resize_delay: float, free_units: CapacityFn | None = None, tpu_fallback_wait: float = 0.0
+    ) -> None:
         self.c = cluster  # clusters.ClusterState
         self.store: Store = cluster.kube.store
         self.resize_delay = resize_delay  # real seconds
+        self.tpu_fallback_wait = tpu_fallback_wait  # scenario seconds (autoscaler.plan)
         self.free_units = free_units  # the zones' capacity left by TPU VMs and Compute instances
         self.state = ControlState()
 
@@ -182,8 +187,13 @@ class Controllers:
 
     def _unschedulable(self, pod: dict[str, Any], message: str) -> None:
         cond = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-        if (pod.get("status") or {}).get("conditions") == [cond]:
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        prev = next((c for c in conditions if c.get("type") == "PodScheduled"), {})
+        if len(conditions) == 1 and {k: v for k, v in prev.items() if k != "lastTransitionTime"} == cond:
             return
+        # kube-scheduler keeps lastTransitionTime while the pod stays unschedulable (the message may change)
+        held = prev.get("status") == "False" and prev.get("lastTransitionTime")
+        cond["lastTransitionTime"] = held or store_now()
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
             cur["status"] = {"phase": "Pending", "conditions": [cond]}
@@ -209,10 +219,14 @@ class Controllers:
             self.classes(),
             self.capacity(pools, nodes),
         )
-        plan = autoscaler.plan(view, self.state.autoscaler, now)
+        plan = autoscaler.plan(view, self.state.autoscaler, now, tpu_fallback_wait=self.tpu_fallback_wait)
         self.state.autoscaler = plan.state
         by_name = {v.name: p for p, v in pods}
         for action in plan.actions:
+            if isinstance(action, autoscaler.PodScaleUpNote):
+                if action.pod in by_name:
+                    self.pod_event(by_name[action.pod], action.reason, action.message)
+                continue
             self.state.event(now, type(action).__name__, **{k: v for k, v in vars(action).items()})
             if isinstance(action, autoscaler.ScaleUp):
                 for _ in range(action.count):
@@ -239,6 +253,45 @@ class Controllers:
         ps.size += 1
         self.state.node_born[obj["metadata"]["name"]] = now
         self.state.ready_at[obj["metadata"]["name"]] = time.monotonic() + self.resize_delay
+
+    def pod_event(self, pod: dict[str, Any], reason: str, message: str) -> None:
+        """A core/v1 Event about the pod from the cluster autoscaler; a repeat bumps count and lastTimestamp."""
+        meta = pod["metadata"]
+        ns, name = meta["namespace"], f"{meta['name']}.{reason.lower()}"
+        stamp = store_now()
+        if self.store.exists(EVENTS, ns, name):
+
+            def mutate(cur: dict[str, Any]) -> dict[str, Any]:
+                cur.update(message=message, lastTimestamp=stamp, count=int(cur.get("count") or 1) + 1)
+                cur["metadata"].pop("resourceVersion", None)
+                return cur
+
+            try:
+                self.store.update(EVENTS, ns, name, mutate)
+            except KubeError:
+                pass
+            return
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"kind": "Pod", "namespace": ns, "name": meta["name"], "uid": meta.get("uid")},
+            "reason": reason,
+            "message": message,
+            "type": "Normal" if reason == "TriggeredScaleUp" else "Warning",
+            "source": {"component": "cluster-autoscaler"},
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.store.create(EVENTS, ns, event)
+        except KubeError:
+            pass
+
+    def next_ready_in(self) -> float | None:
+        """Real seconds until the next new node turns Ready (the runtime wakes then, not a tick later)."""
+        return max(min(self.state.ready_at.values()) - time.monotonic(), 0.0) if self.state.ready_at else None
 
     def _nodes_come_up(self) -> None:
         for name, at in list(self.state.ready_at.items()):

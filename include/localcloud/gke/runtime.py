@@ -41,12 +41,13 @@ class ClusterRuntime:
         resize_delay: float,
         extra_env: dict[str, str],
         free_units: CapacityFn | None = None,
+        tpu_fallback_wait: float = 0.0,
     ) -> None:
         self.c = cluster
         self.store = cluster.kube.store
         self.dir = state_dir / "gke" / cluster.spec.name
         self.time_scale = time_scale
-        self.controllers = Controllers(cluster, resize_delay, free_units)
+        self.controllers = Controllers(cluster, resize_delay, free_units, tpu_fallback_wait)
         self.hpa = HpaController(self.store, self._port_of)
         self.extra_env = extra_env
         self.runners: dict[str, PodRunner] = {}  # pod uid -> runner
@@ -96,7 +97,8 @@ class ClusterRuntime:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self._wake.wait(TICK)
+            due = self.controllers.next_ready_in()  # a booting node turns Ready: reconcile then, not a tick later
+            self._wake.wait(TICK if due is None else min(TICK, due + 0.005))
             self._wake.clear()
             if self._stop.is_set():
                 return

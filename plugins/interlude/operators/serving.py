@@ -118,20 +118,59 @@ class ServingRolloutOperator(_ServingOperator):
     ui_color = "#fff3cd"
 
     def execute(self, context: Any) -> None:
-        from interlude.triggers.serving import RolloutTrigger
+        from interlude.serving.fallback import FallbackState
 
         spec = self.serve_spec(context)
-        self.defer(
-            trigger=RolloutTrigger(**self.trigger_kwargs(spec, spec.rollout_timeout_seconds)),
-            method_name="execute_complete",
-        )
+        kwargs = self.trigger_kwargs(spec, spec.rollout_timeout_seconds)
+        self._defer(spec, kwargs, FallbackState("tpu_first", time.time(), self._time_scale(spec)))
+
+    def _time_scale(self, spec: ServeSpec) -> float:
+        return float(self.gke_hook(spec)._get_field("time_scale", None) or 1.0)
+
+    def _defer(self, spec: ServeSpec, kwargs: dict[str, Any], state: Any) -> None:
+        from interlude.triggers.serving import RolloutTrigger
+
+        fallback = {"state": state.to_dict(), "spec": spec.to_dict()}
+        self.defer(trigger=RolloutTrigger(fallback=fallback, **kwargs), method_name="execute_complete")
 
     def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        from interlude.serving.fallback import FallbackState
+
+        if event and event.get("status") == "fallback":
+            self._fall_back(context, event)  # defers again
         done = _fail_unless_done(event, "rollout")
         self.log.info("Rollout complete: %s", done["reason"])
         for pod in done["pods"]:
             self.log.info("pod %s on %s (%s) ready=%s", pod["name"], pod["node"], pod["accelerator"], pod["ready"])
+        state = done.pop("fallback_state", None)
+        done["fallbacks"] = list(FallbackState.from_dict(state).records) if state else []
         return done
+
+    def _fall_back(self, context: Any, event: dict[str, Any]) -> None:
+        """Apply the decided ComputeClass order (class only: no Deployment change, no rollout), log the
+        decision with its reason, keep it for the report, and wait for the rollout again."""
+        from interlude.serving.fallback import FallbackState
+        from interlude.serving.policy import FallbackPlan
+        from interlude.serving.render import compute_class
+
+        spec = self.serve_spec(context)
+        raw = event["plan"]
+        plan = FallbackPlan(raw["action"], raw["order"], raw["reason"], tuple(raw.get("stuck_pods") or ()))
+        state = FallbackState.from_dict(event["fallback_state"])
+        with self.objects(spec) as kube:
+            done = kube.apply(compute_class(spec, plan.order))
+        state = state.after(plan, time.time())
+        self.log.warning(
+            "Fallback decision: %s -> ComputeClass %s %s (%s); reason: %s; pods: %s",
+            plan.action,
+            spec.name,
+            plan.order,
+            done.outcome,
+            plan.reason,
+            ", ".join(plan.stuck_pods) or "-",
+        )
+        kwargs = {**self.trigger_kwargs(spec, spec.rollout_timeout_seconds), "deadline": float(event["deadline"])}
+        self._defer(spec, kwargs, state)
 
 
 class ServingDeleteOperator(_ServingOperator):
@@ -190,7 +229,8 @@ class ServingReportOperator(_ServingOperator):
 
     def execute(self, context: Any) -> dict[str, Any]:
         from interlude.serving.observe import accelerator_of, pod_obs
-        from interlude.serving.report import RequestSample, build_report, count_pods
+        from interlude.serving.policy import FallbackPlan
+        from interlude.serving.report import FallbackRecord, RequestSample, build_report, count_pods
 
         spec = self.serve_spec(context)
         ti = context["ti"]
@@ -210,11 +250,20 @@ class ServingReportOperator(_ServingOperator):
         started_at = float(applied.get("started_at") or time.time())
         if not applied.get("changed") and observed:  # a re-run applied nothing: time the pods that were there
             started_at = min([started_at, *(p.created_at for p in observed if p.created_at)])
-        report = build_report(started_at, [count_pods(observed, time.time())], observed, [], requests)
+        fallbacks = [
+            FallbackRecord(float(r["at"]), FallbackPlan(r["action"], r["order"], r["reason"], tuple(r["stuck_pods"])))
+            for r in (ti.xcom_pull(task_ids="rollout") or {}).get("fallbacks") or []
+        ]
+        report = build_report(started_at, [count_pods(observed, time.time())], observed, fallbacks, requests)
         text = report.render_text()
         self.log.info("%s", text)
         per: dict[str, int] = {}
         for p in observed:
             if p.ready and p.accelerator:
                 per[p.accelerator] = per.get(p.accelerator, 0) + 1
-        return {"text": text, "pods_per_accelerator": per, "first_ready_seconds": report.first_ready_seconds}
+        return {
+            "text": text,
+            "pods_per_accelerator": per,
+            "first_ready_seconds": report.first_ready_seconds,
+            "fallbacks": [{"at": f.at, "action": f.plan.action, "reason": f.plan.reason} for f in report.fallbacks],
+        }

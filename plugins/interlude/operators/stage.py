@@ -236,6 +236,16 @@ class TrainingStageOperator(StageActions, BaseOperator):
             "metrics": latest.metrics,
         }
 
+    def _publish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
+        """The committed final checkpoint into this task's checkpoint Asset outlets (interlude.assets): Airflow
+        records the event when the task succeeds, and DAGs scheduled on the Asset (serving) follow."""
+        from interlude.assets import CheckpointEvent, publish
+
+        event = CheckpointEvent(result["final_uri"], int(result["final_step"]), self.run_key, self.stage)
+        for name in publish(context["outlet_events"], self.outlets, event):
+            self.log.info("Asset %s: checkpoint %s (step %d)", name, event.checkpoint_uri, event.step)
+        return result
+
     def _act(self, context: Any, payload: dict[str, Any]) -> tuple[StageState, dict[str, Any] | None]:
         """Carry out what the state machine asked for. Returns the state and, when done, the result."""
         state = StageState.from_dict(payload["state"])
@@ -305,7 +315,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             self._wait_for_capacity(StageState.from_dict(event["state"]), wait, since=time.time())
         if result is not None:
             self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
-            return result
+            return self._publish(context, result)
         self.defer(trigger=self._trigger(state), method_name="execute_complete")
         raise AssertionError("unreachable")
 
@@ -332,7 +342,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
                     self._wait_for_capacity_sync(wait)
                     state, result = t.state, None
                 if result is not None:
-                    return result
+                    return self._publish(context, result)
             else:
                 state = t.state
             time.sleep(self.poll_interval)

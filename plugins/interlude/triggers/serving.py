@@ -81,7 +81,7 @@ class _ClusterTrigger(BaseTrigger):
             async with kube.get_conn() as api:
                 while True:
                     done, detail = await self.poll(api)
-                    if done:
+                    if done:  # a poll may name another final status (the rollout's "fallback")
                         yield TriggerEvent({"status": "done", **detail})
                         return
                     if time.time() > self.kw["deadline"]:
@@ -94,7 +94,17 @@ class _ClusterTrigger(BaseTrigger):
 
 
 class RolloutTrigger(_ClusterTrigger):
-    """Until the Deployment's newest template is fully Ready; the event lists each pod's accelerator."""
+    """Until the Deployment's newest template is fully Ready; the event lists each pod's accelerator.
+
+    With `fallback` (a FallbackState dict and the ServeSpec dict), each poll also asks
+    `policy.fallback_decision` whether pods pending on a TPU stockout should go to GPU (or back): a decision
+    other than "none" ends the wait with status "fallback" and the plan; the operator applies the class order
+    and defers again. The trigger itself only reads the cluster.
+    """
+
+    def __init__(self, *, fallback: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.kw["fallback"] = fallback
 
     async def poll(self, api: async_client.ApiClient) -> tuple[bool, dict[str, Any]]:
         from interlude.serving.rollout import rollout_state
@@ -110,7 +120,35 @@ class RolloutTrigger(_ClusterTrigger):
         nodes = (await _json(core.list_node))["items"]
         labels = {n["metadata"]["name"]: n["metadata"].get("labels") or {} for n in nodes}
         state = rollout_state(deployment, pods, labels)
-        return state.done, {"reason": state.reason, "pods": [p.to_dict() for p in state.pods]}
+        detail: dict[str, Any] = {"reason": state.reason, "pods": [p.to_dict() for p in state.pods]}
+        if self.kw.get("fallback"):  # handed back, so the operator keeps it across deferrals
+            detail["fallback_state"] = self.kw["fallback"]["state"]
+        if state.done or not self.kw.get("fallback") or not pods:
+            return state.done, detail
+        events = (await _json(core.list_namespaced_event, ns))["items"]
+        return self._fallback(pods, events, nodes, detail)
+
+    def _fallback(
+        self, pods: list[Any], events: list[Any], nodes: list[Any], detail: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        from interlude.serving.fallback import FallbackState, decide
+        from interlude.serving.spec import ServeSpec
+
+        raw = self.kw["fallback"]
+        ours = {p["metadata"]["name"] for p in pods}
+        mine = [e for e in events if ((e.get("involvedObject") or e.get("regarding") or {}).get("name")) in ours]
+        plan = decide(
+            pods, mine, nodes, FallbackState.from_dict(raw["state"]), time.time(), ServeSpec.from_dict(raw["spec"])
+        )
+        if plan.action == "none":
+            return False, {**detail, "reason": f"{detail['reason']}; fallback: {plan.reason}"}
+        decision = {
+            "action": plan.action,
+            "order": plan.order,
+            "reason": plan.reason,
+            "stuck_pods": list(plan.stuck_pods),
+        }
+        return True, {**detail, "status": "fallback", "plan": decision, "deadline": self.kw["deadline"]}
 
 
 class DeletedTrigger(_ClusterTrigger):

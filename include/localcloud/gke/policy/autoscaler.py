@@ -9,7 +9,12 @@ https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler):
   would fit the pod, is below its ``max_nodes`` and has zone capacity. A stockout fails that pool's
   scale-up (as GCE_STOCKOUT / ZONE_RESOURCE_POOL_EXHAUSTED do), backs the pool off, and the autoscaler
   moves to the next priority in the same pass: GKE's ComputeClass troubleshooting page says it moves on
-  without waiting (the "up to 10 hours" of the vLLM TPU/GPU guide is the case without a class limit).
+  without waiting, "except when using TPUs or the Flex Start provisioning model, which support a
+  configurable delay" (https://cloud.google.com/kubernetes-engine/docs/troubleshooting/custom-computeclass).
+  ``tpu_fallback_wait`` models that delay: while a TPU pool's capacity failures are younger than it, pods
+  wanting it stay pending instead of moving on (the vLLM TPU/GPU recipe reports up to 10 hours). Each pod
+  a stockout failed gets a ``PodScaleUpNote`` (the cluster autoscaler's pod events ``FailedScaleUp`` /
+  ``NotTriggerScaleUp``, https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility).
 - ``whenUnsatisfiable``: ``DoNotScaleUp`` leaves the pods pending; ``ScaleUpAnyway`` asks for a node of
   the default machine series (GKE's fallback; the caller decides what that means locally).
 - ``activeMigration.optimizeRulePriority``: pods running on a lower priority move back when a higher one
@@ -85,7 +90,16 @@ class ScaleDown:
     reason: str
 
 
-Action = ScaleUp | ScaleUpFailed | NoScaleUp | DefaultScaleUp | Migrate | ScaleDown
+@dataclass(frozen=True)
+class PodScaleUpNote:
+    """A Kubernetes Event the cluster autoscaler puts on a pod (reason FailedScaleUp / NotTriggerScaleUp)."""
+
+    pod: str
+    reason: str
+    message: str
+
+
+Action = ScaleUp | ScaleUpFailed | NoScaleUp | DefaultScaleUp | Migrate | ScaleDown | PodScaleUpNote
 
 
 @dataclass(frozen=True)
@@ -101,6 +115,7 @@ class ClusterView:
 class AutoscalerState:
     backoff_until: Mapping[str, float] = field(default_factory=dict)  # pool -> time its backoff ends
     empty_since: Mapping[str, float] = field(default_factory=dict)  # node -> first pass it was empty
+    stockout_since: Mapping[str, float] = field(default_factory=dict)  # pool -> first failed scale-up of a streak
 
 
 @dataclass(frozen=True)
@@ -124,10 +139,14 @@ class _Room:
 class _Pass:
     """Bookkeeping of one planning pass (mutable on purpose; never escapes :func:`plan`)."""
 
-    def __init__(self, view: ClusterView, state: AutoscalerState, now: float, backoff_seconds: float) -> None:
+    def __init__(
+        self, view: ClusterView, state: AutoscalerState, now: float, backoff_seconds: float, tpu_wait: float = 0.0
+    ) -> None:
         self.view = view
         self.now = now
         self.backoff_seconds = backoff_seconds
+        self.tpu_wait = tpu_wait
+        self.stockout_since = dict(state.stockout_since)
         self.pools = {p.name: p for p in view.pools}
         self.backoff = {k: v for k, v in state.backoff_until.items() if v > now}
         self.planned: dict[str, int] = {}
@@ -174,10 +193,24 @@ class _Pass:
         )
         if entry.stockout or exhausted:
             self.fail(pool)
+            self.actions.append(
+                PodScaleUpNote(
+                    pod.name,
+                    "FailedScaleUp",
+                    f"Node scale up in zones {pool.zone} associated with this pod failed: GCE out of resources. "
+                    "Pod is at risk of not being scheduled.",
+                )
+            )
             return f"pool {pool.name}: GCE_STOCKOUT in {pool.zone}"
         return None
 
+    def waits_for_tpu(self, pool: NodePool) -> bool:
+        """GKE's TPU delay: capacity failures of this TPU pool are younger than the wait, so no next priority."""
+        since = self.stockout_since.get(pool.name)
+        return pool.tpu is not None and since is not None and self.now - since < self.tpu_wait
+
     def fail(self, pool: NodePool) -> None:
+        self.stockout_since.setdefault(pool.name, self.now)
         retry_at = self.now + self.backoff_seconds
         self.backoff[pool.name] = retry_at
         if pool.name not in self.failed_pools:
@@ -192,6 +225,7 @@ class _Pass:
             )
 
     def add_node(self, pool: NodePool, pod: PodView, why: str) -> _Room:
+        self.stockout_since.pop(pool.name, None)  # capacity again: the streak ends
         self.planned[pool.name] = self.planned.get(pool.name, 0) + 1
         room = _Room(pool.new_node(f"{pool.name}-planned-{self.planned[pool.name]}", self.now, ready=False), {}, False)
         self.rooms.append(room)
@@ -237,6 +271,13 @@ def _scale_up_one(run: _Pass, pod: PodView) -> None:
             _take(run.add_node(pool, pod, f"priority {index} ({rule})"), pod)
             return
         notes.append(reason)
+        if run.waits_for_tpu(pool):
+            since = run.stockout_since[pool.name]
+            notes.append(
+                f"waiting for TPU capacity in {pool.name} ({run.now - since:.0f} of {run.tpu_wait:.0f} s) before "
+                "the next priority"
+            )
+            break
     _unsatisfiable(run, pod, cls, notes)
 
 
@@ -252,6 +293,15 @@ def _unsatisfiable(run: _Pass, pod: PodView, cls: ComputeClass | None, notes: li
         return
     policy = f"{cls.name} says DoNotScaleUp" if cls is not None else "no autoscaled pool fits"
     run.actions.append(NoScaleUp(pod.name, f"pod stays pending: {detail}; {policy}"))
+    backed_off = sum(1 for note in notes if "after a failed scale-up" in note)
+    if backed_off:  # the cluster autoscaler's wording, which tools match on
+        run.actions.append(
+            PodScaleUpNote(
+                pod.name,
+                "NotTriggerScaleUp",
+                f"pod didn't trigger scale-up: {backed_off} in backoff after failed scale-up",
+            )
+        )
 
 
 def _scale_up_actions(run: _Pass) -> list[ScaleUp]:
@@ -343,17 +393,20 @@ def plan(
     now: float = 0.0,
     backoff_seconds: float = DEFAULT_BACKOFF_SECONDS,
     default_consolidation_delay_minutes: int = DEFAULT_CONSOLIDATION_DELAY_MINUTES,
+    tpu_fallback_wait: float = 0.0,
 ) -> Plan:
     """One autoscaler pass: scale-ups (with failures and fallbacks), migrations, scale-downs."""
     state = state or AutoscalerState()
-    run = _Pass(view, state, now, backoff_seconds)
+    run = _Pass(view, state, now, backoff_seconds, tpu_fallback_wait)
     pending = sorted((p for p in view.pods if p.node_name is None), key=lambda p: (p.created_at, p.name))
     for pod in pending:  # each pending pod takes room where the scheduler would put it, else asks for a node
         _scale_up_one(run, pod)
     _migrations(run)
     scale_ups = _scale_up_actions(run)
     empty_since = _scale_downs(run, state, default_consolidation_delay_minutes)
-    return Plan(tuple(scale_ups) + tuple(run.actions), AutoscalerState(dict(run.backoff), empty_since))
+    return Plan(
+        tuple(scale_ups) + tuple(run.actions), AutoscalerState(dict(run.backoff), empty_since, run.stockout_since)
+    )
 
 
 def class_rank(classes: Mapping[str, ComputeClass], pools: Sequence[NodePool], pod: PodView) -> NodeRank:

@@ -82,3 +82,33 @@ def test_the_pod_stays_off_nodes_outside_its_class() -> None:
         gpu=GpuSpec("nvidia-l4", 1),
     )
     assert not check(pod, stranger.new_node("other-1"), {}).fits
+
+
+def _with_accelerator_requests(pod: dict[str, Any], chips: int, gpus: int) -> dict[str, Any]:
+    """The pod with `google.com/tpu` on the TPU container and `nvidia.com/gpu` on the GPU container."""
+    wanted = {"vllm-tpu": {"google.com/tpu": str(chips)}, "vllm-gpu": {"nvidia.com/gpu": str(gpus)}}
+    containers = []
+    for c in pod["spec"]["containers"]:
+        extra = wanted.get(c["name"], {})
+        limits = {**(c.get("resources") or {}).get("limits", {}), **extra}
+        containers.append({**c, "resources": {**c.get("resources", {}), "limits": limits}})
+    return {**pod, "spec": {**pod["spec"], "containers": containers}}
+
+
+def test_per_container_accelerator_requests_would_fit_no_node() -> None:
+    """Why the Deployment requests no accelerator: a pod's requests are the sum over its containers, so a TPU
+    request in one container and a GPU request in the other need a node with both - which GKE has nowhere
+    (https://kubernetes.io/docs/concepts/configuration/manage-resources-containers/#requests-and-limits).
+    The local scheduler honours extended resources as kube-scheduler does, so it says so."""
+    spec = ServeSpec(checkpoint_uri=CKPT)
+    chips = load_table().tpu_shapes[spec.tpu_type].chips
+    pod = pod_from_manifest(_with_accelerator_requests(_pod(spec), chips, spec.gpu_count))
+    assert pod.requests["google.com/tpu"] == chips and pod.requests["nvidia.com/gpu"] == spec.gpu_count
+    tpu, gpu = _pools(spec)
+    on_tpu, on_gpu = check(pod, tpu.new_node("tpu-1"), {}), check(pod, gpu.new_node("l4-1"), {})
+    assert (on_tpu.fits, on_tpu.reason) == (False, "Insufficient nvidia.com/gpu")
+    assert (on_gpu.fits, on_gpu.reason) == (False, "Insufficient google.com/tpu")
+    # one kind alone pins the pod to that kind: the fallback could never move it
+    tpu_only = pod_from_manifest(_with_accelerator_requests(_pod(spec), chips, 0))
+    assert check(tpu_only, tpu.new_node("tpu-1"), {}).fits
+    assert not check(tpu_only, gpu.new_node("l4-1"), {}).fits

@@ -15,6 +15,7 @@ from interlude_localcloud.gke.policy.autoscaler import (
     DefaultScaleUp,
     Migrate,
     NoScaleUp,
+    PodScaleUpNote,
     ScaleDown,
     ScaleUp,
     ScaleUpFailed,
@@ -48,6 +49,7 @@ class Cluster:
     now: float = 0.0
     made: int = 0
     log: list[object] = field(default_factory=list)
+    tpu_wait: float = 0.0
 
     def view(self) -> ClusterView:
         return ClusterView(self.pools, tuple(self.nodes), tuple(self.pods), {CLASS: self.cls}, self.capacity)
@@ -59,7 +61,7 @@ class Cluster:
         del self.pods[replicas:]
 
     def autoscale(self) -> list[object]:
-        result = plan(self.view(), self.state, self.now)
+        result = plan(self.view(), self.state, self.now, tpu_fallback_wait=self.tpu_wait)
         self.state = result.state
         self.log.extend(result.actions)
         pools = {p.name: p for p in self.pools}
@@ -135,6 +137,37 @@ def test_tpu_stockout_next_pod_goes_to_gpu_fast_and_pool_backs_off() -> None:
     assert not [a for a in actions if isinstance(a, ScaleUpFailed)]  # backed off: not retried yet
     assert cluster.placement() == {"l4": 2}
     assert cluster.state.backoff_until["v6e-1"] == failed[0].retry_at == 15.0 + 300.0
+
+
+def test_tpu_stockout_with_gkes_tpu_wait_keeps_pods_pending_until_the_wait_passes() -> None:
+    """GKE's configurable TPU delay: no next priority while the TPU pool's failures are younger than the wait."""
+    cluster = Cluster(compute_class(), capacity=TPU_STOCKOUT, tpu_wait=600.0)
+    cluster.scale(1)
+    actions = cluster.step()  # t=15: the TPU scale-up fails, the pod waits
+    assert cluster.placement() == {"pending": 1}
+    notes = [a for a in actions if isinstance(a, PodScaleUpNote)]
+    assert [(n.pod, n.reason) for n in notes] == [("vllm-1", "FailedScaleUp")]
+    assert "GCE out of resources" in notes[0].message
+    assert cluster.state.stockout_since == {"v6e-1": 15.0}
+    cluster.scale(2)
+    actions = cluster.step(200.0)  # t=215: backed off, still inside the wait: both wait, told why
+    assert cluster.placement() == {"pending": 2}
+    waiting = {a.pod: a.message for a in actions if isinstance(a, PodScaleUpNote)}
+    assert waiting == {p: "pod didn't trigger scale-up: 1 in backoff after failed scale-up" for p in waiting}
+    assert set(waiting) == {"vllm-1", "vllm-2"}
+    [stuck, _] = [a for a in actions if isinstance(a, NoScaleUp)]
+    assert "waiting for TPU capacity in v6e-1 (200 of 600 s)" in stuck.reason
+    cluster.step(400.0)  # t=615: the wait is over: the next priority (L4) takes them
+    assert cluster.placement() == {"l4": 2}
+
+
+def test_the_tpu_wait_ends_with_the_stockout() -> None:
+    cluster = Cluster(compute_class(), capacity=TPU_STOCKOUT, tpu_wait=600.0)
+    cluster.scale(1)
+    cluster.step()
+    cluster.capacity = ZoneCapacity()
+    cluster.step(400.0)  # the backoff is over and TPU capacity is back: a TPU node, the streak ends
+    assert cluster.placement() == {"v6e-1": 1} and cluster.state.stockout_since == {}
 
 
 def test_capacity_back_with_active_migration_moves_pod_back_to_tpu() -> None:
