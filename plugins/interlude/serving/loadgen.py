@@ -58,7 +58,7 @@ class LoadResult:
             "failed": self.failed,
             "p50_seconds": self.latency(50),
             "p99_seconds": self.latency(99),
-            "failures": [s.detail for s in self.samples if not s.ok][:20],
+            "failures": [f"at {s.started_at:.3f}: {s.detail}" for s in self.samples if not s.ok][:20],
         }
 
 

@@ -306,7 +306,9 @@ def _after_steps(node: NodeObs, surged: int) -> list[Step]:
     steps = []
     if surged:
         steps.append(Step("restore", node.name, f"maintenance of {node.name} is over: remove the surge", surged))
-    if node.cordoned and node.cordoned_by_interlude:
+    if node.cordoned_by_interlude and not node.cordoned:
+        steps.append(Step("uncordon", node.name, f"{node.name} is schedulable again: drop Interlude's cordon mark"))
+    elif node.cordoned_by_interlude:
         if node.ready:
             steps.append(Step("uncordon", node.name, f"maintenance of {node.name} is over and it is Ready: uncordon"))
         else:

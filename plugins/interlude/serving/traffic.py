@@ -66,6 +66,19 @@ def hpa(spec: ServeSpec) -> Manifest:
     }
 
 
+def pod_disruption_budget(spec: ServeSpec) -> Manifest:
+    """Voluntary evictions (GKE's active migration and node drains, Interlude's maintenance step) keep at least
+    replicas_min replicas: a node's replica leaves only once a replacement is Ready elsewhere, so serving keeps
+    answering (https://kubernetes.io/docs/tasks/run-application/configure-pdb/). Interlude's maintenance
+    watcher surges first, which is what makes its own eviction allowed."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(spec, spec.name),
+        "spec": {"minAvailable": spec.replicas_min, "selector": {"matchLabels": selector_labels(spec)}},
+    }
+
+
 def pod_monitoring(spec: ServeSpec) -> Manifest:
     """Managed Prometheus scrapes vLLM's /metrics (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
     return {

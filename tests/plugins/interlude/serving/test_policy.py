@@ -342,6 +342,13 @@ def _ours(name: str, at: float | None = None, ready: bool = True, **labels: str)
         ((_ours("n1"),), {"n1": 1}, [("restore", "n1", 1), ("uncordon", "n1", 0)], "is over"),
         # maintenance over, node not Ready yet: restore, wait to uncordon
         ((_ours("n1", ready=False),), {}, [("wait", "n1", 0)], "waiting for it to be Ready"),
+        # GKE made it schedulable again after its maintenance: drop the mark
+        (
+            (NodeObs("n1", "tpu", cordoned=False, cordoned_by_interlude=True),),
+            {},
+            [("uncordon", "n1", 0)],
+            "schedulable again",
+        ),
         # cordoned by someone else: never uncordoned by Interlude
         ((_node("n1", cordoned=True),), {}, [], ""),
         # the node was replaced (gone): restore its surge
