@@ -24,6 +24,7 @@ from interlude.serving.report import percentile
 #: A prompt of the drill: fixed (never from a param), short.
 LOAD_PROMPT = "Interlude load drill:"
 LOAD_MAX_TOKENS = 4
+REQUEST_TIMEOUT_SECONDS = 60.0  # one completion of LOAD_MAX_TOKENS tokens; longer is a failure
 _ACCESS = re.compile(r'"POST /v1/completions HTTP/1\.[01]" (\d{3})')
 
 
@@ -66,6 +67,7 @@ class LoadResult:
 class _Budget:
     count: int
     deadline: float
+    request_timeout: float
     issued: int = 0
     samples: list[Sample] = field(default_factory=list)
 
@@ -80,16 +82,24 @@ async def _worker(send: Callable[[], Awaitable[None]], budget: _Budget) -> None:
     while budget.take():
         started, t0 = time.time(), time.monotonic()
         try:
-            await asyncio.wait_for(send(), timeout=max(0.1, budget.deadline - time.time()))
+            await asyncio.wait_for(send(), timeout=budget.request_timeout)
         except Exception as exc:  # noqa: BLE001 - every failure is a sample, the drill judges them
             budget.samples.append(Sample(started, time.monotonic() - t0, False, f"{type(exc).__name__}: {exc}"[:300]))
         else:
             budget.samples.append(Sample(started, time.monotonic() - t0, True))
 
 
-async def run_load(send: Callable[[], Awaitable[None]], *, count: int, concurrency: int, deadline: float) -> LoadResult:
-    """Send up to `count` requests, `concurrency` at a time, until `deadline`; `send` raises on a failure."""
-    budget = _Budget(count, deadline)
+async def run_load(
+    send: Callable[[], Awaitable[None]],
+    *,
+    count: int,
+    concurrency: int,
+    deadline: float,
+    request_timeout: float = REQUEST_TIMEOUT_SECONDS,
+) -> LoadResult:
+    """Send up to `count` requests, `concurrency` at a time, none started after `deadline`; each may take up to
+    `request_timeout` (so the load ends by deadline + request_timeout); `send` raises on a failure."""
+    budget = _Budget(count, deadline, request_timeout)
     await asyncio.gather(*(_worker(send, budget) for _ in range(max(1, min(concurrency, count)))))
     return LoadResult(tuple(sorted(budget.samples, key=lambda s: s.started_at)), count)
 

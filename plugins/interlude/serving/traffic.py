@@ -67,15 +67,16 @@ def hpa(spec: ServeSpec) -> Manifest:
 
 
 def pod_disruption_budget(spec: ServeSpec) -> Manifest:
-    """Voluntary evictions (GKE's active migration and node drains, Interlude's maintenance step) keep at least
-    replicas_min replicas: a node's replica leaves only once a replacement is Ready elsewhere, so serving keeps
-    answering (https://kubernetes.io/docs/tasks/run-application/configure-pdb/). Interlude's maintenance
-    watcher surges first, which is what makes its own eviction allowed."""
+    """Voluntary evictions (GKE's active migration, node drains, Interlude's maintenance step) never take the
+    last Ready replica: a replica leaves only while another one answers, so serving keeps answering
+    (https://kubernetes.io/docs/tasks/run-application/configure-pdb/). Interlude's maintenance step surges a
+    replacement before it evicts, which is what makes its own eviction allowed. The price: a lone replica on
+    GPU is not moved back to TPU by active migration alone; a surge (one more replica) lets it move."""
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": metadata(spec, spec.name),
-        "spec": {"minAvailable": spec.replicas_min, "selector": {"matchLabels": selector_labels(spec)}},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector_labels(spec)}},
     }
 
 

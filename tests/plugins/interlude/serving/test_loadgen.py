@@ -54,7 +54,7 @@ def test_the_deadline_bounds_a_hanging_service_and_failures_are_samples() -> Non
         await asyncio.sleep(30)  # never answers
 
     started = time.monotonic()
-    result = asyncio.run(run_load(send, count=1000, concurrency=2, deadline=time.time() + 0.5))
+    result = asyncio.run(run_load(send, count=1000, concurrency=2, deadline=time.time() + 0.5, request_timeout=1))
     assert time.monotonic() - started < 10
     assert result.sent < 1000 and result.failed == result.sent
     assert "HTTP 503" in str(result.to_dict()["failures"][0])
