@@ -154,7 +154,7 @@ def test_a_tpu_node_maintenance_under_load_loses_no_request(serving: Serving) ->
         assert CORDON_ANNOTATION not in (node.metadata.annotations or {}), node.metadata.name
 
     report = xcom(s, "report")["text"]
-    assert "requests served per accelerator (pod access logs)" in report and "p99" in report
+    assert "requests served per accelerator (pods' access logs" in report and "p99" in report
     print(report)
     print(
         f"maintenance drill under load: {load['sent']} requests sent ({load['planned']} planned), "

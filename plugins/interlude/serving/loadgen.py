@@ -130,5 +130,5 @@ def summary_lines(load: Mapping[str, object], served: Mapping[str, int]) -> Sequ
     return (
         f"  load test: {load.get('sent')}/{load.get('planned')} requests sent, {load.get('failed')} failed, "
         f"p50 {ms(load.get('p50_seconds'))}, p99 {ms(load.get('p99_seconds'))}",
-        f"  requests served per accelerator (pod access logs): {per}",
+        f"  requests served per accelerator (pods' access logs, as last read before each pod went): {per}",
     )
