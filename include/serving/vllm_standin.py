@@ -236,6 +236,7 @@ def _error(status: int, kind: str, message: str) -> tuple[int, dict[str, Any]]:
 class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    timeout = 5  # an idle keep-alive connection closes after 5 s, as uvicorn's --timeout-keep-alive default
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         """uvicorn's access log line, which vLLM prints for every request unless --disable-uvicorn-access-log."""
