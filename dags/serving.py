@@ -15,6 +15,7 @@ from interlude.operators.serving import (
     ServingRolloutOperator,
     ServingSmokeOperator,
 )
+from interlude.operators.serving_maintenance import ServingMaintenanceOperator
 from interlude.serving.spec import ServeSpec
 
 DOC_MD = """
@@ -42,7 +43,14 @@ starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoi
    the report): GPU replicas within minutes instead of GKE's TPU wait.
 6. **smoke** — one `/v1/completions` request through the Service (API server proxy); fails unless the answer
    comes from the served model and `/v1/models` names the checkpoint.
-7. **report** — pods per accelerator, time to first Ready, the smoke request's latency.
+7. **maintenance_watch** — for `watch_minutes` (0 = skip), deferred: a TPU/GPU node labelled
+   `cloud.google.com/scheduled-maintenance-time` is cordoned, a replacement replica surged (HPA min/max + 1)
+   and awaited Ready elsewhere, the node's pod evicted (Eviction API, PodDisruptionBudgets honoured), the
+   maintenance started early (`maintenance_perform_early`), then the surge removed and the node uncordoned
+   when it is back. Each decision is logged with its reason. With `load_requests` > 0 it sends a bounded load
+   through the Service meanwhile (a drill). Bounded: never waits past the watch plus a finishing grace.
+8. **report** — pods per accelerator, time to first Ready, the smoke request's latency; the watch's decisions,
+   and for a drill: requests sent/failed, p50/p99, requests served per accelerator (from the pods' access logs).
 
 **delete** removes every object the spec renders (reverse apply order) and waits until no pod, Service or
 ComputeClass of it is left.
@@ -106,10 +114,11 @@ with DAG(
     apply = ServingApplyOperator(task_id="apply")
     rollout = ServingRolloutOperator(task_id="rollout")
     smoke = ServingSmokeOperator(task_id="smoke")
+    maintenance_watch = ServingMaintenanceOperator(task_id="maintenance_watch")
     report = ServingReportOperator(task_id="report")
     delete = ServingDeleteOperator(task_id="delete")
 
     routed = route()
     resolve() >> routed
-    routed >> plan() >> deploying() >> apply >> rollout >> smoke >> report
+    routed >> plan() >> deploying() >> apply >> rollout >> smoke >> maintenance_watch >> report
     routed >> delete

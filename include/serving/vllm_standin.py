@@ -25,6 +25,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-num-seqs", type=int, default=256)
     serve.add_argument("--disable-log-requests", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
+    serve.add_argument("--disable-uvicorn-access-log", action="store_true", default=False)
     return parser
 
 
@@ -212,7 +214,9 @@ class Metrics:
 
 # ----------------------------------------------------------------- HTTP
 class Server(ThreadingHTTPServer):
-    daemon_threads = True
+    # Like uvicorn on SIGTERM: stop accepting, let the requests in flight finish (server_close joins them).
+    daemon_threads = False
+    block_on_close = True
 
     def __init__(self, args: argparse.Namespace, model: LoadedModel) -> None:
         self.args = args
@@ -232,6 +236,17 @@ def _error(status: int, kind: str, message: str) -> tuple[int, dict[str, Any]]:
 class Handler(BaseHTTPRequestHandler):
     server: Server
     protocol_version = "HTTP/1.1"
+    timeout = 5  # an idle keep-alive connection closes after 5 s, as uvicorn's --timeout-keep-alive default
+
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        """uvicorn's access log line, which vLLM prints for every request unless --disable-uvicorn-access-log."""
+        if self.server.args.disable_uvicorn_access_log:
+            return
+        status = int(code) if str(code).isdigit() else 0
+        phrase = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else ""
+        host, port = self.client_address[:2]
+        sys.stdout.write(f'INFO:     {host}:{port} - "{self.requestline}" {code} {phrase}\n')
+        sys.stdout.flush()
 
     def log_message(self, format: str, *args: Any) -> None:
         if self.server.args.enable_log_requests or not self.server.args.disable_log_requests:

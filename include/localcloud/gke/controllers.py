@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlude_localcloud.gke import eviction
 from interlude_localcloud.gke import nodes as node_objects
 from interlude_localcloud.gke.policy import autoscaler, maintenance, scheduling
 from interlude_localcloud.gke.policy.compute_class import ComputeClass
@@ -235,7 +236,7 @@ class Controllers:
                 if action.cordon_source:
                     self.cordon(action.from_node)
                 if action.pod in by_name:
-                    self.evict(by_name[action.pod])
+                    self.evict_within_budget(by_name[action.pod], now)
             elif isinstance(action, autoscaler.ScaleDown):
                 self.remove_node(action.node)
 
@@ -331,6 +332,17 @@ class Controllers:
             self.store.delete(PODS, pod["metadata"]["namespace"], pod["metadata"]["name"])
         except KubeError:
             pass
+
+    def evict_within_budget(self, pod: dict[str, Any], now: float) -> None:
+        """A voluntary eviction (active migration) goes through the Eviction API's checks: a PodDisruptionBudget
+        with no disruption to spare keeps the pod (retried at the next pass), as GKE's autoscaler respects PDBs
+        (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler#scheduling-and-disruption)."""
+        meta = pod["metadata"]
+        try:
+            eviction.evict(self.store, meta["namespace"], meta["name"], {"kind": "Eviction"})
+        except KubeError as e:
+            if e.code == 429:
+                self.state.event(now, "EvictionBlocked", pod=meta["name"], reason=e.message)
 
     def remove_node(self, name: str) -> None:
         """The VM is gone: its pods are deleted (pod GC) and the pool shrinks."""

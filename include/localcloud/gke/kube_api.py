@@ -17,7 +17,7 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from interlude_localcloud.gke import defaults, patching, resources, scale, selectors, watching
+from interlude_localcloud.gke import defaults, eviction, patching, resources, scale, selectors, watching
 from interlude_localcloud.gke.resources import ResourceType
 from interlude_localcloud.gke.status import KubeError, bad_request, success
 from interlude_localcloud.gke.store import Store
@@ -140,6 +140,8 @@ class KubeApi:
     async def create(self, t: Target, request: Request) -> Response:
         if t.name and t.sub == "binding":
             return self._bind(t, await self._body(request))
+        if t.name and t.sub == "eviction":
+            return JSONResponse(eviction.evict(self.store, t.namespace or "", t.name, await self._body(request)), 201)
         if t.name:
             raise KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         obj = self._check_identity(t, await self._body(request), None)
@@ -277,6 +279,13 @@ def _and(a: selectors.Predicate, b: selectors.Predicate) -> selectors.Predicate:
     return lambda o: a(o) and b(o)
 
 
+async def group_resources(group: str, version: str) -> Response:
+    """`/apis/{group}/{version}`: the kinds of one group version (404 for a group version not served)."""
+    if version not in resources.GROUPS.get(group, []):
+        raise KubeError(404, "NotFound", "the server could not find the requested resource", {})
+    return JSONResponse(resources.api_resource_list(group, version))
+
+
 def _discovery_routes(app: FastAPI, k8s_version: str, server_address: str) -> None:
     minor = k8s_version.split(".")[1]
 
@@ -310,11 +319,7 @@ def _discovery_routes(app: FastAPI, k8s_version: str, server_address: str) -> No
     async def core_resources() -> dict[str, Any]:
         return resources.api_resource_list("", "v1")
 
-    @app.get("/apis/{group}/{version}")
-    async def group_resources(group: str, version: str) -> Response:
-        if version not in resources.GROUPS.get(group, []):
-            raise KubeError(404, "NotFound", "the server could not find the requested resource", {})
-        return JSONResponse(resources.api_resource_list(group, version))
+    app.add_api_route("/apis/{group}/{version}", group_resources, methods=["GET"])
 
 
 def build_app(api: KubeApi, server_address: str) -> FastAPI:
@@ -343,10 +348,14 @@ def build_app(api: KubeApi, server_address: str) -> FastAPI:
 
     @app.api_route("/api/v1/{rest:path}", methods=list(verbs))
     async def core(rest: str, request: Request) -> Response:
+        if not rest.strip("/") and request.method == "GET":
+            return JSONResponse(resources.api_resource_list("", "v1"))
         return await dispatch("", "v1", rest, request)
 
     @app.api_route("/apis/{group}/{version}/{rest:path}", methods=list(verbs))
     async def grouped(group: str, version: str, rest: str, request: Request) -> Response:
+        if not rest.strip("/") and request.method == "GET":  # `/apis/policy/v1/`, as the generated clients ask
+            return await group_resources(group, version)
         return await dispatch(group, version, rest, request)
 
     return app

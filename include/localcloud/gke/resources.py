@@ -5,7 +5,8 @@ ComputeClass CRD is cluster-scoped, group cloud.google.com, plural computeclasse
 (https://cloud.google.com/kubernetes-engine/docs/reference/crds/computeclass); Managed Service for
 Prometheus' PodMonitoring is namespaced, group monitoring.googleapis.com, plural podmonitorings
 (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); RBAC kinds as in
-https://kubernetes.io/docs/reference/access-authn-authz/rbac/.
+https://kubernetes.io/docs/reference/access-authn-authz/rbac/; PodDisruptionBudget (policy/v1) and the
+pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class ResourceType:
 
 RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",), ("status",)),
-    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "binding")),
+    ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "binding", "eviction")),
     ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",)),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
@@ -60,6 +61,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("cloud.google.com", "v1", "computeclasses", "ComputeClass", False, ("cc",), ("status",), True),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False),
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
+    ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",), True),
     ResourceType("monitoring.googleapis.com", "v1", "podmonitorings", "PodMonitoring", True, (), ("status",), True),
 )
 
@@ -96,16 +98,17 @@ def api_resource_list(group: str, version: str) -> dict[str, object]:
             }
         )
         for sub in r.subresources:
-            verbs = {"log": ["get"], "binding": ["create"]}.get(sub, ["get", "patch", "update"])
-            out.append(
-                {
-                    "name": f"{r.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": r.namespaced,
-                    "kind": "Scale" if sub == "scale" else r.kind,
-                    "verbs": verbs,
-                }
-            )
+            verbs = {"log": ["get"], "binding": ["create"], "eviction": ["create"]}.get(sub, ["get", "patch", "update"])
+            entry: dict[str, object] = {
+                "name": f"{r.plural}/{sub}",
+                "singularName": "",
+                "namespaced": r.namespaced,
+                "kind": {"scale": "Scale", "eviction": "Eviction", "binding": "Binding"}.get(sub, r.kind),
+                "verbs": verbs,
+            }
+            if sub in ("scale", "eviction"):
+                entry["group"], entry["version"] = ("autoscaling", "v1") if sub == "scale" else ("policy", "v1")
+            out.append(entry)
     gv = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": out}
 

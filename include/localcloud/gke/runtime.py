@@ -60,6 +60,7 @@ class ClusterRuntime:
         self._thread: threading.Thread | None = None
         self._unsubscribe: list[Any] = []
         self._stopping: list[threading.Thread] = []  # runners being stopped after their pod went away
+        self._to_stop: list[threading.Thread] = []  # started once the Services no longer send them traffic
 
     def now(self) -> float:
         """Scenario time: starts at the wall clock, runs time_scale times faster."""
@@ -86,7 +87,7 @@ class ClusterRuntime:
             self.runners = {}
             runners = list(self.started)  # every runner ever started: one scaled away may still be stopping
             proxies, self.proxies = list(self.proxies.values()), {}
-            pending = list(self._stopping)
+            pending = [t for t in self._stopping if t.ident is not None]  # started ones (others: stoppers below)
         stoppers = [threading.Thread(target=r.stop, args=(2.0,)) for r in runners]
         for t in stoppers:
             t.start()
@@ -113,8 +114,15 @@ class ClusterRuntime:
             self.controllers.maintain(now)
             self.controllers.autoscale(now)
             self.controllers.schedule(now)
-            self._kubelets()
-            self._services()
+            try:
+                self._kubelets()
+                self._services()
+            finally:
+                # A gone pod leaves its Services' endpoints before its containers get SIGTERM (what a preStop
+                # pause buys on Kubernetes): no new connection reaches a server that is shutting down.
+                for stopper in self._to_stop:
+                    stopper.start()
+                self._to_stop = []
         self.hpa.reconcile(now)  # scrapes pods over HTTP: outside the lock
 
     def _port_of(self, uid: str) -> int | None:
@@ -136,7 +144,7 @@ class ClusterRuntime:
             runner = self.runners.pop(uid)
             stopper = threading.Thread(target=runner.stop, name=f"stop-{runner.name}", daemon=True)
             self._stopping = [t for t in self._stopping if t.is_alive()] + [stopper]
-            stopper.start()
+            self._to_stop.append(stopper)
         for uid, pod in pods.items():
             node = pod["spec"].get("nodeName")
             if not node:

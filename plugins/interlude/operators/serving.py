@@ -255,7 +255,7 @@ class ServingReportOperator(_ServingOperator):
             for r in (ti.xcom_pull(task_ids="rollout") or {}).get("fallbacks") or []
         ]
         report = build_report(started_at, [count_pods(observed, time.time())], observed, fallbacks, requests)
-        text = report.render_text()
+        text = report.render_text() + _watch_lines(ti.xcom_pull(task_ids="maintenance_watch"))
         self.log.info("%s", text)
         per: dict[str, int] = {}
         for p in observed:
@@ -267,3 +267,19 @@ class ServingReportOperator(_ServingOperator):
             "first_ready_seconds": report.first_ready_seconds,
             "fallbacks": [{"at": f.at, "action": f.plan.action, "reason": f.plan.reason} for f in report.fallbacks],
         }
+
+
+def _watch_lines(watch: dict[str, Any] | None) -> str:
+    """The maintenance watch's part of the report: its decisions, and the drill's load figures if it ran one."""
+    from interlude.serving.loadgen import per_accelerator, summary_lines
+
+    if not watch or watch.get("skipped"):
+        return ""
+    lines = [f"  maintenance decisions: {len(watch.get('decisions') or [])}"]
+    lines += [
+        f"    {d['kind']} {d['node']}: {d['reason']}" for d in watch.get("decisions") or [] if d["kind"] != "wait"
+    ]
+    if watch.get("load"):
+        served = {pod: (s["accelerator"], int(s["requests"])) for pod, s in (watch.get("served") or {}).items()}
+        lines += summary_lines(watch["load"], per_accelerator(served))
+    return "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
-from interlude.serving.policy import EventObs, NodeObs, PodObs
+from interlude.serving.policy import CORDON_ANNOTATION, EventObs, NodeObs, PodObs
 
 LABEL_TPU = "cloud.google.com/gke-tpu-accelerator"
 LABEL_GPU = "cloud.google.com/gke-accelerator"
@@ -50,6 +50,7 @@ def node_obs(node: Mapping[str, Any]) -> NodeObs:
         _condition(node, "Ready").get("status") == "True",
         bool((node.get("spec") or {}).get("unschedulable")),
         labels,
+        CORDON_ANNOTATION in (meta.get("annotations") or {}),
     )
 
 

@@ -42,6 +42,10 @@ STOCKOUT_MARKERS = (
 LABEL_SCHEDULED = "cloud.google.com/scheduled-maintenance-time"
 LABEL_PERFORM = "cloud.google.com/perform-maintenance"
 LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
+#: On a node Interlude cordoned for its maintenance (so it uncordons only those), and on the HPA: the
+#: replicas surged per node (JSON), so a restarted watcher knows what to undo.
+CORDON_ANNOTATION = "interlude.dev/cordoned-for-maintenance"
+SURGE_ANNOTATION = "interlude.dev/maintenance-surge"
 
 
 # ---------------------------------------------------------------------- observations
@@ -74,6 +78,7 @@ class NodeObs:
     ready: bool = True
     cordoned: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    cordoned_by_interlude: bool = False  # Interlude's maintenance step cordoned it (uncordoned when it is over)
 
     def maintenance_at(self) -> float | None:
         value = self.labels.get(LABEL_SCHEDULED)
@@ -186,7 +191,7 @@ def fallback_decision(obs: ServingObservation, now: float, spec: ServeSpec) -> F
 # ---------------------------------------------------------------------- maintenance
 @dataclass(frozen=True)
 class Step:
-    kind: str  # cordon | surge | wait | drain | perform_maintenance | restore | none
+    kind: str  # cordon | surge | wait | drain | perform_maintenance | restore | uncordon | none
     node: str
     reason: str
     count: int = 0  # surge/restore: replicas added/removed
@@ -230,10 +235,10 @@ def _evacuate(
         why = f"only {ready}/{needed} replicas Ready elsewhere, but the window is {at - ctx.now:.0f} s away"
     else:
         why = "quiet" if quiet else f"not quiet, but the window is {at - ctx.now:.0f} s away"
-    return [
-        Step("drain", node.name, f"replacements Ready; {why}: evict {len(mine)} replica(s)", len(mine)),
-        Step("perform_maintenance", node.name, "start the maintenance now, while serving elsewhere"),
-    ]
+    drain = Step("drain", node.name, f"replacements Ready; {why}: evict {len(mine)} replica(s)", len(mine))
+    if not spec.maintenance_perform_early:
+        return [drain]
+    return [drain, Step("perform_maintenance", node.name, "start the maintenance now, while serving elsewhere")]
 
 
 def _node_steps(node: NodeObs, pods: Sequence[PodObs], ctx: MaintenanceContext, spec: ServeSpec) -> list[Step]:
@@ -248,8 +253,10 @@ def _node_steps(node: NodeObs, pods: Sequence[PodObs], ctx: MaintenanceContext, 
             if ctx.surged
             else []
         )
-        if node.labels.get(LABEL_PERFORM) != "true":
+        if node.labels.get(LABEL_PERFORM) != "true" and spec.maintenance_perform_early:
             steps.append(Step("perform_maintenance", node.name, "no replica on the node: start its maintenance now"))
+        if not steps and node.cordoned_by_interlude:
+            steps.append(Step("wait", node.name, "no replica on the node; uncordon it once its maintenance is over"))
         return steps
     if not node.cordoned or ctx.surged == 0:
         cordon = (
@@ -284,4 +291,31 @@ def maintenance_plan(
     for node in scheduled:
         ctx = MaintenanceContext(now, waiting_requests, desired_replicas, surged.get(node.name, 0))
         steps += _node_steps(node, pods, ctx, spec)
+    for node in sorted(nodes, key=lambda n: n.name):
+        if node.maintenance_at() is None and node.labels.get(LABEL_ACTIVE) != "true":
+            steps += _after_steps(node, surged.get(node.name, 0))
+    present = {n.name for n in nodes}
+    for name, count in sorted(surged.items()):
+        if count and name not in present:
+            steps.append(Step("restore", name, f"{name} is gone (its VM was replaced): remove the surge", count))
     return steps
+
+
+def _after_steps(node: NodeObs, surged: int) -> list[Step]:
+    """A node whose maintenance is over (no schedule label, not active): back to the normal shape."""
+    steps = []
+    if surged:
+        steps.append(Step("restore", node.name, f"maintenance of {node.name} is over: remove the surge", surged))
+    if node.cordoned_by_interlude and not node.cordoned:
+        steps.append(Step("uncordon", node.name, f"{node.name} is schedulable again: drop Interlude's cordon mark"))
+    elif node.cordoned_by_interlude:
+        if node.ready:
+            steps.append(Step("uncordon", node.name, f"maintenance of {node.name} is over and it is Ready: uncordon"))
+        else:
+            steps.append(Step("wait", node.name, f"maintenance of {node.name} is over; waiting for it to be Ready"))
+    return steps
+
+
+def in_flight(steps: Sequence[Step]) -> bool:
+    """Whether a maintenance is still being handled (a watch may end only when nothing is)."""
+    return bool(steps)

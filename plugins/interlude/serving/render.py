@@ -46,7 +46,7 @@ from interlude.serving.meta import (
 )
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import ServingTable, load_table
-from interlude.serving.traffic import PORT, hpa, pod_monitoring, service
+from interlude.serving.traffic import PORT, hpa, pod_disruption_budget, pod_monitoring, service
 
 ORDERS = ("tpu_first", "gpu_first")
 TPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/tpu_serve.sh"
@@ -305,6 +305,7 @@ def render_all(
         workload,
         service(spec),
         hpa(spec),
+        pod_disruption_budget(spec),
         pod_monitoring(spec),
     ]
 
@@ -335,6 +336,7 @@ def object_refs(spec: ServeSpec) -> list[tuple[str, str, str | None, str]]:
         ("apps/v1", "Deployment", spec.namespace, spec.name),
         ("v1", "Service", spec.namespace, spec.name),
         ("autoscaling/v2", "HorizontalPodAutoscaler", spec.namespace, spec.name),
+        ("policy/v1", "PodDisruptionBudget", spec.namespace, spec.name),
         ("monitoring.googleapis.com/v1", "PodMonitoring", spec.namespace, spec.name),
     ]
     return refs[::-1]

@@ -135,6 +135,14 @@ class ServeSpec:
     maintenance_margin_seconds: float = _num(
         600.0, 0, 7 * 86400, "Drain at the latest this long before a node's scheduled maintenance, quiet or not."
     )
+    maintenance_perform_early: bool = _param(
+        True, {"type": "boolean"}, "Once a node under maintenance is drained, start its maintenance at once."
+    )
+    watch_minutes: float = _num(
+        0.0, 0, 1440, "After the smoke test, watch for node maintenance this long (0: no watch step)."
+    )
+    load_requests: int = _int(0, 0, 10_000, "Completions the watch step sends through the Service (a drill).")
+    load_concurrency: int = _int(4, 1, 64, "Requests in flight at once during the watch step's load.")
     rollout_timeout_seconds: float = _num(1800.0, 60, 86400, "How long the rollout may take.")
     poll_seconds: float = _num(10.0, 0.1, 3600, "How often triggers look at the cluster.")
     plan_only: bool = _param(False, {"type": "boolean"}, "Validate and render; apply nothing.")
@@ -198,7 +206,16 @@ class ServeSpec:
     # ------------------------------------------------------------------ derived
     def digest(self) -> str:
         """sha256 of what the manifests depend on (not action/plan_only/timing), for labels and annotations."""
-        ignored = {"action", "plan_only", "rollout_timeout_seconds", "poll_seconds"}
+        ignored = {
+            "action",
+            "plan_only",
+            "rollout_timeout_seconds",
+            "poll_seconds",
+            "watch_minutes",
+            "load_requests",
+            "load_concurrency",
+            "maintenance_perform_early",
+        }
         data = {k: v for k, v in self.to_dict().items() if k not in ignored}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 

@@ -66,6 +66,20 @@ def hpa(spec: ServeSpec) -> Manifest:
     }
 
 
+def pod_disruption_budget(spec: ServeSpec) -> Manifest:
+    """Voluntary evictions (GKE's active migration, node drains, Interlude's maintenance step) never take the
+    last Ready replica: a replica leaves only while another one answers, so serving keeps answering
+    (https://kubernetes.io/docs/tasks/run-application/configure-pdb/). Interlude's maintenance step surges a
+    replacement before it evicts, which is what makes its own eviction allowed. The price: a lone replica on
+    GPU is not moved back to TPU by active migration alone; a surge (one more replica) lets it move."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": metadata(spec, spec.name),
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": selector_labels(spec)}},
+    }
+
+
 def pod_monitoring(spec: ServeSpec) -> Manifest:
     """Managed Prometheus scrapes vLLM's /metrics (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed)."""
     return {

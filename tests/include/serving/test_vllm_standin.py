@@ -165,3 +165,22 @@ def test_missing_checkpoint_fails_with_a_reason(bucket: str) -> None:
         timeout=60,
     )
     assert done.returncode == 1 and "no committed checkpoint" in done.stderr
+
+
+def test_access_log_lines_and_sigterm_lets_the_request_in_flight_finish(bucket: str) -> None:
+    """uvicorn's access log (vLLM's default) names each request; SIGTERM is graceful, as uvicorn's shutdown is."""
+    uri, _ = write_checkpoint(bucket, "graceful", 5, seed=4)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = dict(os.environ, VLLM_STANDIN_SECONDS_PER_TOKEN="0.2")
+    with running(standin_cmd(uri, port), base, env=env) as proc:
+        codes: list[int] = []
+        slow = threading.Thread(target=lambda: codes.append(_complete(base, "slow", max_tokens=8).status_code))
+        slow.start()
+        time.sleep(0.5)  # in flight: 8 tokens take 1.6 s
+        proc.terminate()
+        slow.join(timeout=30)
+        out, _ = proc.communicate(timeout=30)
+    assert codes == [200]
+    assert proc.returncode == 0
+    assert out.count('"POST /v1/completions HTTP/1.1" 200 OK') == 1, out

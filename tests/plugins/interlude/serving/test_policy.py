@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass, field
 
 import pytest
 
@@ -16,6 +17,7 @@ from interlude.serving.policy import (
     ServingObservation,
     Step,
     fallback_decision,
+    in_flight,
     is_stockout,
     maintenance_plan,
 )
@@ -325,3 +327,113 @@ def test_a_whole_maintenance_walks_to_the_end() -> None:
         now += 30
     assert seen == ["cordon", "surge", "drain", "perform_maintenance", "restore"]
     assert desired == 2 and sum(1 for p in pods if p.ready) == 2
+
+
+# -- after the maintenance, and without triggering it early ---------------------------------------------------
+def _ours(name: str, at: float | None = None, ready: bool = True, **labels: str) -> NodeObs:
+    node = _node(name, at, cordoned=True, **labels)
+    return NodeObs(name, "tpu", ready=ready, cordoned=True, labels=node.labels, cordoned_by_interlude=True)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "surged", "expected", "why"),
+    [
+        # maintenance over, surge still there, node Ready: restore and uncordon
+        ((_ours("n1"),), {"n1": 1}, [("restore", "n1", 1), ("uncordon", "n1", 0)], "is over"),
+        # maintenance over, node not Ready yet: restore, wait to uncordon
+        ((_ours("n1", ready=False),), {}, [("wait", "n1", 0)], "waiting for it to be Ready"),
+        # GKE made it schedulable again after its maintenance: drop the mark
+        (
+            (NodeObs("n1", "tpu", cordoned=False, cordoned_by_interlude=True),),
+            {},
+            [("uncordon", "n1", 0)],
+            "schedulable again",
+        ),
+        # cordoned by someone else: never uncordoned by Interlude
+        ((_node("n1", cordoned=True),), {}, [], ""),
+        # the node was replaced (gone): restore its surge
+        ((_node("n2"),), {"n1": 2}, [("restore", "n1", 2)], "is gone"),
+        # maintenance running on a node Interlude cordoned: GKE owns it, nothing to undo yet
+        ((_ours("n1", AT, **{LABEL_ACTIVE: "true"}),), {}, [("none", "n1", 0)], "already started"),
+        # drained and triggered, maintenance not started yet: keep watching, uncordon later
+        ((_ours("n1", AT, **{LABEL_PERFORM: "true"}),), {}, [("wait", "n1", 0)], "once its maintenance is over"),
+    ],
+)
+def test_after_maintenance(
+    nodes: tuple[NodeObs, ...], surged: dict[str, int], expected: list[tuple[str, str, int]], why: str
+) -> None:
+    steps = maintenance_plan(nodes, (_running("b", "n3"),), NOW, SPEC, desired_replicas=2, surged=surged)
+    assert _kinds(steps) == expected
+    assert in_flight(steps) == bool(expected)
+    if why:
+        assert any(why in s.reason for s in steps), [s.reason for s in steps]
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_perform_maintenance_early_is_a_choice(early: bool) -> None:
+    spec = SPEC.replace(maintenance_perform_early=early)
+    busy = maintenance_plan(
+        (_node("n1", AT, cordoned=True),),
+        PODS + (_running("c", "n3"),),
+        NOW,
+        spec,
+        desired_replicas=3,
+        surged={"n1": 1},
+    )
+    empty = maintenance_plan((_node("n1", AT, cordoned=True),), PODS[1:], NOW, spec, desired_replicas=2)
+    assert [s.kind for s in busy] == (["drain", "perform_maintenance"] if early else ["drain"])
+    assert [s.kind for s in empty] == (["perform_maintenance"] if early else [])
+
+
+@dataclass
+class _World:
+    """What the cluster looks like to the policy while a walk applies its steps."""
+
+    node: NodeObs
+    pods: list[PodObs]
+    desired: int = 2
+    surged: dict[str, int] = field(default_factory=dict)
+
+
+def _effect(w: _World, step: Step) -> None:
+    labels = dict(w.node.labels)
+    if step.kind == "cordon":
+        w.node = NodeObs("n1", "tpu", cordoned=True, labels=labels, cordoned_by_interlude=True)
+    elif step.kind == "surge":
+        w.desired, w.surged = w.desired + step.count, {"n1": step.count}
+        w.pods.append(_running("c", "n3"))
+    elif step.kind == "drain":
+        w.pods = [p for p in w.pods if p.node != "n1"]
+    elif step.kind == "restore":
+        w.desired, w.surged = w.desired - step.count, {}
+    elif step.kind == "perform_maintenance":
+        labels[LABEL_PERFORM] = "true"
+        w.node = NodeObs("n1", "tpu", cordoned=True, labels=labels, cordoned_by_interlude=True)
+    elif step.kind == "uncordon":
+        w.node = NodeObs("n1", "tpu", cordoned=False)
+
+
+def test_a_whole_maintenance_with_the_node_coming_back_ends_in_the_normal_shape() -> None:
+    """Cordon, surge, drain, trigger, restore, then GKE's maintenance runs and ends: uncordon, nothing left."""
+    w = _World(_node("n1", AT), [_running("a", "n1"), _running("b", "n2")])
+    seen: list[str] = []
+    for tick in range(12):
+        if w.node.labels.get(LABEL_PERFORM) == "true" and tick > 6:  # GKE: maintenance done, labels gone
+            w.node = NodeObs("n1", "tpu", ready=True, cordoned=w.node.cordoned, cordoned_by_interlude=True)
+        steps = maintenance_plan(
+            (w.node,), tuple(w.pods), NOW + 30 * tick, SPEC, desired_replicas=w.desired, surged=w.surged
+        )
+        if not in_flight(steps):
+            break
+        for step in steps:
+            seen.append(step.kind)
+            _effect(w, step)
+    assert [k for k in seen if k != "wait"] == [
+        "cordon",
+        "surge",
+        "drain",
+        "perform_maintenance",
+        "restore",
+        "uncordon",
+    ]
+    assert w.desired == 2 and not w.node.cordoned and w.surged == {}

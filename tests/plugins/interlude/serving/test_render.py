@@ -74,6 +74,7 @@ def test_every_object_passes_kubernetes_and_the_schemas(case: str) -> None:
         "Deployment",
         "Service",
         "HorizontalPodAutoscaler",
+        "PodDisruptionBudget",
         "PodMonitoring",
     ]
 
