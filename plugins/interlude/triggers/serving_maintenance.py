@@ -84,7 +84,8 @@ class _Cluster:
         self.served[name] = (accelerator or previous[0], max(previous[1], best))
 
     async def patch_node(self, name: str, body: dict[str, Any]) -> None:
-        await self.core.patch_node(name, body, _content_type=MERGE)
+        # _content_type is accepted at run time (the generated client's common kwargs) but not in its typed signature.
+        await self.core.patch_node(name, body, _content_type=MERGE)  # type: ignore[call-arg]
 
     async def resize(self, node: str, delta: int) -> None:
         """Surge (+) or restore (-) by `delta` replicas for `node`, remembered in the HPA's annotation."""
@@ -100,9 +101,8 @@ class _Cluster:
                 "maxReplicas": max(1, int(spec["maxReplicas"]) + delta),
             },
         }
-        await self.hpas.patch_namespaced_horizontal_pod_autoscaler(
-            self.spec.name, self.spec.namespace, body, _content_type=MERGE
-        )
+        patch = self.hpas.patch_namespaced_horizontal_pod_autoscaler
+        await patch(self.spec.name, self.spec.namespace, body, _content_type=MERGE)  # type: ignore[call-arg]
 
     async def evict(self, pod: dict[str, Any]) -> str:
         name = pod["metadata"]["name"]
