@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from interlude_workload.testing import GcsEmulator, running_gcs_emulator
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Cache bytecode in this session and every process it starts, whatever the environment says.
+
+    With PYTHONDONTWRITEBYTECODE=1 each `airflow dags test`, stack component, local cloud and trainer
+    compiles Airflow, FastAPI and the Google clients from source again: ~12 s of every `dags test`.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
 
 
 @pytest.fixture(scope="session")
