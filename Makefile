@@ -6,6 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test check lint e2e constraints stack-up stack-down clean
 
+# Let Python cache bytecode (__pycache__) even where the environment says not to: with
+# PYTHONDONTWRITEBYTECODE=1 every `airflow dags test`, component, local cloud and trainer process compiles
+# Airflow, the Google clients and FastAPI from source again (measured: ~25 s -> ~13 s per `dags test`).
+unexport PYTHONDONTWRITEBYTECODE
+
 # Install once; again only when the requirements, the constraints or the package layout change.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)

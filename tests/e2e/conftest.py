@@ -14,18 +14,30 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Protocol
 
 import pytest
 
 from interlude import dev
-from tests.e2e.stack_fixtures import stack_fixture  # noqa: F401 - one `stack` for test_stack and test_browser
+from tests.e2e.stack_fixtures import (  # noqa: F401 - one `stack` for test_stack, test_zz_browser, test_zz_schedule
+    stack_fixture,
+    stack_session,
+    stop_stack_unless_next_needs_it,
+)
 
 DAG_ID = "interlude_training"
 # The shipped fine-tuning sample covers 2024-01-01..2024-03-31; a run "today" must name a day in it.
 DATA_DATE = "2024-01-15"
 BUCKET = "interlude-e2e"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After the test's own fixtures are torn down, stop the stack if no test right after needs it."""
+    try:
+        return (yield)
+    finally:
+        stop_stack_unless_next_needs_it(item, nextitem)
 
 
 @dataclass
@@ -65,15 +77,9 @@ class RunDag(Protocol):
 
 
 @pytest.fixture(scope="session")
-def migrated_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`airflow db migrate` once per session; each test copies the result (migrating takes ~10 s)."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    offline = SimpleNamespace(
-        project="interlude-local", api_endpoint="http://127.0.0.1:9", gcs_endpoint="http://127.0.0.1:9"
-    )
-    env = dev.airflow_env(home, offline)  # type: ignore[arg-type]  # only reads the three attributes
-    dev.ensure_airflow_db(env)
-    return home / "airflow.db"
+def migrated_airflow_db(airflow_db_template: Path) -> Path:
+    """The session's migrated DB (tests/conftest.py); each test copies it."""
+    return airflow_db_template
 
 
 def task_states(db: Path, dag_id: str, run_id: str) -> dict[str, str | None]:

@@ -1,4 +1,4 @@
-"""One production-shaped Airflow (include/scripts/stack.py) per test session, and a REST client for it.
+"""One production-shaped Airflow (include/scripts/stack.py) for the stack tests, and a REST client for it.
 
 The tests talk to Airflow the way the UI does: a token from SimpleAuthManager (`POST /auth/token`),
 then `/api/v2`. Nothing reads the metadata database directly, so what passes here works for a user.
@@ -153,15 +153,52 @@ def _scenario(var_dir: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="session", name="stack")
-def stack_fixture() -> Iterator[Stack]:
-    """Start the stack once; stop every process of it afterwards, also when a test or the start fails."""
+class StackSession:
+    """The session's one stack, started on first use and stopped as soon as no later test needs it.
+
+    Session-scoped fixtures live until the session ends: the stack's PostgreSQL, Redis and five Airflow
+    components would then run beside every later test (the fault suite, the unit tests), taking CPU from
+    them. `pytest_runtest_teardown` in tests/e2e/conftest.py stops it after the last test of a run of
+    stack tests; a later stack test (another order, a subset) starts a fresh one.
+    """
+
+    def __init__(self) -> None:
+        self.running: Stack | None = None
+        self._stop: Callable[[], None] | None = None
+
+    def up(self) -> Stack:
+        if self.running is None:
+            self.running, self._stop = _start_stack()
+        return self.running
+
+    def stop(self) -> None:
+        stop, self._stop, self.running = self._stop, None, None
+        if stop is not None:
+            stop()
+
+
+def _start_stack() -> tuple[Stack, Callable[[], None]]:
+    """Start the stack; return it and its stopper. Every process of it is stopped also when the start fails."""
     module = load_stack_module()
     # Not under pytest's 0700 tmp root: PostgreSQL runs as `postgres` and must reach its data dir.
-    # Kept after the session (logs for debugging); one dir per session under /tmp.
+    # Kept after the session (logs for debugging); one dir per stack under /tmp.
     var_dir = Path(tempfile.mkdtemp(prefix="interlude-stack-"))
     var_dir.chmod(0o711)
     saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "GOOGLE_CLOUD_PROJECT")}
+
+    def stop() -> None:
+        try:
+            state_now = module.read_state(var_dir) or {"pids": {}}
+            module.down(var_dir)
+            left = {name: pid for name, pid in state_now["pids"].items() if pid and module.group_alive(int(pid))}
+            assert not left, f"stack processes survived `down`: {left}"
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
     try:
         state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)))
         from interlude import dev
@@ -172,14 +209,37 @@ def stack_fixture() -> Iterator[Stack]:
         os.environ["GOOGLE_CLOUD_PROJECT"] = state["localcloud"]["project"]
         running = Stack(state, module)
         running.api.unpause()
-        yield running
+    except BaseException:
+        stop()
+        raise
+    return running, stop
+
+
+STACK_SESSION = pytest.StashKey[StackSession]()
+
+
+@pytest.fixture(scope="session")
+def stack_session(request: pytest.FixtureRequest) -> Iterator[StackSession]:
+    """The holder of the session's stack; whatever still runs at the end of the session is stopped."""
+    holder = StackSession()
+    request.config.stash[STACK_SESSION] = holder
+    try:
+        yield holder
     finally:
-        state_now = module.read_state(var_dir) or {"pids": {}}
-        module.down(var_dir)
-        left = {name: pid for name, pid in state_now["pids"].items() if pid and module.group_alive(int(pid))}
-        assert not left, f"stack processes survived `down`: {left}"
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        holder.stop()
+
+
+@pytest.fixture(name="stack")
+def stack_fixture(stack_session: StackSession) -> Stack:
+    """The running stack (started by the first test that asks; shared by the tests that follow)."""
+    return stack_session.up()
+
+
+def stop_stack_unless_next_needs_it(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """After a stack test: stop the stack unless the next test uses it too (see StackSession)."""
+    holder = item.config.stash.get(STACK_SESSION, None)
+    if holder is None or holder.running is None:
+        return
+    if nextitem is not None and "stack_session" in getattr(nextitem, "fixturenames", ()):
+        return
+    holder.stop()

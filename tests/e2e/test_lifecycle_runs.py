@@ -41,12 +41,9 @@ BASE = {
 
 
 @pytest.fixture(scope="module")
-def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One migrated Airflow home per module; each test copies its database."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    dev.ensure_airflow_db(env)
-    return home / "airflow.db"
+def airflow_db(airflow_db_template: Path) -> Path:
+    """The session's migrated DB (tests/conftest.py); each test copies it."""
+    return airflow_db_template
 
 
 @pytest.fixture

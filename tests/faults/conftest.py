@@ -41,12 +41,9 @@ def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dev.LocalCloud]:
 
 
 @pytest.fixture(scope="session")
-def airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`airflow db migrate` once per session; each DAG run copies it."""
-    home = tmp_path_factory.mktemp("faults-airflow")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    dev.ensure_airflow_db(env)
-    return home / "airflow.db"
+def airflow_db(airflow_db_template: Path) -> Path:
+    """The session's migrated DB (tests/conftest.py); each DAG run copies it."""
+    return airflow_db_template
 
 
 @pytest.fixture(autouse=True)

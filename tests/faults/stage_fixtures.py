@@ -6,7 +6,6 @@ Import the fixtures into a test module (`from .stage_fixtures import ...`); no c
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -35,12 +34,9 @@ Stack = tuple[dev.LocalCloud, dict[str, str]]
 
 
 @pytest.fixture(scope="module")
-def stage_airflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One migrated Airflow home per module; each test copies its database."""
-    home = tmp_path_factory.mktemp("airflow-template")
-    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
-    dev.ensure_airflow_db(env)
-    return home / "airflow.db"
+def stage_airflow_db(airflow_db_template: Path) -> Path:
+    """The session's migrated DB (tests/conftest.py); each test copies its database."""
+    return airflow_db_template
 
 
 @pytest.fixture

@@ -1,0 +1,36 @@
+"""interlude.dev's reference digest: trained once per set of inputs in a process, never mixed across inputs."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from interlude import dev
+from interlude_workload.testing import GcsEmulator
+
+TINY = {"train_steps": 2, "finetune_steps": 1, "checkpoint_every": 1, "seed": 11, "data_date": "2024-01-15"}
+
+
+def _objects(cloud: SimpleNamespace, bucket: str) -> dict[str, str]:
+    """Every object in the bucket with its generation: a re-training would rewrite some."""
+    return {blob.name: str(blob.generation) for blob in dev.gcs_client(cloud).list_blobs(bucket)}  # type: ignore[arg-type]
+
+
+def test_reference_is_trained_once_per_inputs_and_apart_from_other_inputs(
+    gcs_emulator: GcsEmulator, bucket: str
+) -> None:
+    cloud = SimpleNamespace(gcs_endpoint=gcs_emulator.endpoint, project="interlude-local")
+    first = dev.reference_digest(cloud, bucket, TINY)  # type: ignore[arg-type]
+    trained = _objects(cloud, bucket)
+    assert trained, "the reference run wrote no checkpoint"
+
+    # Pacing and bucket do not change the weights: the same digest, and nothing trained again.
+    assert dev.reference_digest(cloud, bucket, {**TINY, "step_seconds": 0.5}) == first  # type: ignore[arg-type]
+    assert _objects(cloud, bucket) == trained
+
+    # Another seed is another reference, trained under a run key of its own: the first one's objects stay as
+    # they were, and the weights differ.
+    other = dev.reference_digest(cloud, bucket, {**TINY, "seed": 12})  # type: ignore[arg-type]
+    assert other != first
+    after = _objects(cloud, bucket)
+    assert {name: after[name] for name in trained} == trained
+    assert set(after) > set(trained)
