@@ -130,9 +130,14 @@ class Checkpointer:
         fresh: str | None = None,
         hold_at_step: int | None = None,
         handle_sigterm: bool = True,
+        control_requests: bool = True,
         client: storage.Client | None = None,
     ) -> None:
         """``metadata_url``: "" = from INTERLUDE_METADATA_URL or Google's; None = do not watch.
+
+        ``handle_sigterm`` / ``control_requests``: False = die on SIGTERM like a plain process / ignore the
+        control plane's checkpoint requests (with ``metadata_url=None``: periodic checkpoints only, the naive
+        baseline ``benchmarks/badput.py`` compares against).
 
         ``fresh``: wipe this stage's checkpoints before starting, once per distinct token (a startup
         script runs again on every boot, so a plain "always wipe" would throw away progress after every
@@ -153,6 +158,7 @@ class Checkpointer:
         self.fresh = fresh
         self.hold_at_step = hold_at_step
         self.handle_sigterm = handle_sigterm
+        self.control_requests = control_requests
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
         self._wake = threading.Event()  # set on SIGTERM and notice changes: interrupts pacing/holds
@@ -230,7 +236,8 @@ class Checkpointer:
             total_steps=self.total_steps,
             state="starting",
         )
-        self._spawn(self._control_loop, "interlude-control")
+        if self.control_requests:
+            self._spawn(self._control_loop, "interlude-control")
         self._spawn(self._report_loop, "interlude-report")
         if self.metadata_url:
             self._watcher = MaintenanceWatcher(self.metadata_url, self._on_notice, log=self.log)
