@@ -2,7 +2,7 @@
 through two events under Interlude, and through the same two events with periodic checkpoints only, side by side.
 
 Starts the local cloud (the default scenario at ``--time-scale``) and a SQLite Airflow home, then runs three rows
-on a v5litepod-8 TPU node:
+on the TPU node the lifecycle DAG chooses there (v6e-8):
 
 - ``uninterrupted``: the lifecycle DAG (``airflow dags test``), no maintenance;
 - ``interlude``: the lifecycle DAG; at two steps of training Google announces a SCHEDULED host maintenance
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -49,7 +50,8 @@ from interlude.badput import CAUSES  # noqa: E402
 DAG_ID = "interlude_training"
 BUCKET = "interlude-bench-badput"
 ROWS = ("uninterrupted", "interlude", "naive")
-ZONE, ACCELERATOR, RUNTIME = "us-central1-a", "v5litepod-8", "v2-alpha-tpuv5-lite"
+ZONE = "us-central1-a"
+DEFAULT_ACCELERATOR = "v6e-8"  # what the lifecycle DAG chooses in the default scenario
 
 
 @dataclass
@@ -58,6 +60,7 @@ class Row:
     wall_s: float
     run_key: str
     machine_id: str
+    accelerator: str
     facts: RunFacts
     gcs_final_step: int
     report: dict[str, Any] | None = None
@@ -109,19 +112,24 @@ def conf(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _facts(cloud: dev.LocalCloud, run_key: str, machine_id: str, steps: int) -> tuple[RunFacts, int]:
+    """The row's facts; its workload log and the cloud's events are kept beside the Airflow logs."""
     from interlude_workload.checkpoints import CheckpointStore
 
     store = CheckpointStore(BUCKET, run_key, "train", client=dev.gcs_client(cloud))
     latest = store.latest().checkpoint
-    return run_facts(str(store.read_log()), cloud.admin.events(), machine_id, steps), latest.step if latest else 0
+    log, events = str(store.read_log()), cloud.admin.events()
+    (cloud.state_dir.parent / f"{run_key}.workload.log").write_text(log)
+    (cloud.state_dir.parent / f"{run_key}.cloud-events.json").write_text(json.dumps(events, indent=1))
+    return run_facts(log, events, machine_id, steps), latest.step if latest else 0
 
 
-def _machine_of(cloud: dev.LocalCloud, run_key: str) -> str:
+def _node_of(cloud: dev.LocalCloud, run_key: str) -> tuple[str, str]:
+    """(machine id, accelerator type) of the row's TPU node, from the cloud's own create event."""
     creates = [e for e in cloud.admin.events() if e["event"] == "tpu_node_create" and run_key in str(e.get("node"))]
     if not creates:
         raise RuntimeError(f"no TPU node was created for {run_key} (the rows assume the default TPU choice)")
     name = str(creates[-1]["node"])
-    return f"tpu-{name.split('/')[3]}-{name.rsplit('/', 1)[-1]}"
+    return f"tpu-{name.split('/')[3]}-{name.rsplit('/', 1)[-1]}", str(creates[-1]["accelerator"])
 
 
 def dag_row(name: str, cloud: dev.LocalCloud, env: dict[str, str], args: argparse.Namespace, log: Path) -> Row:
@@ -134,9 +142,10 @@ def dag_row(name: str, cloud: dev.LocalCloud, env: dict[str, str], args: argpars
     if not result.succeeded or result.run_id is None:
         raise RuntimeError(f"{name}: the DAG run did not succeed ({result.state}); see {log}")
     run_key = naming.run_key(DAG_ID, result.run_id)
-    machine = _machine_of(cloud, run_key)
+    machine, accelerator = _node_of(cloud, run_key)
     facts, final = _facts(cloud, run_key, machine, args.steps)
-    return Row(name, wall, run_key, machine, facts, final, dev.read_report(cloud, BUCKET, run_key), announced)
+    report = dev.read_report(cloud, BUCKET, run_key)
+    return Row(name, wall, run_key, machine, accelerator, facts, final, report, announced)
 
 
 def _tpu(cloud: dev.LocalCloud, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -148,8 +157,9 @@ def _tpu(cloud: dev.LocalCloud, method: str, path: str, body: dict[str, Any] | N
     return response.json()
 
 
-def naive_row(cloud: dev.LocalCloud, args: argparse.Namespace) -> Row:
+def naive_row(cloud: dev.LocalCloud, args: argparse.Namespace, accelerator: str) -> Row:
     """The node and its startup script made by hand: the trainer with periodic checkpoints only, no Interlude."""
+    from interlude_localcloud.catalog import runtime_versions_for
     from interlude_workload.checkpoints import CheckpointStore
     from interlude_workload.startup import render
 
@@ -168,7 +178,8 @@ def naive_row(cloud: dev.LocalCloud, args: argparse.Namespace) -> Row:
     stop = threading.Event()
     announced = announce_at(cloud, args.event_steps, args.notice, stop)
     started = time.monotonic()
-    body = {"acceleratorType": ACCELERATOR, "runtimeVersion": RUNTIME, "metadata": {"startup-script": script}}
+    runtime = runtime_versions_for([accelerator])[0]
+    body = {"acceleratorType": accelerator, "runtimeVersion": runtime, "metadata": {"startup-script": script}}
     _tpu(cloud, "POST", f"nodes?nodeId={node}", body)
     store = CheckpointStore(BUCKET, run_key, "train", client=dev.gcs_client(cloud))
     deadline = started + args.timeout
@@ -183,7 +194,7 @@ def naive_row(cloud: dev.LocalCloud, args: argparse.Namespace) -> Row:
         _tpu(cloud, "DELETE", f"nodes/{node}")
     machine = f"tpu-{ZONE}-{node}"
     facts, final = _facts(cloud, run_key, machine, args.steps)
-    return Row("naive", wall, run_key, machine, facts, final, None, announced)
+    return Row("naive", wall, run_key, machine, accelerator, facts, final, None, announced)
 
 
 def _wait_for_no_machines(cloud: dev.LocalCloud, timeout: float = 30) -> list[dict[str, Any]]:
@@ -243,7 +254,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def table(figs: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+def table(figs: dict[str, dict[str, Any]], args: argparse.Namespace, accelerators: set[str]) -> str:
     names = list(figs)
     lines: list[tuple[str, list[Any]]] = [
         ("row wall time (s)", [figs[n]["wall_s"] for n in names]),
@@ -278,7 +289,7 @@ def table(figs: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     head = (
         f"Badput benchmark: {args.steps} steps x {args.step_seconds} s, checkpoint every {args.checkpoint_every}, "
         f"events at steps {args.event_steps} with {args.notice:.0f} s notice, time scale {args.time_scale:g}x, "
-        f"{os.cpu_count()} cores"
+        f"{os.cpu_count()} cores; TPU {', '.join(sorted(accelerators))}"
     )
     out = [head, f"{'':<{width}}  " + "  ".join(f"{n:>20}" for n in names)]
     out += [f"{label:<{width}}  " + "  ".join(f"{_cell(v):>20}" for v in values) for label, values in lines]
@@ -299,6 +310,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--poll-seconds", type=float, default=0.5, help="the DAG rows' trigger poll")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"which rows, in order (of {','.join(ROWS)})")
     parser.add_argument("--timeout", type=float, default=600.0, help="per row")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, local cloud state)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON (a RESULT line) too")
     args = parser.parse_args(argv)
     steps = args.event_steps or f"{int(args.steps * 0.15)},{int(args.steps * 0.55)}"
@@ -310,35 +322,50 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[dict[str, Any]]]:
+    """Every row in order against one local cloud and one Airflow home; what machines were left at the end."""
+    rows: dict[str, Row] = {}
+    cloud = dev.start_localcloud(write_scenario(tmp / "scenario.yaml", args.time_scale), tmp / "localcloud")
+    try:
+        home = tmp / "airflow"
+        home.mkdir()
+        dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+        dev.ensure_bucket(cloud, BUCKET)
+        env = dev.airflow_env(home, cloud)
+        for name in args.rows:
+            if name == "naive":  # on the accelerator Interlude chose (the default TPU of the default scenario)
+                chosen = next((r.accelerator for r in rows.values()), DEFAULT_ACCELERATOR)
+                rows[name] = naive_row(cloud, args, chosen)
+            else:
+                rows[name] = dag_row(name, cloud, env, args, tmp / f"{name}.log")
+            print(f"{name}: done in {rows[name].wall_s:.0f} s ({rows[name].run_key})", file=sys.stderr, flush=True)
+        return rows, _wait_for_no_machines(cloud)
+    finally:
+        cloud.stop()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    rows: dict[str, Row] = {}
-    with tempfile.TemporaryDirectory(prefix="interlude-badput-bench-") as tmp_dir:
-        tmp = Path(tmp_dir)
-        cloud = dev.start_localcloud(write_scenario(tmp / "scenario.yaml", args.time_scale), tmp / "localcloud")
-        try:
-            home = tmp / "airflow"
-            home.mkdir()
-            dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
-            dev.ensure_bucket(cloud, BUCKET)
-            env = dev.airflow_env(home, cloud)
-            for name in args.rows:
-                if name == "naive":
-                    rows[name] = naive_row(cloud, args)
-                else:
-                    rows[name] = dag_row(name, cloud, env, args, tmp / f"{name}.log")
-                print(f"{name}: done in {rows[name].wall_s:.0f} s ({rows[name].run_key})", file=sys.stderr, flush=True)
-            left = _wait_for_no_machines(cloud)
-        finally:
-            cloud.stop()
+    tmp = Path(tempfile.mkdtemp(prefix="interlude-badput-bench-"))
+    keep = args.keep
+    try:
+        rows, left = run_rows(args, tmp)
+    except BaseException:
+        keep = True  # the Airflow and workload logs say why
+        raise
+    finally:
+        if keep:
+            print(f"state kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     step_seconds = rows["uninterrupted"].facts.span_s / args.steps if "uninterrupted" in rows else args.step_seconds
     figs = figures(rows, step_seconds)
-    print(table(figs, args))
+    print(table(figs, args, {r.accelerator for r in rows.values()}))
     if left:
         print(f"machines left on the local cloud: {[m['name'] for m in left]}")
     if args.json:
-        print("RESULT " + json.dumps({"args": {k: v for k, v in vars(args).items()}, "rows": figs}))
-    return 0
+        print("RESULT " + json.dumps({"args": vars(args), "rows": figs}))
+    return 1 if left else 0
 
 
 if __name__ == "__main__":
