@@ -98,6 +98,22 @@ def announce_at(cloud: dev.LocalCloud, steps: list[int], notice: float, stop: th
     return announced
 
 
+def keep_serial_logs(cloud: dev.LocalCloud, dest: Path, stop: threading.Event) -> None:
+    """In the background: copy each machine's serial console (startup script, agent and trainer output, all boots)
+    beside the other logs while it exists; the local cloud removes a machine's disk when it is deleted."""
+
+    def loop() -> None:
+        while not stop.wait(0.3):
+            for m in cloud.admin.machines():
+                serial = Path(m["disk_dir"]) / "serial.log"
+                try:
+                    (dest / f"{m['name']}.serial.log").write_bytes(serial.read_bytes())
+                except OSError:
+                    continue
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
 def conf(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "train_steps": args.steps,
@@ -225,6 +241,7 @@ def figures(rows: dict[str, Row], step_seconds: float) -> dict[str, dict[str, An
             "notice_to_commit_s": [
                 None if e.notice_to_commit_s is None else round(e.notice_to_commit_s, 2) for e in f.events
             ],
+            "notice_to_first_commit_s": [_round(e.notice_to_first_commit_s) for e in f.events],
             "recomputed_per_event": [e.recomputed_steps for e in f.events],
             "downtime_per_event_s": [round(e.downtime_s, 2) for e in f.events],
         }
@@ -242,6 +259,10 @@ def figures(rows: dict[str, Row], step_seconds: float) -> dict[str, dict[str, An
             }
         out[name] = fig
     return out
+
+
+def _round(value: float | None, digits: int = 2) -> float | None:
+    return None if value is None else round(value, digits)
 
 
 def _cell(value: Any) -> str:
@@ -263,6 +284,7 @@ def table(figs: dict[str, dict[str, Any]], args: argparse.Namespace, accelerator
         ("maintenance events [cloud]", [figs[n]["events"] for n in names]),
         ("cloud downtime, per event (s) [cloud]", [figs[n]["downtime_per_event_s"] for n in names]),
         ("overhead per event beyond the downtime (s)", [figs[n].get("overhead_per_event_s") for n in names]),
+        ("notice -> first committed checkpoint (s) [cloud+log]", [figs[n]["notice_to_first_commit_s"] for n in names]),
         ("notice -> committed checkpoint resumed from (s)", [figs[n]["notice_to_commit_s"] for n in names]),
         ("steps recomputed, per event [log]", [figs[n]["recomputed_per_event"] for n in names]),
         (
@@ -325,6 +347,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[dict[str, Any]]]:
     """Every row in order against one local cloud and one Airflow home; what machines were left at the end."""
     rows: dict[str, Row] = {}
+    stopped = threading.Event()
     cloud = dev.start_localcloud(write_scenario(tmp / "scenario.yaml", args.time_scale), tmp / "localcloud")
     try:
         home = tmp / "airflow"
@@ -332,6 +355,8 @@ def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[
         dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
         dev.ensure_bucket(cloud, BUCKET)
         env = dev.airflow_env(home, cloud)
+        if args.keep:
+            keep_serial_logs(cloud, tmp, stopped)
         for name in args.rows:
             if name == "naive":  # on the accelerator Interlude chose (the default TPU of the default scenario)
                 chosen = next((r.accelerator for r in rows.values()), DEFAULT_ACCELERATOR)
@@ -341,6 +366,7 @@ def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[
             print(f"{name}: done in {rows[name].wall_s:.0f} s ({rows[name].run_key})", file=sys.stderr, flush=True)
         return rows, _wait_for_no_machines(cloud)
     finally:
+        stopped.set()
         cloud.stop()
 
 

@@ -39,10 +39,16 @@ class EventFacts:
     checkpoint_committed_at: float | None  # when the resume step was committed, if after the notice
     checkpoint_write_s: float  # what that commit took, by the workload's own clock
     recomputed_steps: int
+    first_commit_at: float | None = None  # the first checkpoint committed after the notice, before the window
 
     @property
     def downtime_s(self) -> float:
         return self.up_at - self.down_at
+
+    @property
+    def notice_to_first_commit_s(self) -> float | None:
+        """Notice to the first checkpoint committed after it (the workload's reaction; None: none before the window)."""
+        return None if self.first_commit_at is None else self.first_commit_at - self.notice_at
 
     @property
     def notice_to_commit_s(self) -> float | None:
@@ -123,6 +129,7 @@ def _event(lines: list[Line], notice_at: float, down_at: float, up_at: float) ->
     commits = [(ln.at, float(m[2])) for ln in lines if (m := COMMIT.search(ln.text)) and int(m[1]) == resume_step]
     first = min(commits, default=None)
     after_notice = first is not None and first[0] >= notice_at
+    reaction = [ln.at for ln in lines if notice_at <= ln.at < down_at and COMMIT.search(ln.text)]
     return EventFacts(
         notice_at=notice_at,
         down_at=down_at,
@@ -133,6 +140,7 @@ def _event(lines: list[Line], notice_at: float, down_at: float, up_at: float) ->
         checkpoint_committed_at=first[0] if after_notice and first else None,
         checkpoint_write_s=first[1] if first else 0.0,
         recomputed_steps=max(max(reached, default=resume_step) - resume_step, 0),
+        first_commit_at=min(reaction, default=None),
     )
 
 

@@ -161,7 +161,7 @@ class Checkpointer:
         self.control_requests = control_requests
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
-        self._wake = threading.Event()  # set on SIGTERM and notice changes: interrupts pacing/holds
+        self._wake = threading.Event()  # set on notice changes: interrupts pacing/holds (never from the signal handler)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watcher: MaintenanceWatcher | None = None
@@ -522,10 +522,12 @@ class Checkpointer:
 
     # ----------------------------------------------------------------- signals, notices, requests
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Only set flags: printing here could re-enter a write the main thread is in the middle of.
+        # Only set a plain attribute: no print (it could re-enter a write the main thread is in the middle of) and
+        # no lock. Event.set() takes the Event's lock, and the handler runs in the main thread: arriving while that
+        # thread is inside _wake.wait()/clear() (holding the same non-reentrant lock) it deadlocked the trainer,
+        # which then died by SIGKILL without its SIGTERM commit. pace() and holds poll the flag every <= 0.2 s.
         if self._sigterm_at is None:
             self._sigterm_at = time.monotonic()
-        self._wake.set()
 
     def _on_notice(self, notice: Notice) -> None:
         with self._lock:
