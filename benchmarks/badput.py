@@ -106,8 +106,10 @@ def keep_serial_logs(cloud: dev.LocalCloud, dest: Path, stop: threading.Event) -
         while not stop.wait(0.3):
             for m in cloud.admin.machines():
                 serial = Path(m["disk_dir"]) / "serial.log"
-                try:
-                    (dest / f"{m['name']}.serial.log").write_bytes(serial.read_bytes())
+                partial = dest / f".{m['name']}.serial.log"
+                try:  # renamed into place: a reader never sees half a copy
+                    partial.write_bytes(serial.read_bytes())
+                    partial.replace(dest / f"{m['name']}.serial.log")
                 except OSError:
                     continue
 
@@ -128,13 +130,17 @@ def conf(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _facts(cloud: dev.LocalCloud, run_key: str, machine_id: str, steps: int) -> tuple[RunFacts, int]:
-    """The row's facts; its workload log and the cloud's events are kept beside the Airflow logs."""
+    """The row's facts from its workload log (GCS and the machine's console) and the cloud's events, which are
+    kept beside the Airflow logs."""
     from interlude_workload.checkpoints import CheckpointStore
 
     store = CheckpointStore(BUCKET, run_key, "train", client=dev.gcs_client(cloud))
     latest = store.latest().checkpoint
     log, events = str(store.read_log()), cloud.admin.events()
     (cloud.state_dir.parent / f"{run_key}.workload.log").write_text(log)
+    for serial in cloud.state_dir.parent.glob("*.serial.log"):  # kept by keep_serial_logs
+        if machine_id.endswith("-" + serial.name.removesuffix(".serial.log")):
+            log += "\n" + serial.read_text(errors="replace")
     (cloud.state_dir.parent / f"{run_key}.cloud-events.json").write_text(json.dumps(events, indent=1))
     return run_facts(log, events, machine_id, steps), latest.step if latest else 0
 
@@ -355,8 +361,7 @@ def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[
         dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
         dev.ensure_bucket(cloud, BUCKET)
         env = dev.airflow_env(home, cloud)
-        if args.keep:
-            keep_serial_logs(cloud, tmp, stopped)
+        keep_serial_logs(cloud, tmp, stopped)
         for name in args.rows:
             if name == "naive":  # on the accelerator Interlude chose (the default TPU of the default scenario)
                 chosen = next((r.accelerator for r in rows.values()), DEFAULT_ACCELERATOR)

@@ -112,9 +112,10 @@ def stamp(text: str) -> float:
 
 
 def parse_log(log: str) -> list[Line]:
-    """The workload's stamped lines, oldest first (the startup script's own lines have no run/stage tag)."""
-    lines = [Line(stamp(m[1]), m[2]) for raw in log.splitlines() if (m := STAMPED.match(raw))]
-    return sorted(lines, key=lambda ln: ln.at)
+    """The workload's stamped lines, oldest first, each once (the same line may come from its GCS log and from the
+    machine's serial console; the startup script's own lines have no run/stage tag)."""
+    lines = {Line(stamp(m[1]), m[2]) for raw in log.splitlines() if (m := STAMPED.match(raw.strip()))}
+    return sorted(lines, key=lambda ln: (ln.at, ln.text))
 
 
 def _event(lines: list[Line], notice_at: float, down_at: float, up_at: float) -> EventFacts:
@@ -145,7 +146,10 @@ def _event(lines: list[Line], notice_at: float, down_at: float, up_at: float) ->
 
 
 def run_facts(log: str, cloud_events: list[dict[str, Any]], machine_id: str, steps: int) -> RunFacts:
-    """The run's figures from its workload log and the cloud's events for its machine (``machine_id``)."""
+    """The run's figures from its workload log and the cloud's events for its machine (``machine_id``).
+
+    ``log``: the workload's log from GCS, best with the machine's serial console appended: a process killed
+    without a SIGTERM commit (the naive row) never uploads its last second of lines, the console has them."""
     lines = parse_log(log)
     first = next((ln for ln in lines if TRAINING.search(ln.text)), None)
     final = next((ln for ln in lines if (m := COMMIT.search(ln.text)) and int(m[1]) == steps), None)
