@@ -14,11 +14,11 @@ on the TPU node the lifecycle DAG chooses there (v6e-8):
   notice watch, no control-plane requests, SIGTERM ends the process). The machine reboots after each
   maintenance and resumes from its latest periodic checkpoint, as any careful user's startup script would.
 
-Figures come from the workload's own log in GCS (its stamps), the checkpoints in GCS and the local cloud's own
-event log; the DAG rows' report (interlude.badput on the timeline Interlude recorded) is printed beside them.
-The training span is the train stage's first step to its final commit; "overhead per event" is the span beyond
-the uninterrupted one minus the cloud's downtime (maintenance start to end), per event. Seconds are real seconds
-on this machine (multiply by the time scale for Google's).
+Figures come from the workload's own stamped lines (its log in GCS merged with the node's serial console), the
+checkpoints in GCS and the local cloud's own event log; the DAG rows' report (interlude.badput on the timeline
+Interlude recorded) is printed beside them. The training span is the train stage's first step to its final
+commit; "overhead per event" is the span beyond the uninterrupted one minus the cloud's downtime (maintenance
+start to end), per event. Seconds are real seconds on this machine (multiply by the time scale for Google's).
 
     .venv/bin/python benchmarks/badput.py                 # ~3-4 min: 2,000 steps per row
     .venv/bin/python benchmarks/badput.py --json          # the figures as JSON too
@@ -44,8 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.badput_facts import RunFacts, run_facts  # noqa: E402
+from benchmarks.badput_table import figures, table  # noqa: E402
 from interlude import dev, naming  # noqa: E402
-from interlude.badput import CAUSES  # noqa: E402
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-bench-badput"
@@ -227,103 +227,6 @@ def _wait_for_no_machines(cloud: dev.LocalCloud, timeout: float = 30) -> list[di
     return left
 
 
-def figures(rows: dict[str, Row], step_seconds: float) -> dict[str, dict[str, Any]]:
-    """Per row: the independent figures (log, GCS, cloud) and the report's (DAG rows)."""
-    base = rows["uninterrupted"].facts.span_s if "uninterrupted" in rows else None
-    out: dict[str, dict[str, Any]] = {}
-    for name, row in rows.items():
-        f = row.facts
-        n = len(f.events)
-        wall, productive, badput = f.badput(step_seconds)
-        fig: dict[str, Any] = {
-            "wall_s": round(row.wall_s, 1),
-            "steps": row.gcs_final_step,
-            "train_span_s": round(f.span_s, 2),
-            "events": n,
-            "cloud_downtime_s": round(f.downtime_s, 2),
-            "steps_recomputed": f.recomputed_steps,
-            "goodput": round(productive / wall, 4) if wall else None,
-            "badput_s": badput.as_dict(),
-            "notice_to_commit_s": [
-                None if e.notice_to_commit_s is None else round(e.notice_to_commit_s, 2) for e in f.events
-            ],
-            "notice_to_first_commit_s": [_round(e.notice_to_first_commit_s) for e in f.events],
-            "recomputed_per_event": [e.recomputed_steps for e in f.events],
-            "downtime_per_event_s": [round(e.downtime_s, 2) for e in f.events],
-        }
-        if base is not None and n:
-            fig["overhead_per_event_s"] = round((f.span_s - base - f.downtime_s) / n, 2)
-            fig["goodput_vs_uninterrupted_downtime_aside"] = round(base / (f.span_s - f.downtime_s), 4)
-        if row.report:
-            fig["report"] = {
-                "goodput": row.report["goodput"],
-                "wall_s": row.report["wall_seconds"],
-                "events": len(row.report["events"]),
-                "steps_recomputed": row.report["steps_recomputed"],
-                "beyond_downtime_s": [e.get("beyond_downtime_s") for e in row.report["events"]],
-                "badput_s": row.report["badput_seconds"],
-            }
-        out[name] = fig
-    return out
-
-
-def _round(value: float | None, digits: int = 2) -> float | None:
-    return None if value is None else round(value, digits)
-
-
-def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3g}" if abs(value) < 1 else f"{value:.2f}"
-    if isinstance(value, list):
-        return " / ".join(_cell(v) for v in value) or "-"
-    return str(value)
-
-
-def table(figs: dict[str, dict[str, Any]], args: argparse.Namespace, accelerators: set[str]) -> str:
-    names = list(figs)
-    lines: list[tuple[str, list[Any]]] = [
-        ("row wall time (s)", [figs[n]["wall_s"] for n in names]),
-        ("final committed step [GCS]", [figs[n]["steps"] for n in names]),
-        ("training span: step 1 -> final commit (s) [log]", [figs[n]["train_span_s"] for n in names]),
-        ("maintenance events [cloud]", [figs[n]["events"] for n in names]),
-        ("cloud downtime, per event (s) [cloud]", [figs[n]["downtime_per_event_s"] for n in names]),
-        ("overhead per event beyond the downtime (s)", [figs[n].get("overhead_per_event_s") for n in names]),
-        ("notice -> first committed checkpoint (s) [cloud+log]", [figs[n]["notice_to_first_commit_s"] for n in names]),
-        ("notice -> committed checkpoint resumed from (s)", [figs[n]["notice_to_commit_s"] for n in names]),
-        ("steps recomputed, per event [log]", [figs[n]["recomputed_per_event"] for n in names]),
-        (
-            "goodput vs uninterrupted, downtime aside",
-            [figs[n].get("goodput_vs_uninterrupted_downtime_aside") for n in names],
-        ),
-        ("goodput of the training span [log+cloud]", [figs[n]["goodput"] for n in names]),
-    ]
-    lines += [(f"  badput {cause} (s)", [figs[n]["badput_s"][cause] for n in names]) for cause in CAUSES]
-    report = [figs[n].get("report") or {} for n in names]
-    lines += [
-        (
-            "report: events / steps recomputed",
-            [f"{r['events']} / {r['steps_recomputed']}" if r else None for r in report],
-        ),
-        ("report: beyond downtime per event (s)", [r.get("beyond_downtime_s") for r in report]),
-        (
-            "report: goodput of the run (wall s)",
-            [f"{r['goodput']:.1%} ({r['wall_s']:.1f})" if r else None for r in report],
-        ),
-    ]
-    lines += [(f"  report badput {cause} (s)", [r.get("badput_s", {}).get(cause) for r in report]) for cause in CAUSES]
-    width = max(len(label) for label, _ in lines)
-    head = (
-        f"Badput benchmark: {args.steps} steps x {args.step_seconds} s, checkpoint every {args.checkpoint_every}, "
-        f"events at steps {args.event_steps} with {args.notice:.0f} s notice, time scale {args.time_scale:g}x, "
-        f"{os.cpu_count()} cores; TPU {', '.join(sorted(accelerators))}"
-    )
-    out = [head, f"{'':<{width}}  " + "  ".join(f"{n:>20}" for n in names)]
-    out += [f"{label:<{width}}  " + "  ".join(f"{_cell(v):>20}" for v in values) for label, values in lines]
-    return "\n".join(out)
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=2000, help="training steps (the train stage)")
@@ -390,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(tmp, ignore_errors=True)
     step_seconds = rows["uninterrupted"].facts.span_s / args.steps if "uninterrupted" in rows else args.step_seconds
-    figs = figures(rows, step_seconds)
+    figs = figures({n: (r.facts, r.gcs_final_step, r.wall_s, r.report) for n, r in rows.items()}, step_seconds)
     print(table(figs, args, {r.accelerator for r in rows.values()}))
     if left:
         print(f"machines left on the local cloud: {[m['name'] for m in left]}")
