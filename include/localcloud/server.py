@@ -112,6 +112,9 @@ def family_of(path: str) -> str:
 class LocalCloudServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # socketserver's default listen backlog is 5: a burst of clients on a loaded machine overflows it and the
+    # kernel drops or resets their connections, which Google's front ends never do. uvicorn's default is 2048.
+    request_queue_size = 1024
 
     def __init__(self, port: int, cloud: Cloud, router: Router, strict: bool) -> None:
         self.cloud = cloud

@@ -217,6 +217,7 @@ class Server(ThreadingHTTPServer):
     # Like uvicorn on SIGTERM: stop accepting, let the requests in flight finish (server_close joins them).
     daemon_threads = False
     block_on_close = True
+    request_queue_size = 2048  # uvicorn's default backlog (socketserver's 5 resets bursts of clients)
 
     def __init__(self, args: argparse.Namespace, model: LoadedModel) -> None:
         self.args = args

@@ -220,9 +220,16 @@ def noticed(state: StageState, obs: Observation, limits: Limits) -> Transition:
 
 
 def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
-    """At a natural pause: start the pending maintenance now with ``performMaintenance``?"""
+    """At a natural pause: start the pending maintenance now with ``performMaintenance``? After a checkpoint
+    only while the workload holds at it: performMaintenance stops the machine at once, and steps trained
+    past the checkpoint would be recomputed (the window then opens on Google's schedule, the workload's own
+    hold margin keeping them)."""
     policy: NoticePolicy | None = limits.notice_policy
     if policy is None or obs.notice is None or (pause is Pause.PHASE_BOUNDARY and not policy.stage_follows):
+        return False
+    if pause is Pause.AFTER_CHECKPOINT and not (
+        obs.workload_state == "holding" and obs.progress_step == obs.request_ack_step
+    ):
         return False
     notice = policy_notice(obs.notice)
     if notice is None:

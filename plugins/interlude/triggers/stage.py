@@ -165,7 +165,13 @@ class StageTrigger(BaseTrigger):
             fetch = lambda: hook.list_nodes(zone)  # noqa: E731
         key = (self.machine["kind"], self.gcp_conn_id or "", zone)
         items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
-        return items.get(name)
+        if name in items:
+            return items[name]
+        # Absent from a shared list that may predate this machine (a list fetched just before a re-provision,
+        # reused by the new watcher): "gone" re-creates a machine, so only the machine's own GET may say it.
+        if self.machine["kind"] == "gce_vm":
+            return await hook.get_instance(zone, name)
+        return await hook.get_node(zone, name)
 
     async def _startup_failure(self, hook: Any, reported_boot: str | None = None) -> StartupFailure | None:
         """New serial console output of a GCE VM (only the bytes since the last read), then the verdict.

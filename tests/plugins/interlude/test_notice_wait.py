@@ -35,6 +35,7 @@ def obs(
         boot_id=kw.pop("boot", "b1"),
         request_ack_step=ack,
         commit_seconds=0.2,  # the workload's measure: a step + its slowest commit
+        workload_state=kw.pop("state", None),
     )
 
 
@@ -54,10 +55,26 @@ def test_long_notice_keeps_training_until_the_margin_then_requests_the_checkpoin
     asked = next_step(held.state, obs(due, n, step=95), POLICY)
     assert asked.state.phase is Phase.CHECKPOINT_REQUESTED and asked.actions == (Action.REQUEST_CHECKPOINT,)
     assert asked.state.request_id and asked.state.event["step_at_detection"] == 50
-    # The checkpoint answered with the window this near and canReschedule: start the maintenance now.
-    acked = next_step(asked.state, obs(due + 0.2, n, step=96, committed=96, ack=96), POLICY)
+    # The checkpoint answered with the window this near and canReschedule, the workload holding at it: start
+    # the maintenance now.
+    acked = next_step(asked.state, obs(due + 0.2, n, step=96, committed=96, ack=96, state="holding"), POLICY)
     assert acked.state.phase is Phase.AWAITING_RESTART and acked.actions == (Action.START_MAINTENANCE,)
     assert acked.state.event["checkpoint_step"] == 96
+
+
+@pytest.mark.parametrize(
+    ("step", "state"),
+    [(99, "running"), (96, "running"), (99, "holding"), (96, None)],
+    ids=["trained-on", "running-at-the-checkpoint", "holding-elsewhere", "unknown"],
+)
+def test_no_early_start_while_the_workload_may_train_past_the_checkpoint(step: int, state: str | None) -> None:
+    """performMaintenance stops the machine at once: steps trained after the checkpoint would be recomputed,
+    so the window opens on Google's schedule and the workload's own hold (its margin) keeps them."""
+    n = notice(6.0)
+    noticed = next_step(RUNNING, obs(T0, n), POLICY).state
+    asked = next_step(noticed, obs(noticed.event["checkpoint_due_at"], n, step=95), POLICY).state
+    acked = next_step(asked, obs(T0 + 5.6, n, step=step, committed=96, ack=96, state=state), POLICY)
+    assert acked.state.phase is Phase.AWAITING_RESTART and acked.actions == ()
 
 
 def test_the_old_way_checkpoints_at_once_and_never_starts_early() -> None:

@@ -97,3 +97,42 @@ def test_a_notice_reaches_every_watcher_within_one_poll(
     assert max(lists_at_event.values()) <= lists_posted + 1, (lists_before, lists_posted, lists_at_event)
     # The GCS facts came from the shared listing: a handful of bucket lists for 20 watchers over ~5 polls.
     assert stage_mod.BUCKET_LISTS.calls - buckets_before <= 20
+
+
+def test_a_shared_list_older_than_the_machine_does_not_make_it_gone(
+    cloud: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-provisioned machine's new watcher may find the zone list another watcher fetched just before the
+    create: the machine is absent from it, and only the machine's own GET may say it is gone (a wrong
+    "gone" re-creates a machine that exists)."""
+    extra = {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+    )
+
+    def watcher(name: str) -> StageTrigger:
+        state = StageState(target_step=1000, boot_id="b", last_step_seen=0).to_dict()
+        machine = {"kind": "tpu_node", "zone": ZONE, "name": name}
+        return StageTrigger(
+            machine=machine,
+            bucket=bucket,
+            run_key=name,
+            stage="train",
+            state=state,
+            restart_timeout=3600.0,
+            poll_interval=60,
+        )
+
+    async def look(trigger: StageTrigger) -> dict[str, Any] | None:
+        return await trigger._machine(await trigger._hook())
+
+    async def main() -> tuple[dict[str, Any] | None, dict[str, Any] | None, int]:
+        assert await look(watcher("not-created")) is None  # a machine that does not exist is gone ...
+        calls = stage_mod.ZONE_LISTS.calls  # ... and the zone's list (60 s max age) is now shared
+        await asyncio.to_thread(_create_nodes, cloud, ["created-after-the-list"])
+        return await look(watcher("created-after-the-list")), await look(watcher("not-created")), calls
+
+    created, missing, calls = asyncio.run(main())
+    assert stage_mod.ZONE_LISTS.calls == calls, "the second look was meant to reuse the older list"
+    assert created is not None and created["state"] == "READY", created
+    assert missing is None
