@@ -23,7 +23,6 @@ import random
 import signal
 import subprocess
 import sys
-import threading
 import time
 from types import FrameType
 from typing import Any
@@ -49,15 +48,20 @@ class Agent:
         self.fresh_token = fresh_token
         self.child: subprocess.Popen[bytes] | None = None
         self.stopping = False
-        self._stop = threading.Event()
         self.done: set[tuple[str, str | None]] = set()
         self.failures: dict[str, int] = {}
 
     def _on_term(self, signum: int, _frame: FrameType | None) -> None:
+        # No lock here (an Event.set() would take one): the handler runs in the main thread, which may hold it.
         self.stopping = True
-        self._stop.set()
         if self.child and self.child.poll() is None:
             self.child.send_signal(signum)
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, ending within 0.2 s of SIGTERM (the handler only sets ``stopping``)."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping and (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, 0.2))
 
     def heartbeat(self, **fields: Any) -> None:
         """Best effort: the serial console has the same words when GCS is what fails."""
@@ -106,7 +110,7 @@ class Agent:
             return
         wait = backoff(self.failures[plan.stage], self.idle_poll)
         print(f"agent: stage {plan.stage} exited {rc}; retrying in {wait:.1f}s", flush=True)
-        self._stop.wait(wait)
+        self._pause(wait)
 
     def _once(self) -> None:
         from google.cloud.storage.retry import DEFAULT_RETRY
@@ -114,7 +118,7 @@ class Agent:
         plans = read_plans(self.bucket, self.run_key, retry=DEFAULT_RETRY.with_timeout(GCS_CALL_SECONDS))
         pending = [p for p in plans if (p.stage, p.fresh_token) not in self.done and self._ours(p.fresh_token)]
         if not pending:
-            self._stop.wait(self.idle_poll)  # the next stage is planned when Airflow reaches it
+            self._pause(self.idle_poll)  # the next stage is planned when Airflow reaches it
             return
         self._run_stage(pending[0])
 
@@ -136,7 +140,7 @@ class Agent:
                 message = f"{type(exc).__name__}: {exc}"[:500]
                 print(f"agent: error #{errors} ({message}); retrying in {wait:.1f}s", flush=True)
                 self.heartbeat(state="retrying", error=message, errors=errors)
-                self._stop.wait(wait)
+                self._pause(wait)
         print("agent: stopping", flush=True)
         return 0
 

@@ -130,9 +130,14 @@ class Checkpointer:
         fresh: str | None = None,
         hold_at_step: int | None = None,
         handle_sigterm: bool = True,
+        control_requests: bool = True,
         client: storage.Client | None = None,
     ) -> None:
         """``metadata_url``: "" = from INTERLUDE_METADATA_URL or Google's; None = do not watch.
+
+        ``handle_sigterm`` / ``control_requests``: False = die on SIGTERM like a plain process / ignore the
+        control plane's checkpoint requests (with ``metadata_url=None``: periodic checkpoints only, the naive
+        baseline ``benchmarks/badput.py`` compares against).
 
         ``fresh``: wipe this stage's checkpoints before starting, once per distinct token (a startup
         script runs again on every boot, so a plain "always wipe" would throw away progress after every
@@ -153,9 +158,10 @@ class Checkpointer:
         self.fresh = fresh
         self.hold_at_step = hold_at_step
         self.handle_sigterm = handle_sigterm
+        self.control_requests = control_requests
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
-        self._wake = threading.Event()  # set on SIGTERM and notice changes: interrupts pacing/holds
+        self._wake = threading.Event()  # set on notice changes: interrupts pacing/holds (never from the signal handler)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watcher: MaintenanceWatcher | None = None
@@ -230,7 +236,8 @@ class Checkpointer:
             total_steps=self.total_steps,
             state="starting",
         )
-        self._spawn(self._control_loop, "interlude-control")
+        if self.control_requests:
+            self._spawn(self._control_loop, "interlude-control")
         self._spawn(self._report_loop, "interlude-report")
         if self.metadata_url:
             self._watcher = MaintenanceWatcher(self.metadata_url, self._on_notice, log=self.log)
@@ -515,10 +522,12 @@ class Checkpointer:
 
     # ----------------------------------------------------------------- signals, notices, requests
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        # Only set flags: printing here could re-enter a write the main thread is in the middle of.
+        # Only set a plain attribute: no print (it could re-enter a write the main thread is in the middle of) and
+        # no lock. Event.set() takes the Event's lock, and the handler runs in the main thread: arriving while that
+        # thread is inside _wake.wait()/clear() (holding the same non-reentrant lock) it deadlocked the trainer,
+        # which then died by SIGKILL without its SIGTERM commit. pace() and holds poll the flag every <= 0.2 s.
         if self._sigterm_at is None:
             self._sigterm_at = time.monotonic()
-        self._wake.set()
 
     def _on_notice(self, notice: Notice) -> None:
         with self._lock:

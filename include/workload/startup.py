@@ -111,6 +111,7 @@ def trainer_args(
     hold_margin_seconds: float | None = None,
     hold_at_step: int | None = None,
     hold_margin_commits: float | None = None,
+    periodic_only: bool = False,
 ) -> list[str]:
     """The trainer's command-line arguments (unquoted list)."""
     args = [
@@ -130,7 +131,7 @@ def trainer_args(
     for flag, value in optional.items():
         if value is not None:
             args += [flag, str(value)]
-    return args
+    return [*args, "--periodic-only"] if periodic_only else args
 
 
 def render(
@@ -152,12 +153,15 @@ def render(
     log_dir: str = "/var/log/interlude",
     env: Mapping[str, str] | None = None,
     pip_install: Sequence[str] = (),
+    periodic_only: bool = False,
 ) -> str:
-    """The startup script text. ``fresh`` should be a token unique to one start-fresh request."""
+    """The startup script text. ``fresh`` should be a token unique to one start-fresh request.
+    ``periodic_only``: the trainer ignores notices, requests and SIGTERM (a naive baseline for benchmarks)."""
     args = trainer_args(
         bucket=bucket, run_key=run_key, stage=stage, steps=steps, checkpoint_every=checkpoint_every,
         seed=seed, init_from_stage=init_from_stage, data_date=data_date, data_dir=data_dir,
         step_seconds=step_seconds, keep=keep, fresh=fresh, hold_margin_seconds=hold_margin_seconds,
+        periodic_only=periodic_only,
     )  # fmt: skip
     return _script(
         module="interlude_workload.train",

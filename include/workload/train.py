@@ -73,6 +73,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--metadata-url", default="", help="default: $INTERLUDE_METADATA_URL or Google's")
     parser.add_argument("--no-maintenance-watch", action="store_true")
+    parser.add_argument(
+        "--periodic-only",
+        action="store_true",
+        help="checkpoint every N steps and at the end only: no notice watch, no control requests, no commit on "
+        "SIGTERM (it ends the process). The naive baseline of benchmarks/badput.py",
+    )
     parser.add_argument("--control-poll-seconds", type=float, default=1.0)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.checkpoint_every < 1:
@@ -91,13 +97,15 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         total_steps=args.steps,
         checkpoint_every=args.checkpoint_every,
         keep=args.keep,
-        metadata_url=None if args.no_maintenance_watch else args.metadata_url,
+        metadata_url=None if args.no_maintenance_watch or args.periodic_only else args.metadata_url,
         hold_margin_seconds=args.hold_margin_seconds,
         hold_margin_commits=args.hold_margin_commits,
         max_hold_seconds=args.max_hold_seconds,
         control_poll_seconds=args.control_poll_seconds,
         fresh=args.fresh,
         hold_at_step=args.hold_at_step,
+        handle_sigterm=not args.periodic_only,
+        control_requests=not args.periodic_only,
     )
     with ckpt:
         restored = ckpt.start()

@@ -45,3 +45,19 @@ def test_an_unreachable_gcs_is_retried_until_sigterm(tmp_path: Path) -> None:
             proc.wait()
     text = log.read_text()
     assert "retrying in" in text and "heartbeat not written" in text and "agent: stopping" in text
+
+
+def test_sigterm_ends_a_long_pause_without_the_handler_taking_a_lock() -> None:
+    """The agent's SIGTERM handler only sets a flag (a lock taken in a handler can deadlock the main thread);
+    its pauses (idle polls, back-off) poll that flag, so a stop still ends them within a fraction of a second."""
+    import signal
+    import threading
+    import time
+
+    from interlude_workload.agent import Agent
+
+    agent = Agent("no-bucket", "no-run", idle_poll=30.0)
+    threading.Timer(0.3, agent._on_term, args=(signal.SIGTERM, None)).start()
+    started = time.monotonic()
+    agent._pause(30.0)
+    assert agent.stopping and time.monotonic() - started < 5.0

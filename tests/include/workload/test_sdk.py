@@ -121,3 +121,27 @@ def test_hold_margin_grows_with_what_a_checkpoint_really_costs(bucket: str) -> N
     cost = float(progress["mean_step_seconds"]) + float(progress["commit_seconds"])
     assert progress["commit_seconds"] > 0 and progress["mean_step_seconds"] > 0
     assert ckpt.margin().total_seconds() == pytest.approx(3 * cost, abs=1e-3)
+
+
+def test_sigterm_while_the_main_thread_is_inside_the_wake_event_does_not_deadlock(bucket: str) -> None:
+    """The SIGTERM handler runs in the main thread, wherever it is: also inside ``Event.wait``/``clear`` with the
+    Event's (non-reentrant) lock held, as in every pacing and hold loop. A handler that took that lock hung the
+    trainer until SIGKILL, losing the commit on SIGTERM (seen in benchmarks/badput.py: steps recomputed after a
+    maintenance). The handler is called here with the lock held, as the interpreter would; then pacing must end."""
+    import threading
+
+    ckpt = Checkpointer(bucket, "sig-run", "train", total_steps=10, checkpoint_every=5, metadata_url=None)
+
+    def signal_arrives_inside_the_event() -> None:
+        with ckpt._wake._cond:  # what Event.wait/clear hold while the signal is handled
+            ckpt._on_sigterm(signal.SIGTERM, None)
+
+    handler = threading.Thread(target=signal_arrives_inside_the_event, daemon=True)
+    handler.start()
+    handler.join(timeout=10)
+    assert not handler.is_alive(), "the SIGTERM handler blocked on the lock its own thread holds"
+    started = time.monotonic()
+    ckpt.pace(started, step_seconds=30.0)  # a long step: SIGTERM ends the pacing within a poll
+    assert time.monotonic() - started < 5.0
+    assert ckpt.stop_requested
+    ckpt.close()

@@ -106,3 +106,13 @@ def test_the_script_names_its_boot_and_says_when_it_ends(tmp_path) -> None:
     assert boots[0] != boots[1], "a new id on every boot"
     for run, boot in zip(runs, boots, strict=True):
         assert run.returncode == 127 and f"startup: end (exit 127) boot {boot}" in run.stdout
+
+
+def test_periodic_only_reaches_the_trainer_as_its_own_flag() -> None:
+    """The naive baseline of benchmarks/badput.py: one flag, parsed by the trainer, absent by default."""
+    from interlude_workload.startup import trainer_args
+    from interlude_workload.train import parse_args
+
+    common = {"bucket": "b", "run_key": "k", "stage": "train", "steps": 10, "checkpoint_every": 5}
+    assert "--periodic-only" not in trainer_args(**common)
+    assert parse_args(trainer_args(**common, periodic_only=True)).periodic_only
