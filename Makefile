@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint e2e constraints stack-up stack-down clean
+.PHONY: demo demo-serve test check lint e2e constraints stack-up stack-down clean
 
 # Install once; again only when the requirements, the constraints or the package layout change.
 $(STAMP): requirements.txt constraints.txt pyproject.toml
@@ -20,6 +20,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 demo: $(STAMP)
 	$(PY) include/scripts/demo.py
+
+# Continues from `make demo` (runs it first if its fine-tuned checkpoint is not on disk): serve it on GKE.
+demo-serve: $(STAMP)
+	$(PY) include/scripts/demo_serve.py
 
 test: check
 	$(PY) -m pytest $(PYTEST_ARGS)
