@@ -49,7 +49,7 @@ SCENARIO = dev.SCENARIOS / "gke_serving_demo.yaml"
 #: before the HPA's next ones need an L4 node (see README: one replica per accelerator node is not enforced).
 COMMON = {"poll_seconds": 1, "fallback_after_seconds": 30, "rollout_timeout_seconds": 600, "replicas_max": 6}
 #: The second run's drill: a bounded load (count and time) while the watch handles the TPU node's maintenance.
-DRILL = {"watch_minutes": 1.25, "load_requests": 4000, "load_concurrency": 8}
+DRILL = {"watch_minutes": 1.25, "load_requests": 4000, "load_concurrency": 12, "hpa_target_waiting": 0.5}
 #: The maintenance is announced once the TPU replica has answered the load and the HPA's replicas reached L4
 #: (or, at the latest, this long after the TPU replica first answered).
 SCALE_OUT_WAIT_SECONDS = 30
