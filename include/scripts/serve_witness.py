@@ -40,6 +40,7 @@ class Seen:
     node_kind: dict[str, str | None] = field(default_factory=dict)
     pod_node: dict[str, str] = field(default_factory=dict)
     first_gpu_ready_cluster: float | None = None
+    per_node: int = 0  # the most serving pods (Pending or Running) seen on one node at once
     polls: int = 0
     errors: int = 0
 
@@ -85,8 +86,12 @@ class Witness:
                 self.seen.node_kind[node.metadata.name] = accelerator(node.metadata.labels or {})
             pods = self.core.list_namespaced_pod(NS, label_selector=SELECTOR).items
             counts: dict[str, int] = {}
+            on_node: dict[str, int] = {}
             for pod in pods:
                 self._record(pod, counts)
+                if pod.spec.node_name and pod.status.phase in ("Pending", "Running"):
+                    on_node[pod.spec.node_name] = on_node.get(pod.spec.node_name, 0) + 1
+            self.seen.per_node = max([self.seen.per_node, *on_node.values()])
             self.seen.polls += 1
             if not self.seen.timeline or self.seen.timeline[-1][1] != counts:
                 self.seen.timeline.append((round(time.monotonic() - self.started, 1), counts))

@@ -170,6 +170,15 @@ def _requests() -> dict[str, Any]:
     return {"requests": {"cpu": "1", "memory": "4Gi"}}
 
 
+def _one_replica_per_node(spec: ServeSpec) -> dict[str, Any]:
+    """No two replicas on one node: a replica requests no accelerator (see above), so without this the HPA's
+    replicas pack onto the TPU node (a second vLLM cannot open its chips; on a GPU node the second runs out of
+    memory) instead of the ComputeClass adding nodes - GPU ones when the TPU pool is at its limit.
+    https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity"""
+    term = {"labelSelector": {"matchLabels": selector_labels(spec)}, "topologyKey": "kubernetes.io/hostname"}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 def _privileged() -> dict[str, Any]:
     return {"privileged": True}
 
@@ -270,6 +279,7 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
                     "serviceAccountName": spec.name,
                     "automountServiceAccountToken": False,
                     "nodeSelector": {LABEL_CLASS: spec.name},
+                    "affinity": _one_replica_per_node(spec),
                     "tolerations": tolerations,
                     "terminationGracePeriodSeconds": 60,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
