@@ -14,6 +14,10 @@ Design choices (each is the answer to a question the public TPU/GPU recipe leave
   requesting ``google.com/tpu`` in one container and ``nvidia.com/gpu`` in the other fits no node, and
   requesting either pins the pod to one hardware kind. So, as the recipe does, the pod requests only
   CPU/memory sized to fit the smallest node of either kind, and the ComputeClass picks the hardware.
+- **One replica per node**: a required pod anti-affinity on ``kubernetes.io/hostname``. Without accelerator
+  requests nothing else stops the HPA's replicas from packing onto the node that has room (a second vLLM
+  cannot open a node's TPU chips, and runs out of memory on its GPU); with it a new replica needs a new node,
+  which the ComputeClass takes from the next priority (L4) when the TPU pools are at their limits.
 - **What stays privileged.** Without an extended-resource request the device plugins do not add the TPU
   (``/dev/vfio``) or GPU (``/dev/nvidia*``) device nodes to the container's device cgroup; no capability
   grants that, so the two vLLM containers keep ``privileged: true`` - the only thing left of the recipe's

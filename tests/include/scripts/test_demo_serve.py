@@ -112,6 +112,7 @@ def test_demo_serve_falls_back_scales_out_survives_maintenance_and_leaves_nothin
     # what the Kubernetes API showed while it ran: replicas Ready on TPU and on L4 (more than the stockout's one)
     assert out.seen.peak("tpu") >= 1 and out.seen.peak("gpu") >= 2, out.seen.timeline
     assert set(out.seen.ready_on.values()) == {"tpu", "gpu"}
+    assert out.seen.per_node == 1  # never two replicas on one node (one vLLM per accelerator)
 
     # 3: nothing left: no serving pod after delete, no pod process after the local cloud stopped
     assert out.pods_left == []
