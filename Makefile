@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test check lint e2e constraints stack-up stack-down clean
+.PHONY: demo demo-serve test check lint e2e constraints stack-up stack-down clean
 
 # Let Python cache bytecode (__pycache__) even where the environment says not to: with
 # PYTHONDONTWRITEBYTECODE=1 every `airflow dags test`, component, local cloud and trainer process compiles
@@ -25,6 +25,10 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 
 demo: $(STAMP)
 	$(PY) include/scripts/demo.py
+
+# Continues from `make demo` (runs it first if its fine-tuned checkpoint is not on disk): serve it on GKE.
+demo-serve: $(STAMP)
+	$(PY) include/scripts/demo_serve.py
 
 test: check
 	$(PY) -m pytest $(PYTEST_ARGS)

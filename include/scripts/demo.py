@@ -17,6 +17,9 @@ from pathlib import Path
 from interlude import dev, events, naming
 
 ROOT = Path(__file__).resolve().parents[2]
+VAR = ROOT / "var" / "demo"
+#: What `make demo-serve` continues from: the run's fine-tuned checkpoint (written after a successful run).
+FINETUNED = VAR / "finetuned.json"
 CONF = {
     "drill_maintenance": True,
     "train_steps": 200,
@@ -29,7 +32,8 @@ CONF = {
 
 
 def main() -> int:
-    var = ROOT / "var" / "demo"
+    var = VAR
+    FINETUNED.unlink(missing_ok=True)
     var.mkdir(parents=True, exist_ok=True)
     # A fresh local cloud every time: its GCS emulator slows down as objects pile up, and a demo should
     # not depend on what an earlier one left.
@@ -57,7 +61,11 @@ def main() -> int:
             print(f"final weights bit-identical to an uninterrupted run: {'yes' if same else 'NO'} (sha256 {digest})")
         left = dev.machines(cloud)
         print(f"machines left on the local cloud: {[m['name'] for m in left] or 'none'}")
-        return 0 if result.succeeded and report and same and not left else 1
+        ok = bool(result.succeeded and report and same and not left)
+        if ok and report:
+            record = {"bucket": CONF["bucket"], "checkpoint_uri": report["stages"][-1]["final_uri"]}
+            FINETUNED.write_text(json.dumps(record))
+        return 0 if ok else 1
     finally:
         cloud.stop()
 

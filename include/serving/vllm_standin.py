@@ -9,7 +9,8 @@ text, with ``vllm:num_requests_running`` and ``vllm:num_requests_waiting``, the 
 Answers are deterministic: greedy "tokens" from the model's output on the prompt's bytes, and the
 checkpoint's manifest digest as ``system_fingerprint``, so a test can tell which checkpoint is served.
 ``VLLM_STANDIN_SECONDS_PER_TOKEN`` slows generation so requests queue (beyond ``--max-num-seqs``) and the
-waiting gauge moves. Flags: https://docs.vllm.ai/en/latest/cli/serve/ . See README.md beside this file.
+waiting gauge moves; ``VLLM_STANDIN_MAX_NUM_SEQS`` sets that flag's default (a saturated replica in a demo, with
+the manifest unchanged). Flags: https://docs.vllm.ai/en/latest/cli/serve/ . See README.md beside this file.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ _URI = re.compile(
     r"^gs://([a-z0-9][a-z0-9._-]{1,220})/interlude/([a-z][a-z0-9_-]{0,62})/([a-z][a-z0-9_-]{0,62})/(?:step-(\d{8,})/?)?$"
 )
 SECONDS_PER_TOKEN_ENV = "VLLM_STANDIN_SECONDS_PER_TOKEN"
+MAX_NUM_SEQS_ENV = "VLLM_STANDIN_MAX_NUM_SEQS"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--served-model-name", nargs="+", default=None)
     serve.add_argument("--download-dir", default=None)
     serve.add_argument("--gpu-memory-utilization", type=float, default=0.9)
-    serve.add_argument("--max-num-seqs", type=int, default=256)
+    serve.add_argument("--max-num-seqs", type=int, default=int(os.environ.get(MAX_NUM_SEQS_ENV) or 256))
     serve.add_argument("--disable-log-requests", action=argparse.BooleanOptionalAction, default=True)
     serve.add_argument("--enable-log-requests", action=argparse.BooleanOptionalAction, default=False)
     serve.add_argument("--disable-uvicorn-access-log", action="store_true", default=False)
@@ -227,6 +229,7 @@ class Server(ThreadingHTTPServer):
         self.slots = threading.BoundedSemaphore(args.max_num_seqs)
         self.pace = float(os.environ.get(SECONDS_PER_TOKEN_ENV, "0") or 0)
         self.started = int(time.time())
+        self.stopping = threading.Event()  # set on SIGTERM: every response from then on closes its connection
         super().__init__((args.host, args.port), Handler)
 
 
@@ -257,6 +260,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if self.server.stopping.is_set():
+            # uvicorn on shutdown: a busy keep-alive connection closes after its response, so the client's next
+            # request goes out on a new connection (to a replica still in the Service) instead of to this one.
+            self.send_header("Connection", "close")
+            self.close_connection = True
         self.end_headers()
         self.wfile.write(body)
 
@@ -378,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"INFO Route: {route}", flush=True)
 
     def stop(signum: int, frame: object) -> None:
+        server.stopping.set()
         threading.Thread(target=server.shutdown, daemon=True).start()
 
     signal.signal(signal.SIGTERM, stop)

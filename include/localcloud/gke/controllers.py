@@ -169,9 +169,7 @@ class Controllers:
             if placement.node is None:
                 self._unschedulable(pod, placement.message)
                 continue
-            totals = used.setdefault(placement.node, {})
-            for resource, amount in {**view.requests, "pods": 1.0}.items():
-                totals[resource] = totals.get(resource, 0.0) + amount
+            scheduling.add_usage(used.setdefault(placement.node, {}), view)
             self._bind(pod, placement.node)
             self.state.event(now, "Scheduled", pod=view.name, node=placement.node)
 

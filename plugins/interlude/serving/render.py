@@ -14,6 +14,10 @@ Design choices (each is the answer to a question the public TPU/GPU recipe leave
   requesting ``google.com/tpu`` in one container and ``nvidia.com/gpu`` in the other fits no node, and
   requesting either pins the pod to one hardware kind. So, as the recipe does, the pod requests only
   CPU/memory sized to fit the smallest node of either kind, and the ComputeClass picks the hardware.
+- **One replica per node**: a required pod anti-affinity on ``kubernetes.io/hostname``. Without accelerator
+  requests nothing else stops the HPA's replicas from packing onto the node that has room (a second vLLM
+  cannot open a node's TPU chips, and runs out of memory on its GPU); with it a new replica needs a new node,
+  which the ComputeClass takes from the next priority (L4) when the TPU pools are at their limits.
 - **What stays privileged.** Without an extended-resource request the device plugins do not add the TPU
   (``/dev/vfio``) or GPU (``/dev/nvidia*``) device nodes to the container's device cgroup; no capability
   grants that, so the two vLLM containers keep ``privileged: true`` - the only thing left of the recipe's
@@ -170,6 +174,15 @@ def _requests() -> dict[str, Any]:
     return {"requests": {"cpu": "1", "memory": "4Gi"}}
 
 
+def _one_replica_per_node(spec: ServeSpec) -> dict[str, Any]:
+    """No two replicas on one node: a replica requests no accelerator (see above), so without this the HPA's
+    replicas pack onto the TPU node (a second vLLM cannot open its chips; on a GPU node the second runs out of
+    memory) instead of the ComputeClass adding nodes - GPU ones when the TPU pool is at its limit.
+    https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#inter-pod-affinity-and-anti-affinity"""
+    term = {"labelSelector": {"matchLabels": selector_labels(spec)}, "topologyKey": "kubernetes.io/hostname"}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
 def _privileged() -> dict[str, Any]:
     return {"privileged": True}
 
@@ -270,6 +283,7 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
                     "serviceAccountName": spec.name,
                     "automountServiceAccountToken": False,
                     "nodeSelector": {LABEL_CLASS: spec.name},
+                    "affinity": _one_replica_per_node(spec),
                     "tolerations": tolerations,
                     "terminationGracePeriodSeconds": 60,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},

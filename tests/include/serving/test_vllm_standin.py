@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -184,3 +185,29 @@ def test_access_log_lines_and_sigterm_lets_the_request_in_flight_finish(bucket: 
     assert codes == [200]
     assert proc.returncode == 0
     assert out.count('"POST /v1/completions HTTP/1.1" 200 OK') == 1, out
+
+
+def test_after_sigterm_a_busy_keep_alive_connection_closes_after_its_response(bucket: str) -> None:
+    """uvicorn on shutdown: a keep-alive connection still carrying requests gets `Connection: close` with its next
+    response, so a client (the Service proxy) reconnects to a replica still in the Service instead of feeding this
+    one until the kubelet's SIGKILL cuts a request off."""
+    import http.client
+
+    uri, _ = write_checkpoint(bucket, "closing", 5, seed=6)
+    port = free_port()
+    with running(standin_cmd(uri, port), f"http://127.0.0.1:{port}") as proc:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        body = json.dumps({"prompt": "x", "max_tokens": 1})
+        headers = {"Content-Type": "application/json"}
+        conn.request("POST", "/v1/completions", body, headers)
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200 and first.getheader("Connection") != "close"
+        proc.terminate()
+        time.sleep(0.5)
+        conn.request("POST", "/v1/completions", body, headers)  # the same connection, after SIGTERM
+        second = conn.getresponse()
+        second.read()
+        assert second.status == 200 and second.getheader("Connection") == "close"
+        proc.wait(timeout=4)  # well before the 5 s keep-alive timeout: the connection closed with that response
+    assert proc.returncode == 0

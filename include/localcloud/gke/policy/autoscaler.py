@@ -39,7 +39,7 @@ from interlude_localcloud.gke.policy.model import (
     PodView,
     ZoneCapacity,
 )
-from interlude_localcloud.gke.policy.scheduling import NodeRank, check, insufficient, usage_by_node
+from interlude_localcloud.gke.policy.scheduling import NodeRank, add_usage, check, insufficient, usage_by_node
 
 DEFAULT_BACKOFF_SECONDS = 300.0  # the cluster autoscaler's initial node-group backoff
 MAX_NODE_PROVISION_SECONDS = 900.0  # --max-node-provision-time: a not-ready node younger than this is upcoming
@@ -243,9 +243,7 @@ class _Pass:
 
 
 def _take(room: _Room, pod: PodView) -> None:
-    for resource, amount in pod.requests.items():
-        room.used[resource] = room.used.get(resource, 0.0) + amount
-    room.used["pods"] = room.used.get("pods", 0.0) + 1.0
+    add_usage(room.used, pod)
 
 
 def _ladder(view: ClusterView, cls: ComputeClass | None) -> list[tuple[int, NodePool]]:

@@ -14,6 +14,8 @@ from typing import Any
 
 from interlude_localcloud.gke.policy.model import NodeSelectorRequirement, NodeSelectorTerm, PodView, Toleration
 
+HOSTNAME = "kubernetes.io/hostname"
+
 _QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$")
 _SUFFIX = {
     None: 1.0,
@@ -80,6 +82,19 @@ def _term(raw: Mapping[str, Any]) -> NodeSelectorTerm:
     return NodeSelectorTerm(tuple(requirements))
 
 
+def _anti_affinity(spec: Mapping[str, Any]) -> tuple[dict[str, str], ...]:
+    """Required podAntiAffinity terms over nodes (topologyKey kubernetes.io/hostname) as their matchLabels;
+    other topologies and matchExpressions are not modelled (ignored)."""
+    terms = ((spec.get("affinity") or {}).get("podAntiAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or ()
+    return tuple(
+        {str(k): str(v) for k, v in ((t.get("labelSelector") or {}).get("matchLabels") or {}).items()}
+        for t in terms
+        if t.get("topologyKey") == HOSTNAME and (t.get("labelSelector") or {}).get("matchLabels")
+    )
+
+
 def pod_from_manifest(pod: Mapping[str, Any], created_at: float = 0.0) -> PodView:
     """A ``v1/Pod`` as stored (metadata + spec) -> the view the scheduler and autoscaler use."""
     metadata = pod.get("metadata") or {}
@@ -97,4 +112,6 @@ def pod_from_manifest(pod: Mapping[str, Any], created_at: float = 0.0) -> PodVie
         node_name=spec.get("nodeName") or None,
         owner=str(owners[0].get("name", "")) if owners else "",
         created_at=created_at,
+        labels={str(k): str(v) for k, v in (metadata.get("labels") or {}).items()},
+        anti_affinity=_anti_affinity(spec),
     )

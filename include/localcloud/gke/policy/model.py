@@ -249,10 +249,23 @@ class PodView:
     node_name: str | None = None
     owner: str = ""  # e.g. the ReplicaSet; pods without one block scale-down in the real autoscaler
     created_at: float = 0.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # required podAntiAffinity terms with topologyKey kubernetes.io/hostname, as their matchLabels: no two pods
+    # matching one of them on the same node (what keeps one vLLM replica per accelerator node)
+    anti_affinity: tuple[Mapping[str, str], ...] = ()
 
     @property
     def compute_class(self) -> str | None:
         return self.node_selector.get(LABEL_COMPUTE_CLASS)
+
+    def usage(self) -> dict[str, float]:
+        """What this pod takes on its node: its requests, one "pods", and one of each of its own anti-affinity
+        terms it matches (so a node's usage says which terms a pod there already holds)."""
+        out = {**self.requests, "pods": self.requests.get("pods", 0.0) + 1.0}
+        for term in self.anti_affinity:
+            if all(self.labels.get(k) == v for k, v in term.items()):
+                out[anti_affinity_key(term)] = out.get(anti_affinity_key(term), 0.0) + 1.0
+        return out
 
     def effective_tolerations(self) -> tuple[Toleration, ...]:
         """GKE adds a toleration for the class taint to pods that select a ComputeClass, and for the
@@ -265,6 +278,11 @@ class PodView:
         if self.requests.get(RESOURCE_TPU, 0) > 0:
             extra.append(Toleration(TAINT_TPU, "Exists", "", "NoSchedule"))
         return self.tolerations + tuple(extra)
+
+
+def anti_affinity_key(match_labels: Mapping[str, str]) -> str:
+    """The usage key of a hostname anti-affinity term (not a resource name: it cannot clash with one)."""
+    return "podAntiAffinity/" + ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))
 
 
 # ----------------------------------------------------------------- capacity

@@ -5,7 +5,9 @@ https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/): 
 cordon, ``nodeSelector``, required node affinity (``requiredDuringSchedulingIgnoredDuringExecution``,
 terms ORed, expressions ANDed - e.g. ``cloud.google.com/scheduled-maintenance-time DoesNotExist`` keeps
 pods off nodes with maintenance coming), untolerated ``NoSchedule``/``NoExecute`` taints, and resource
-fit (requests against allocatable minus what bound pods request). The failure message has the shape of
+fit (requests against allocatable minus what bound pods request), and required pod anti-affinity over
+``kubernetes.io/hostname`` with ``matchLabels`` (a pod never joins a node holding a pod its term matches;
+the existing pods' own terms are not checked against the newcomer). The failure message has the shape of
 kube-scheduler's ``FailedScheduling`` event ("0/3 nodes are available: ...").
 """
 
@@ -15,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from interlude_localcloud.gke.policy.model import Node, PodView, Taint
+from interlude_localcloud.gke.policy.model import Node, PodView, Taint, anti_affinity_key
 
 NodeRank = Callable[[Node], int]
 
@@ -40,11 +42,14 @@ def usage_by_node(pods: Iterable[PodView]) -> dict[str, dict[str, float]]:
     for pod in pods:
         if pod.node_name is None:
             continue
-        totals = used.setdefault(pod.node_name, {})
-        for resource, amount in pod.requests.items():
-            totals[resource] = totals.get(resource, 0.0) + amount
-        totals["pods"] = totals.get("pods", 0.0) + 1.0
+        add_usage(used.setdefault(pod.node_name, {}), pod)
     return used
+
+
+def add_usage(totals: dict[str, float], pod: PodView) -> None:
+    """The pod now takes room on the node whose usage `totals` is."""
+    for key, amount in pod.usage().items():
+        totals[key] = totals.get(key, 0.0) + amount
 
 
 def untolerated_taint(pod: PodView, node: Node) -> Taint | None:
@@ -90,6 +95,8 @@ def check(pod: PodView, node: Node, used: Mapping[str, float], assume_ready: boo
     taint = untolerated_taint(pod, node)
     if taint is not None:
         return Fit(node.name, False, f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}")
+    if any(used.get(anti_affinity_key(term), 0.0) > 0 for term in pod.anti_affinity):
+        return Fit(node.name, False, "node(s) didn't match pod anti-affinity rules")
     short = insufficient(pod, node, used)
     if short:
         return Fit(node.name, False, f"Insufficient {short[0]}")
@@ -149,8 +156,5 @@ def schedule(
         placement = pick_node(pod, nodes, used, rank)
         placements.append(placement)
         if placement.node is not None:
-            totals = used.setdefault(placement.node, {})
-            for resource, amount in pod.requests.items():
-                totals[resource] = totals.get(resource, 0.0) + amount
-            totals["pods"] = totals.get("pods", 0.0) + 1.0
+            add_usage(used.setdefault(placement.node, {}), pod)
     return placements

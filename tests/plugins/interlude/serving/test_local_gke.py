@@ -4,6 +4,7 @@ pod fits a TPU node and an L4 node alike - the independent model that will sched
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from interlude.serving.tables import load_table
 from interlude_localcloud.gke.policy.compute_class import ComputeClass
 from interlude_localcloud.gke.policy.manifests import pod_from_manifest
 from interlude_localcloud.gke.policy.model import GpuSpec, NodePool, TpuSpec
-from interlude_localcloud.gke.policy.scheduling import check
+from interlude_localcloud.gke.policy.scheduling import check, schedule, usage_by_node
 
 GIB = 2.0**30
 CKPT = "gs://interlude-local/interlude/run-1/finetune/step-00000030/"
@@ -112,3 +113,24 @@ def test_per_container_accelerator_requests_would_fit_no_node() -> None:
     tpu_only = pod_from_manifest(_with_accelerator_requests(_pod(spec), chips, 0))
     assert check(tpu_only, tpu.new_node("tpu-1"), {}).fits
     assert not check(tpu_only, gpu.new_node("l4-1"), {}).fits
+
+
+def test_a_second_replica_never_joins_a_node_holding_one() -> None:
+    """The rendered pod's required anti-affinity on kubernetes.io/hostname: a TPU node with room for 21 replicas
+    by CPU still takes one (a second vLLM could not open its chips), so the next replica needs another node -
+    an L4 one when the TPU pool is at its limit. Other workloads' pods do not count."""
+    spec = ServeSpec(checkpoint_uri=CKPT)
+    first = pod_from_manifest(_pod(spec))
+    second = pod_from_manifest({**_pod(spec), "metadata": {**_pod(spec)["metadata"], "name": "p-2"}})
+    tpu, gpu = _pools(spec)
+    node = tpu.new_node("tpu-1")
+    holding_one = usage_by_node([replace(first, node_name="tpu-1")])["tpu-1"]
+    assert (check(second, node, holding_one).fits, check(second, node, holding_one).reason) == (
+        False,
+        "node(s) didn't match pod anti-affinity rules",
+    )
+    assert check(second, gpu.new_node("l4-1"), usage_by_node([replace(first, node_name="tpu-1")]).get("l4-1", {})).fits
+    other = replace(first, labels={"app.kubernetes.io/name": "something-else"}, anti_affinity=(), node_name="tpu-1")
+    assert check(second, node, usage_by_node([other])["tpu-1"]).fits
+    placed = schedule([first, second], [node, gpu.new_node("l4-1")], [])
+    assert sorted(p.node or "" for p in placed) == ["l4-1", "tpu-1"], placed
