@@ -45,6 +45,7 @@ from interlude_localcloud.gke.store import Store, now
 PODS = next(r for r in RESOURCES if r.plural == "pods")
 CONFIGMAPS = next(r for r in RESOURCES if r.plural == "configmaps")
 MAX_GRACE_SECONDS = 10.0
+MAX_PRESTOP_SECONDS = 1.0  # the local cluster's Service ports drop a pod at once: a second outlasts any connect
 
 
 @dataclass(frozen=True)
@@ -106,16 +107,25 @@ class PodRunner:
         with self._lock:
             return self.phase == "Running" and all(p.ready for p in self.procs.values())
 
+    def _prestop_sleep(self) -> float:
+        """The longest `lifecycle.preStop.sleep.seconds` of the pod's containers (they run in parallel)."""
+        hooks = [((c.get("lifecycle") or {}).get("preStop") or {}) for c in self.spec.get("containers") or []]
+        return max((float((h.get("sleep") or {}).get("seconds") or 0) for h in hooks), default=0.0)
+
     def stop(self, grace: float | None = None) -> None:
         """SIGTERM every container's process group, SIGKILL what is left after the grace period."""
         self._stop.set()
         if grace is None:
             grace = min(float(self.spec.get("terminationGracePeriodSeconds", 30)), MAX_GRACE_SECONDS)
+        deadline = time.monotonic() + grace
+        # preStop sleep hooks first, inside the grace period, as the kubelet runs them before SIGTERM.
+        pause = min(self._prestop_sleep(), MAX_PRESTOP_SECONDS, grace)
+        if pause > 0:
+            time.sleep(pause)
         with self._lock:
             procs = [p.popen for p in self.procs.values() if p.popen is not None]
         for popen in procs:
             _signal_group(popen, signal.SIGTERM)
-        deadline = time.monotonic() + grace
         for popen in procs:
             try:
                 popen.wait(timeout=max(deadline - time.monotonic(), 0.01))

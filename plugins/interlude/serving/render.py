@@ -140,6 +140,9 @@ def node_reader(spec: ServeSpec, table: ServingTable | None = None) -> list[Mani
 
 
 # ---------------------------------------------------------------------- Deployment
+PRESTOP_SECONDS = 10  # well inside terminationGracePeriodSeconds (60): in-flight requests still finish
+
+
 def _probes() -> dict[str, Any]:
     def get(period: int, failures: int) -> dict[str, Any]:
         return {
@@ -150,7 +153,16 @@ def _probes() -> dict[str, Any]:
         }
 
     # startup: loading and compiling a model can take many minutes (180 x 10 s = 30 min)
-    return {"startupProbe": get(10, 180), "readinessProbe": get(5, 3), "livenessProbe": get(15, 4)}
+    probes = {"startupProbe": get(10, 180), "readinessProbe": get(5, 3), "livenessProbe": get(15, 4)}
+    return {**probes, "lifecycle": _drain_pause()}
+
+
+def _drain_pause() -> dict[str, Any]:
+    """A deleted or evicted pod leaves its Service's endpoints while its containers get SIGTERM, at the same
+    time: a connection routed just before still reaches it. The preStop pause keeps vLLM listening until every
+    node's proxy has dropped the pod (the sleep action needs no shell in the image; Kubernetes 1.30+).
+    https://kubernetes.io/docs/concepts/containers/container-lifecycle-hooks/#hook-handler-implementations"""
+    return {"preStop": {"sleep": {"seconds": PRESTOP_SECONDS}}}
 
 
 def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:

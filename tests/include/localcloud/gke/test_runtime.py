@@ -279,3 +279,23 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
 
 def replicas(store: Any) -> int:
     return int(store.get(DEPLOYMENTS, "default", "interlude-vllm")["spec"]["replicas"])
+
+
+def test_a_deleted_pod_keeps_serving_through_its_prestop_pause_after_leaving_the_service(
+    cluster: tuple[Any, Any, str],
+) -> None:
+    """The rendered containers' preStop sleep: once the pod has left the Service's endpoints it still answers,
+    so a connection the Service routed to it just before is served, not refused (a drain loses no request)."""
+    lc, c, uri = cluster
+    store = c.kube.store
+    wait_for("one ready pod", lambda: len(ready_pods(store)) == 1, c)
+    pod = ready_pods(store)[0]
+    uid = pod["metadata"]["uid"]
+    pod_port = c.runtime.runners[uid].port
+    proxy = next(iter(c.runtime.proxies.values()))
+    assert pod_port in proxy.backends
+    requests.get(f"http://127.0.0.1:{pod_port}/health", timeout=10).raise_for_status()
+    store.delete(PODS, "default", pod["metadata"]["name"])
+    wait_for("the pod gone from the Service", lambda: pod_port not in proxy.backends, c, timeout=30)
+    # The pod's own port, right after it left the Service: still listening (SIGTERM comes after the pause).
+    requests.get(f"http://127.0.0.1:{pod_port}/health", timeout=10).raise_for_status()
