@@ -32,12 +32,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import demo
 from serve_witness import Seen, Witness, first_stockout, processes_of
 
 from interlude import dev
+from interlude_localcloud.gke.policy.autoscaler import DEFAULT_BACKOFF_SECONDS
 
 DAG_ID = "interlude_serving"
 CLUSTER = "interlude-serving"
@@ -160,7 +163,11 @@ def stockout_deploy(env: dict[str, str], cloud: dev.LocalCloud, uri: str, var: P
     print(f"\nTPU stockout: every scale-up of {TPU_MACHINE} in {ZONE} fails (GKE's TPU fallback wait: 10 h)")
     outcome = run_dag(env, "1-deploy-in-tpu-stockout", {**COMMON, "checkpoint_uri": uri}, var)
     cloud.admin.gke_stockout(ZONE, TPU_MACHINE, stockout=False)
-    print("TPU capacity is back (stockout cleared)")
+    # The cluster autoscaler backs a node pool off after a failed scale-up (5 minutes at first): until then new
+    # replicas would still go to L4. Wait it out, on the scenario's clock, before the TPU-first deploy.
+    backoff = DEFAULT_BACKOFF_SECONDS / float(yaml.safe_load(SCENARIO.read_text())["time_scale"])
+    print(f"TPU capacity is back (stockout cleared); the TPU pool's scale-up backoff ends in {backoff:.0f} s")
+    time.sleep(backoff)
     return outcome
 
 
