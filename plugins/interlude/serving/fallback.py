@@ -55,8 +55,9 @@ class FallbackState:
         return replace(self, order=plan.order, order_since=at, records=(*self.records, record))
 
 
-def _stretch(t: float | None, origin: float, scale: float) -> float | None:
-    return None if t is None else origin + (t - origin) * scale
+def _stretch(t: float, origin: float, scale: float) -> float:
+    """A wall-clock time on the cluster's clock (which runs `scale` times faster since `origin`)."""
+    return origin + (t - origin) * scale
 
 
 def observation(
@@ -70,12 +71,17 @@ def observation(
     origin, scale = state.order_since, state.time_scale
     accelerators = {n["metadata"]["name"]: accelerator_of((n.get("metadata") or {}).get("labels") or {}) for n in nodes}
     observed = tuple(
-        replace(p, unschedulable_since=_stretch(p.unschedulable_since, origin, scale))
+        replace(
+            p,
+            unschedulable_since=None
+            if p.unschedulable_since is None
+            else _stretch(p.unschedulable_since, origin, scale),
+        )
         for p in (pod_obs(raw, accelerators) for raw in pods)
     )
-    seen = tuple(replace(e, at=_stretch(e.at, origin, scale) or 0.0) for e in map(event_obs, events))
+    seen = tuple(replace(e, at=_stretch(e.at, origin, scale)) for e in map(event_obs, events))
     obs = ServingObservation(observed, seen, state.order, origin)
-    return obs, origin + (now - origin) * scale
+    return obs, _stretch(now, origin, scale)
 
 
 def decide(
