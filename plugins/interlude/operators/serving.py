@@ -9,13 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from interlude.hooks.kube_objects import KubeObjects
 from interlude.serving.spec import ServeSpec
+
+if TYPE_CHECKING:  # the kubernetes client costs ~0.3 s to import: at run time, never at DAG parse
+    from interlude.hooks.kube_objects import KubeObjects
 
 #: The smoke request: a fixed prompt (never from a param), short, within any max_model_len the form allows.
 SMOKE_PROMPT = "Interlude smoke test:"
@@ -55,6 +57,8 @@ class _ServingOperator(BaseOperator):
     def objects(self, spec: ServeSpec) -> Iterator[KubeObjects]:
         hook = self.gke_hook(spec)
         kube = hook.kubernetes_hook(spec.cluster, project_id=hook.project_id)
+        from interlude.hooks.kube_objects import KubeObjects
+
         with kube.get_conn() as api_client:
             yield KubeObjects(api_client)
 
