@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -259,11 +258,9 @@ def run_rows(args: argparse.Namespace, tmp: Path) -> tuple[dict[str, Row], list[
     stopped = threading.Event()
     cloud = dev.start_localcloud(write_scenario(tmp / "scenario.yaml", args.time_scale), tmp / "localcloud")
     try:
-        home = tmp / "airflow"
-        home.mkdir()
-        dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+        env = dev.airflow_env(tmp / "airflow", cloud)
+        dev.ensure_airflow_db(env)
         dev.ensure_bucket(cloud, BUCKET)
-        env = dev.airflow_env(home, cloud)
         keep_serial_logs(cloud, tmp, stopped)
         for name in args.rows:
             if name == "naive":  # on the accelerator Interlude chose (the default TPU of the default scenario)

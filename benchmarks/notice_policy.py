@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -64,11 +63,9 @@ def main() -> int:
         tmp = Path(tmp_dir)
         cloud = dev.start_localcloud(write_scenario(tmp / "scenario.yaml"), tmp / "localcloud")
         try:
-            home = tmp / "airflow"
-            home.mkdir()
-            dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+            env = dev.airflow_env(tmp / "airflow", cloud)
+            dev.ensure_airflow_db(env)
             dev.ensure_bucket(cloud, BUCKET)
-            env = dev.airflow_env(home, cloud)
             results: dict[str, NoticeFigures] = {}
             for policy in POLICIES:
                 result, run_key, figures = run_with_notice(cloud, env, BUCKET, policy, tmp / f"{policy}.log")
