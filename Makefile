@@ -30,8 +30,12 @@ demo: $(STAMP)
 demo-serve: $(STAMP)
 	$(PY) include/scripts/demo_serve.py
 
+# pytest-xdist: three workers on two cores (the end-to-end tests mostly wait on the processes they start);
+# tests/conftest.py keeps the stack's tests on one worker and each file's module fixtures together.
+# TEST_WORKERS=0 runs everything in one process, in file order.
+TEST_WORKERS ?= 3
 test: check
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Format, lint (incl. blind excepts, stale noqa, complexity <= 10) and types: seconds, before the suite.
 check: $(STAMP)

@@ -208,6 +208,9 @@ def noticed(state: StageState, obs: Observation, limits: Limits) -> Transition:
     if obs.machine is not Machine.READY:  # the window opened before the checkpoint was due
         new = replace(state, phase=Phase.AWAITING_RESTART, event={**event, "checkpoint_step": obs.committed_step})
         return _maybe_reprovision(down(new, obs), obs, limits)
+    if obs.notice is None and passed_unseen(event, obs):  # down and back between two polls, new boot not heard
+        new = replace(state, phase=Phase.RESUMING, event={**event, "checkpoint_step": None})
+        return _close(new, obs) if _resumed(new, obs) else Transition(new)
     if obs.notice is None:  # withdrawn: nothing happened, nothing to record
         return Transition(replace(state, phase=Phase.RUNNING, event=None))
     if obs.now >= float(event.get("checkpoint_due_at") or 0):
@@ -217,6 +220,17 @@ def noticed(state: StageState, obs: Observation, limits: Limits) -> Transition:
             replace(state, phase=Phase.CHECKPOINT_REQUESTED, request_id=rid, event=event), (Action.REQUEST_CHECKPOINT,)
         )
     return Transition(state)
+
+
+def passed_unseen(event: dict[str, Any], obs: Observation) -> bool:
+    """A notice gone from the API after its window opened, or with the workload saying it was stopped
+    (SIGTERM: the machine went down), is a maintenance that came and went between two polls, not a withdrawn
+    one: Google reschedules with a new notice, it does not drop one whose window has begun. Going back to
+    RUNNING would forget the event (and a drill's): the next boot's report closes it instead."""
+    if obs.workload_state == "stopped":
+        return True
+    start = _epoch(event.get("window_start"))
+    return start is not None and obs.now >= start
 
 
 def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:

@@ -120,6 +120,41 @@ def test_withdrawn_notice_goes_back_to_running_without_an_event() -> None:
     assert t.state.phase is Phase.RUNNING and t.state.event is None and t.event is None
 
 
+@pytest.mark.parametrize("seen_at", [T0 + 7, T0 + 1], ids=["after-the-window-opened", "before-the-window"])
+def test_a_notice_gone_with_the_workload_stopped_waits_for_the_new_boot_not_back_to_running(seen_at: float) -> None:
+    """Seen in the stack under load: the window opened, the machine went down and came back between two
+    polls, and the first poll after saw no notice and the old boot's last words (stopped at step 10). That
+    is the maintenance: the event stays open until the new boot reports, then it is closed from its account."""
+    noticed = next_step(RUNNING, obs(T0, notice(6.0)), POLICY).state
+    t = next_step(noticed, obs(seen_at, None, step=60, committed=60, state="stopped"), POLICY)
+    assert t.state.phase is Phase.RESUMING and t.state.event is not None and t.event is None
+    back = next_step(t.state, obs(seen_at + 3, None, step=65, committed=60, boot="b2", resumed=60), POLICY)
+    assert back.actions == (Action.RECORD_EVENT,) and back.state.phase is Phase.RUNNING
+    assert back.event["resumed_from_step"] == 60 and back.event["checkpoint_step"] == 60
+
+
+@pytest.mark.parametrize("workload", [None, "running"])
+def test_a_notice_gone_after_its_window_with_the_workload_running_is_recorded_as_passed(workload: str | None) -> None:
+    """The window opened and the notice is gone, the same boot still training: the maintenance passed without
+    stopping it. That is recorded (not dropped as a withdrawal)."""
+    noticed = next_step(RUNNING, obs(T0, notice(6.0)), POLICY).state
+    t = next_step(noticed, obs(T0 + 7, None, step=60, committed=50, state=workload), POLICY)
+    assert t.actions == (Action.RECORD_EVENT,) and t.state.phase is Phase.RUNNING
+    assert t.event is not None and t.event["down_at"] is None
+
+
+def test_a_drill_notice_that_passed_unseen_still_records_the_drill() -> None:
+    """The drill's event must not vanish when the maintenance is quicker than a poll."""
+    from interlude.maintenance import Drill
+
+    sent = replace(RUNNING, drill=Drill.SENT, drill_step=50)
+    noticed = next_step(sent, obs(T0, notice(6.0), state="holding"), POLICY).state
+    assert noticed.drill is Drill.DONE and noticed.event["drill"] is True
+    t = next_step(noticed, obs(T0 + 9, None, step=50, committed=50, state="stopped"), POLICY)
+    back = next_step(t.state, obs(T0 + 12, None, step=52, committed=50, boot="b2", resumed=50), POLICY)
+    assert back.event["drill"] is True and back.event["drill_step"] == 50 and back.event["resumed_from_step"] == 50
+
+
 def test_reboot_while_noticed_is_closed_from_the_workload_account() -> None:
     noticed = next_step(RUNNING, obs(T0, notice(6.0)), POLICY).state
     t = next_step(noticed, obs(T0 + 8, None, step=75, committed=70, boot="b2", resumed=70), POLICY)

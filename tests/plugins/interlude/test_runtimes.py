@@ -110,7 +110,7 @@ def test_brief_example_message() -> None:
 WRONG_RUNTIME_CASES = [
     (accel, other_runtime)
     for accel in GENERATIONS
-    for other_runtime in {r for _, r in GENERATIONS.values()} | {"tpu-vm-v4-base", "tpu-vm-base"}
+    for other_runtime in sorted({r for _, r in GENERATIONS.values()} | {"tpu-vm-v4-base", "tpu-vm-base"})
     if other_runtime
     not in (
         default_table().tpu_generations[GENERATIONS[accel][0]].runtimes
