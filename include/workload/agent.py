@@ -6,6 +6,10 @@ step is committed finishes at once (the trainer exits 0), so after a reboot the 
 finished stages to the one that was interrupted. SIGTERM (the machine going down) is passed to the
 trainer, which commits its current step, and the agent then stops instead of starting the next stage.
 
+Each stage's trainer is started warm: the agent imports the trainer's modules once and forks, and the child
+runs the trainer's ``main`` (see warm.py: ~1 s less before a machine trains again after a maintenance);
+``--cold-start`` (or any other thread in the agent) starts ``python -m interlude_workload.train`` instead.
+
 It never dies silently: an error (GCS unreachable while listing plans, a trainer that cannot start)
 is printed to the serial console, written to the run's ``agent.json`` heartbeat when GCS answers,
 and retried with capped exponential backoff and jitter. Only SIGTERM ends it.
