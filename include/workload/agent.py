@@ -6,6 +6,10 @@ step is committed finishes at once (the trainer exits 0), so after a reboot the 
 finished stages to the one that was interrupted. SIGTERM (the machine going down) is passed to the
 trainer, which commits its current step, and the agent then stops instead of starting the next stage.
 
+Each stage's trainer is started warm: the agent imports the trainer's modules once and forks, and the child
+runs the trainer's ``main`` (see warm.py: ~1 s less before a machine trains again after a maintenance);
+``--cold-start`` (or any other thread in the agent) starts ``python -m interlude_workload.train`` instead.
+
 It never dies silently: an error (GCS unreachable while listing plans, a trainer that cannot start)
 is printed to the serial console, written to the run's ``agent.json`` heartbeat when GCS answers,
 and retried with capped exponential backoff and jitter. Only SIGTERM ends it.
@@ -27,7 +31,8 @@ import time
 from types import FrameType
 from typing import Any
 
-from interlude_workload import layout
+from interlude_workload import layout, warm
+from interlude_workload.gcs import skip_bucket_metadata_lookups
 from interlude_workload.plan import StagePlan, read_plans
 
 USAGE_ERROR = 2  # the trainer's exit code for bad arguments or missing data: deterministic
@@ -43,10 +48,13 @@ def backoff(attempt: int, base: float, cap: float = MAX_BACKOFF, rng: random.Ran
 
 
 class Agent:
-    def __init__(self, bucket: str, run_key: str, idle_poll: float, fresh_token: str | None = None) -> None:
+    def __init__(
+        self, bucket: str, run_key: str, idle_poll: float, fresh_token: str | None = None, warm_start: bool = True
+    ) -> None:
         self.bucket, self.run_key, self.idle_poll = bucket, run_key, idle_poll
         self.fresh_token = fresh_token
-        self.child: subprocess.Popen[bytes] | None = None
+        self.warm_start = warm_start
+        self.child: subprocess.Popen[bytes] | warm.ForkedTrainer | None = None
         self.stopping = False
         self.done: set[tuple[str, str | None]] = set()
         self.failures: dict[str, int] = {}
@@ -54,8 +62,8 @@ class Agent:
     def _on_term(self, signum: int, _frame: FrameType | None) -> None:
         # No lock here (an Event.set() would take one): the handler runs in the main thread, which may hold it.
         self.stopping = True
-        if self.child and self.child.poll() is None:
-            self.child.send_signal(signum)
+        if self.child is not None:
+            self.child.send_signal(signum)  # both kinds check their own returncode first
 
     def _pause(self, seconds: float) -> None:
         """Sleep up to ``seconds``, ending within 0.2 s of SIGTERM (the handler only sets ``stopping``)."""
@@ -90,12 +98,20 @@ class Agent:
         store.write_progress({**progress, "state": "failed", "error": progress.get("error") or error})
         print(f"agent: stage {stage} failed: {error}", flush=True)
 
+    def _start_trainer(self, args: list[str]) -> subprocess.Popen[bytes] | warm.ForkedTrainer:
+        """Warm (a fork of this process, which imported the trainer) when it is safe, else as a command."""
+        self.child = None  # the last stage's trainer is reaped: nothing may signal its pid any more
+        if self.warm_start and warm.can_fork():
+            return warm.start(args)
+        return subprocess.Popen([sys.executable, "-m", "interlude_workload.train", *args])
+
     def _run_stage(self, plan: StagePlan) -> None:
         args = plan.trainer_args(self.bucket, self.run_key)
-        argv = [sys.executable, "-m", "interlude_workload.train", *args]
         print(f"agent: starting stage {plan.stage}", flush=True)
-        self.heartbeat(state="running", stage=plan.stage)
-        self.child = subprocess.Popen(argv)
+        self.child = self._start_trainer(args)
+        if self.stopping:  # SIGTERM came while it started: the handler may have had no child to forward it to
+            self.child.send_signal(signal.SIGTERM)
+        self.heartbeat(state="running", stage=plan.stage)  # after the start: the restore need not wait for it
         rc = self.child.wait()
         if self.stopping:
             return
@@ -151,8 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-key", required=True)
     parser.add_argument("--idle-poll", type=float, default=1.0)
     parser.add_argument("--fresh-token", default=None, help="run only plans carrying this token")
+    parser.add_argument(
+        "--cold-start",
+        action="store_true",
+        help="start each trainer as a new interpreter (python -m interlude_workload.train) instead of a fork",
+    )
     args = parser.parse_args(argv)
-    return Agent(args.bucket, args.run_key, args.idle_poll, args.fresh_token).run()
+    skip_bucket_metadata_lookups()
+    if not args.cold_start:
+        warm.preload()
+    return Agent(args.bucket, args.run_key, args.idle_poll, args.fresh_token, warm_start=not args.cold_start).run()
 
 
 if __name__ == "__main__":

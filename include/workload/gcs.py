@@ -16,6 +16,18 @@ from google.cloud import storage
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 DEFAULT_EMULATOR_PROJECT = "local-project"
+# google-cloud-storage (3.x) starts a thread per new Client and bucket that GETs the bucket's metadata, to tag
+# OpenTelemetry trace spans with it; the workload exports no traces, and the thread is one more GCS call in the
+# restore path and a thread that makes the agent unsafe to fork (see interlude_workload.warm).
+BUCKET_METADATA_OFF_ENV = "DISABLE_GCS_PYTHON_CLIENT_OTEL_BUCKET_METADATA"
+OTEL_TRACES_ENV = "ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES"
+
+
+def skip_bucket_metadata_lookups() -> None:
+    """For the workload's own processes (agent, trainer): no background bucket lookups unless traces are on.
+    An explicit setting of either variable wins."""
+    if os.environ.get(OTEL_TRACES_ENV, "").strip().lower() not in {"1", "true", "yes", "on"}:
+        os.environ.setdefault(BUCKET_METADATA_OFF_ENV, "true")
 
 
 def storage_client(project: str | None = None, emulator: str | None = None) -> storage.Client:

@@ -189,6 +189,7 @@ class Checkpointer:
         self._rate_window: list[tuple[float, int]] = []
         self._first_step: tuple[float, int] | None = None
         self._previous_handler: Any = None
+        self._finished_before = False  # the final step was committed before this process started
 
     # ----------------------------------------------------------------- lifecycle
     def __enter__(self) -> Checkpointer:
@@ -213,6 +214,13 @@ class Checkpointer:
         restored = self.restore()
         if restored is not None:
             self._last_committed = restored.step
+            if restored.step >= self.total_steps:
+                # Finished by an earlier boot (the agent walks past finished stages after every reboot): that
+                # boot's progress - when the stage finished, its step time - is the record the run's report reads.
+                # This pass trains nothing and must not move it (it did: a stage "finished" after the next one's
+                # maintenance, and its step time was lost).
+                self._finished_before = True
+                return restored
         previous = self.store.read_progress() or {}
         started_at = previous.get("stage_started_at") if restored is not None else None
         boot = boot_id()
@@ -264,7 +272,8 @@ class Checkpointer:
         if final_state is None:
             done = self._last_committed is not None and self._last_committed >= self.total_steps
             final_state = "done" if done else "stopped" if self._sigterm_at is not None else "exited"
-        self._set_progress(state=final_state)
+        if not self._finished_before:
+            self._set_progress(state=final_state)
         self._closing.set()
         self._wake.set()
         if self._watcher is not None:

@@ -70,23 +70,34 @@ echo "startup: begin: boot $INTERLUDE_BOOT_ID" | guest startup
 trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"; last_words | guest startup' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
-if ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then
+# Start at once; only a start that fails makes us ask whether the package is there at all (one interpreter
+# fewer on every boot, the time a machine spends before training again after a maintenance).
+run_workload() {{
+  say "boot: starting $STAGE of $RUN_KEY"
+  # tee ignores SIGTERM (inherited through exec): when the machine's processes get SIGTERM, the trainer
+  # must still be able to write its last lines while it commits.
+  "$PYTHON" -m {module} {args} > >(trap '' TERM; exec tee -a "$LOG") 2>&1 &
+  child=$!
+  rc=0
+  wait "$child" || rc=$?
+  while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
+}}
+child=""
+stopping=""
+forward() {{
+  stopping=1; say "SIGTERM: forwarding to trainer $child"; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null
+}}
+trap forward TERM INT
+run_workload
+if [ "$rc" -ne 0 ] && [ -z "$stopping" ] && ! "$PYTHON" -c 'import interlude_workload' >/dev/null 2>&1; then
 {install}
+  run_workload
 fi
-say "boot: starting $STAGE of $RUN_KEY"
-# tee ignores SIGTERM (inherited through exec): when the machine's processes get SIGTERM, the trainer
-# must still be able to write its last lines while it commits.
-"$PYTHON" -m {module} {args} > >(trap '' TERM; exec tee -a "$LOG") 2>&1 &
-child=$!
-trap 'say "SIGTERM: forwarding to trainer $child"; kill -TERM "$child" 2>/dev/null' TERM INT
-rc=0
-wait "$child" || rc=$?
-while kill -0 "$child" 2>/dev/null; do rc=0; wait "$child" || rc=$?; done
 if [ "$rc" -eq 0 ]; then say "trainer finished"; else say "trainer exited with $rc"; fi
 exit "$rc"
 """
 
-_INSTALL = """  say "installing the workload package"
+_INSTALL = """  say "$PYTHON cannot import interlude_workload: installing the workload package"
   "$PYTHON" -m pip install --quiet {specs} >>"$LOG" 2>&1 || {{ say "pip install failed"; exit 3; }}
   "$PYTHON" -c 'import interlude_workload' || {{ say "interlude_workload still not importable"; exit 3; }}"""
 

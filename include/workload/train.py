@@ -25,6 +25,7 @@ from collections.abc import Sequence  # noqa: E402
 import numpy as np  # noqa: E402
 
 from interlude_workload import data, model  # noqa: E402
+from interlude_workload.gcs import skip_bucket_metadata_lookups  # noqa: E402
 from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer, weights_digest  # noqa: E402
 
 CLASSES = 3
@@ -175,6 +176,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    skip_bucket_metadata_lookups()
     try:
         return run(args)
     except ValueError as exc:

@@ -9,6 +9,12 @@ Per event the timeline is notice seen (``detected_at``) -> the requested checkpo
 stepping again (``resumed_at``). Between commit and down the workload either holds (waiting for the
 window) or trains on, and steps trained on after the checkpoint are recomputed after the restore; so
 the wait is that gap minus the recomputed steps' time, never counted twice.
+
+A drill (``drill_maintenance``) makes the workload hold at the drill step until the maintenance it asks for
+has come and gone: from the drill being sent (``drill_sent_at``, the poll that saw the hold) to the checkpoint
+before the window (or the machine going down) the workload sits idle through the whole notice. That is
+``drill_hold``: the price of the rehearsal, not of maintenance (a workload that trained on past the drill step
+did not hold, and pays nothing here).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ CAUSES = (
     "stage_handoff",
     "checkpoint_writes",
     "waiting_for_window",
+    "drill_hold",
     "cloud_downtime",
     "restore",
     "recomputed_steps",
@@ -31,12 +38,14 @@ CAUSES = (
 
 @dataclass(frozen=True)
 class Badput:
-    """Seconds per cause; ``other`` is what no recorded timestamp explains (periodic checkpoints, poll latency)."""
+    """Seconds per cause; ``other`` is what no recorded timestamp explains (periodic and extra checkpoints, steps
+    slower than the stage's mean, poll latency)."""
 
     provisioning: float = 0.0
     stage_handoff: float = 0.0
     checkpoint_writes: float = 0.0
     waiting_for_window: float = 0.0
+    drill_hold: float = 0.0
     cloud_downtime: float = 0.0
     restore: float = 0.0
     recomputed_steps: float = 0.0
@@ -55,11 +64,12 @@ class EventBadput:
     cloud_downtime: float
     restore: float
     recomputed_steps: float
+    drill_hold: float = 0.0
 
     @property
     def beyond_downtime(self) -> float:
         """What the event cost beyond the cloud's own downtime: the part the control plane can shrink."""
-        return self.checkpoint_write + self.waiting_for_window + self.restore + self.recomputed_steps
+        return self.checkpoint_write + self.waiting_for_window + self.restore + self.recomputed_steps + self.drill_hold
 
 
 def _num(value: Any) -> float | None:
@@ -74,20 +84,34 @@ def _gap(start: Any, end: Any) -> float:
     return max(b - a, 0.0) if a is not None and b is not None else 0.0
 
 
+def drill_hold(event: Mapping[str, Any], checkpoint_write: float) -> float:
+    """Seconds a drill held the workload idle before its window: drill sent -> the checkpoint before the window
+    (else the machine down), less that checkpoint's write. 0 unless the workload held: still at the drill step
+    when the machine went down."""
+    step, at_down = _num(event.get("drill_step")), _num(event.get("step_at_down"))
+    if not event.get("drill") or step is None or at_down is None or at_down > step:
+        return 0.0
+    end = event.get("checkpoint_committed_at")
+    held = _gap(event.get("drill_sent_at"), end if end is not None else event.get("down_at"))
+    return max(held - (checkpoint_write if end is not None else 0.0), 0.0)
+
+
 def event_badput(event: Mapping[str, Any], step_seconds: float) -> EventBadput:
     """Split one recorded event. Missing timestamps (a reboot no poll saw, no checkpoint asked) count as 0."""
     recomputed = int(event.get("steps_recomputed") or 0) * step_seconds
+    write = max(_num(event.get("checkpoint_write_s")) or 0.0, 0.0)
     up = event.get("up_at") if event.get("up_at") is not None else event.get("resumed_at")
     if event.get("down_at") is None:  # no down time recorded, only its length (or none): all of it is the cloud's
         downtime, restore = max(_num(event.get("downtime_s")) or 0.0, 0.0), 0.0
     else:
         downtime, restore = _gap(event.get("down_at"), up), _gap(up, event.get("resumed_at"))
     return EventBadput(
-        checkpoint_write=max(_num(event.get("checkpoint_write_s")) or 0.0, 0.0),
+        checkpoint_write=write,
         waiting_for_window=max(_gap(event.get("checkpoint_committed_at"), event.get("down_at")) - recomputed, 0.0),
         cloud_downtime=downtime,
         restore=restore,
         recomputed_steps=recomputed,
+        drill_hold=drill_hold(event, write),
     )
 
 
@@ -112,6 +136,7 @@ def split(
         "stage_handoff": handoff,
         "checkpoint_writes": sum(e.checkpoint_write for e in per_event),
         "waiting_for_window": sum(e.waiting_for_window for e in per_event),
+        "drill_hold": sum(e.drill_hold for e in per_event),
         "cloud_downtime": sum(e.cloud_downtime for e in per_event),
         "restore": sum(e.restore for e in per_event),
         "recomputed_steps": sum(e.recomputed_steps for e in per_event),

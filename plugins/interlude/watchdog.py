@@ -124,16 +124,17 @@ def _drill(state: StageState, obs: Observation, limits: Limits) -> Transition | 
 
 
 def mark_drill(before: StageState, t: Transition) -> Transition:
-    """An event opened (or recorded at once) after the drill was sent is the drill's event."""
+    """An event opened (or recorded at once) after the drill was sent is the drill's event; it keeps when the drill
+    was sent, where the workload's hold for it began to cost (interlude.badput's ``drill_hold``)."""
     if before.drill is not Drill.SENT:
         return t
     if t.state.event is not None and before.event is None:
-        event = {**t.state.event, "drill": True, "drill_step": before.drill_step}
+        event = {**t.state.event, "drill": True, "drill_step": before.drill_step, "drill_sent_at": before.drill_sent_at}
         if event["kind"] in ("no_notice_loss", "unobserved_restart"):
             event["kind"] = "maintenance"
         return replace(t, state=replace(t.state, event=event, drill=Drill.DONE))
     if t.event is not None:
-        event = {**t.event, "drill": True, "drill_step": before.drill_step}
+        event = {**t.event, "drill": True, "drill_step": before.drill_step, "drill_sent_at": before.drill_sent_at}
         if event["kind"] in ("no_notice_loss", "unobserved_restart"):
             event["kind"] = "maintenance"
         return replace(t, state=replace(t.state, drill=Drill.DONE), event=event)

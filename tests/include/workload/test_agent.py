@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -61,3 +62,102 @@ def test_sigterm_ends_a_long_pause_without_the_handler_taking_a_lock() -> None:
     started = time.monotonic()
     agent._pause(30.0)
     assert agent.stopping and time.monotonic() - started < 5.0
+
+
+def _agent(bucket: str, run_key: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+    from .trainer_proc import trainer_env
+
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "interlude_workload.agent", "--bucket", bucket, "--run-key", run_key,
+             "--idle-poll", "0.2", *extra],
+            env=trainer_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _children(pid: int) -> list[str]:
+    """The command lines of a process's children, from /proc (what the kernel says, not the agent)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            ppid = proc.name.isdigit() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
+            if ppid == str(pid):
+                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except (OSError, IndexError):
+            continue  # a process that ended while we looked
+    return found
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> int:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_trainer_is_a_warm_fork_that_commits_on_sigterm_and_a_cold_start_resumes_it(
+    bucket: str, tmp_path: Path
+) -> None:
+    """Warm start (the default): the agent's child is a fork of the agent (its command line is the agent's), not a
+    new interpreter; SIGTERM to the agent reaches it, it commits its current step and the agent exits 0. A
+    `--cold-start` agent then starts `python -m interlude_workload.train`, which resumes from that very step."""
+    from interlude_workload.checkpoints import CheckpointStore
+    from interlude_workload.plan import StagePlan, write_plan
+
+    from .trainer_proc import wait_for_text
+
+    write_plan(bucket, "warm", StagePlan(order=0, stage="train", steps=100_000, checkpoint_every=50, seed=3,
+                                         step_seconds=0.01))  # fmt: skip
+    log = tmp_path / "agent.log"
+    warm = _agent(bucket, "warm", log)
+    try:
+        assert wait_for_text(log, "step 30/100000", warm, timeout=120), log.read_text()
+        children = _children(warm.pid)
+        assert len(children) == 1 and "interlude_workload.agent" in children[0], children
+    finally:
+        assert _stop(warm) == 0, log.read_text()
+    text = log.read_text()
+    stopped = re.findall(r"stopped by SIGTERM (?:after committing|while holding at committed) step (\d+)", text)
+    assert stopped, text
+    latest = CheckpointStore(bucket, "warm", "train").latest().checkpoint
+    assert latest is not None and latest.step == int(stopped[-1]) > 30
+
+    start = len(log.read_text())
+    cold = _agent(bucket, "warm", log, "--cold-start")
+    try:
+        assert wait_for_text(log, f"resume point: step {latest.step} ", cold, timeout=120, start_at=start)
+        assert wait_for_text(log, f"step {latest.step // 10 * 10 + 10}/100000", cold, timeout=60, start_at=start)
+        children = _children(cold.pid)
+        assert len(children) == 1 and "interlude_workload.train" in children[0], children
+    finally:
+        assert _stop(cold) == 0, log.read_text()
+
+
+def test_a_warm_trainers_exit_code_reaches_the_agent(bucket: str, tmp_path: Path) -> None:
+    """A stage that finishes (exit 0) lets the agent go on to the next; one that cannot start (exit 2: nothing to
+    initialise from) is not retried and is reported failed in its progress - both through the fork's waitpid."""
+    from interlude_workload.checkpoints import CheckpointStore
+    from interlude_workload.plan import StagePlan, write_plan
+
+    write_plan(bucket, "codes", StagePlan(order=0, stage="train", steps=20, checkpoint_every=10, seed=1))
+    write_plan(bucket, "codes", StagePlan(order=1, stage="finetune", steps=5, checkpoint_every=5, seed=1,
+                                          init_from_stage="nosuchstage"))  # fmt: skip
+    log = tmp_path / "agent.log"
+    agent = _agent(bucket, "codes", log)
+    try:
+        deadline = time.monotonic() + 120
+        while "agent: stage finetune failed" not in log.read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    finally:
+        assert _stop(agent) == 0, log.read_text()
+    text = log.read_text()
+    assert "final digest" in text and text.count("agent: starting stage finetune") == 1, text
+    assert CheckpointStore(bucket, "codes", "train").latest().checkpoint.step == 20  # type: ignore[union-attr]
+    progress = CheckpointStore(bucket, "codes", "finetune").read_progress() or {}
+    assert progress.get("state") == "failed" and "exited 2" in str(progress.get("error")), progress

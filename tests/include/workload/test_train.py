@@ -108,9 +108,14 @@ def test_uncommitted_and_corrupt_checkpoints_are_never_resumed(bucket: str) -> N
 def test_committed_final_step_exits_at_once_and_fresh_token_restarts_once(bucket: str) -> None:
     done = run_trainer(trainer_cmd(bucket, "again", steps=20, every=10))
     digest = digest_of(done.stdout)
+    finished = CheckpointStore(bucket, "again", "train").read_progress()
     rerun = run_trainer(trainer_cmd(bucket, "again", steps=20, every=10))
     assert rerun.returncode == 0 and "already committed; nothing to do" in rerun.stdout
     assert digest_of(rerun.stdout) == digest and "checkpoint step" not in rerun.stdout
+    # The boot that finished the stage keeps its record (when it finished, its step time: the run report's
+    # figures); a later boot walking past the finished stage changes nothing in it.
+    assert finished and finished["state"] == "done" and finished["mean_step_seconds"]
+    assert CheckpointStore(bucket, "again", "train").read_progress() == finished
     fresh = run_trainer(trainer_cmd(bucket, "again", "--fresh", "try-2", steps=20, every=10))
     assert "start fresh (token try-2)" in fresh.stdout and "checkpoint step 10 committed" in fresh.stdout
     assert digest_of(fresh.stdout) == digest

@@ -71,3 +71,22 @@ def test_missing_timestamps_count_as_nothing_and_the_start_defaults_to_the_first
         0.0,
     )
     assert split([], [quick]) == (0.0, 0.0, Badput())
+
+
+def test_a_drill_that_held_the_workload_is_named_drill_hold_not_other() -> None:
+    """`make demo`'s shape: the drill is sent at 35 when the workload holds at step 10; it holds through the whole
+    notice until the checkpoint before the window (40, written in 1.5 s) and the machine goes down at 46."""
+    drill = {**HELD, "drill": True, "drill_step": 10, "drill_sent_at": 35.0, "step_at_down": 10}
+    cost = event_badput(drill, 0.5)
+    assert cost.drill_hold == 3.5 and cost.waiting_for_window == 6.0 and cost.checkpoint_write == 1.5
+    assert cost.beyond_downtime == 1.5 + 6.0 + 3.0 + 3.5
+    _, _, plain = split(STAGES, [HELD, PREEMPTED], provisioning_started_at=0.0)
+    _, _, drilled = split(STAGES, [drill, PREEMPTED], provisioning_started_at=0.0)
+    assert drilled.drill_hold == 3.5 and drilled.other == pytest.approx(plain.other - 3.5)
+    # No checkpoint asked before the window: the hold runs to the machine going down, no write to take off.
+    assert event_badput({**drill, "checkpoint_committed_at": None}, 0.5).drill_hold == 11.0
+    # A workload that could not hold trained on past the drill step: it was not idle, nothing is a drill hold.
+    assert event_badput({**drill, "step_at_down": 14}, 0.5).drill_hold == 0.0
+    # Not a drill, or a drill recorded before drill_sent_at was kept: nothing to name.
+    assert event_badput({**drill, "drill": False}, 0.5).drill_hold == 0.0
+    assert event_badput({k: v for k, v in drill.items() if k != "drill_sent_at"}, 0.5).drill_hold == 0.0

@@ -45,6 +45,7 @@ def test_report_accounts_for_downtime_and_recomputation() -> None:
         "stage_handoff": 5.0,
         "checkpoint_writes": 0.0,
         "waiting_for_window": 0.0,
+        "drill_hold": 0.0,
         "cloud_downtime": 15.0,
         "restore": 0.0,
         "recomputed_steps": 2.0,

@@ -232,6 +232,11 @@ def test_the_drill_fires_when_the_workload_holds_at_the_drill_step_and_is_record
     (event,) = events
     assert event["drill"] is True and event["checkpoint_step"] == 10 and event["resumed_from_step"] == 10
     assert event["downtime_s"] == 4 and event["steps_recomputed"] == 0
+    # Held from the drill (sent at 1) to the checkpoint before the window (acked at 3): interlude.badput's drill_hold.
+    assert event["drill_sent_at"] == 1
+    from interlude.badput import event_badput
+
+    assert event_badput(event, 0.1).drill_hold == pytest.approx(2.0 - float(event.get("checkpoint_write_s") or 0))
     assert s.drill is Drill.DONE
 
 
