@@ -15,8 +15,10 @@ glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import ctypes.util
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -76,7 +78,34 @@ async def list_bucket_async(bucket: str) -> dict[str, dict[str, Listed]]:
     executor's threads was free left its peak in each of their arenas (measured: +45 MB in a triggerer
     watching 1,000 stages). In one thread it is reused every interval. Listings of several buckets queue
     behind each other: one call per bucket and interval, a fraction of a second each."""
-    return await asyncio.get_running_loop().run_in_executor(_LISTER, list_bucket, bucket)
+    return await asyncio.get_running_loop().run_in_executor(_LISTER, _list_and_trim, bucket)
+
+
+def _list_and_trim(bucket: str) -> dict[str, dict[str, Listed]]:
+    index = list_bucket(bucket)
+    release_free_memory()
+    return index
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to ask
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def release_free_memory() -> None:
+    """Hand the pages malloc holds free back to the OS (glibc ``malloc_trim``, every arena), once per listing.
+
+    Why: each interval the trigger runner parses a zone's list of machines and the bucket's listing and drops
+    the last ones; glibc keeps those freed pages inside its heaps, so the process's RSS stays at its highest
+    peak plus fragmentation, and grew for minutes with 1,000 stages. A trim per interval costs ~1 ms.
+    https://man7.org/linux/man-pages/man3/malloc_trim.3.html"""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 def _generations(objects: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
