@@ -73,11 +73,11 @@ _LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlude-bucket
 async def list_bucket_async(bucket: str) -> dict[str, dict[str, Listed]]:
     """:func:`list_bucket` off the event loop, always in the same one worker thread.
 
-    Why one thread of its own rather than ``asyncio.to_thread``: glibc gives each thread that allocates its
-    own malloc arena and keeps what it freed there, so a listing that ran in whichever of the default
-    executor's threads was free left its peak in each of their arenas (measured: +45 MB in a triggerer
-    watching 1,000 stages). In one thread it is reused every interval. Listings of several buckets queue
-    behind each other: one call per bucket and interval, a fraction of a second each."""
+    Why one thread of its own rather than ``asyncio.to_thread``: glibc gives threads that allocate at once
+    their own malloc arenas and keeps what they freed there, so a listing that ran in whichever of the default
+    executor's threads was free could leave its peak in each of their arenas; in one thread it reuses the
+    same memory every interval (and is trimmed after each run, see :func:`release_free_memory`). Listings of
+    several buckets queue behind each other: one call per bucket and interval, a fraction of a second each."""
     return await asyncio.get_running_loop().run_in_executor(_LISTER, _list_and_trim, bucket)
 
 
