@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 from counting_proxy import CountingProxy, classify_api, classify_gcs  # noqa: E402
 from deferred_seed import write_dag  # noqa: E402
 
-from interlude.dev import LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
+from interlude.dev import TRIGGERER_ENV, LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
 
 DAG_ID = "interlude_bench_watch"
 RUN_ID = "bench"
@@ -159,7 +159,7 @@ def start_triggerer(env: dict[str, str]) -> subprocess.Popen[bytes]:
     out = open(home / "triggerer.log", "wb")
     return subprocess.Popen(
         [airflow_bin(), "triggerer", "--skip-serve-logs"],
-        env=env,
+        env={**env, **TRIGGERER_ENV},  # as the product runs it (docker-compose.yaml, the local stack)
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
