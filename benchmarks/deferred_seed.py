@@ -15,8 +15,9 @@ instance to DEFERRED with ``trigger_id`` and ``next_method``. No worker, schedul
 needed, and the triggerer cannot tell these rows from ones a worker wrote.
 
 SPEC.json: {"dag_id", "run_id", "bucket", "poll_interval", "restart_timeout", "trigger_kwargs" (optional,
-more StageTrigger arguments: the watch design), "placements": [{"kind", "zone", "name", "run_key"}, ...]}
-(one per map index, in order).
+more StageTrigger arguments: the watch design), "trigger" (optional: "stage", the default, or "datetime":
+Airflow's DateTimeTrigger a day ahead, the floor any trigger costs), "placements": [{"kind", "zone", "name",
+"run_key"}, ...]} (one per map index, in order).
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def write_dag(dags_folder: Path, dag_id: str, n: int) -> Path:
     path = dags_folder / f"{dag_id}.py"
     path.write_text(DAG_TEMPLATE.format(dag_id=dag_id, n=n))
     return path
+
+
+def floor_trigger() -> Any:
+    """Airflow's own trivial trigger: logs that it starts and how long it sleeps, then sleeps (a day ahead)."""
+    from datetime import timedelta
+
+    from airflow._shared.timezones import timezone
+    from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+    return DateTimeTrigger(moment=timezone.utcnow() + timedelta(days=1))
 
 
 def seed(spec: dict[str, Any]) -> dict[str, Any]:
@@ -93,7 +104,8 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
         for ti, p in zip(tis, placements, strict=True):
             # A stage that runs: the workload reported progress with this boot id; the trigger carries it.
             state = StageState(target_step=1_000_000, boot_id="bench-boot", last_step_seen=100).to_dict()
-            trigger = StageTrigger(
+            trigger = floor_trigger() if spec.get("trigger") == "datetime" else None
+            trigger = trigger or StageTrigger(
                 machine={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
                 bucket=spec["bucket"],
                 run_key=p["run_key"],

@@ -46,7 +46,7 @@ sys.path.insert(0, str(HERE))
 from counting_proxy import CountingProxy, classify_api, classify_gcs  # noqa: E402
 from deferred_seed import write_dag  # noqa: E402
 
-from interlude.dev import LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
+from interlude.dev import TRIGGERER_ENV, LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
 
 DAG_ID = "interlude_bench_watch"
 RUN_ID = "bench"
@@ -159,7 +159,7 @@ def start_triggerer(env: dict[str, str]) -> subprocess.Popen[bytes]:
     out = open(home / "triggerer.log", "wb")
     return subprocess.Popen(
         [airflow_bin(), "triggerer", "--skip-serve-logs"],
-        env=env,
+        env={**env, **TRIGGERER_ENV},  # as the product runs it (docker-compose.yaml, the local stack)
         stdout=out,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
@@ -205,12 +205,12 @@ def wait_for_triggerer_job(home: Path, proc: subprocess.Popen[bytes], timeout: f
     raise RuntimeError("the triggerer did not start within the timeout")
 
 
-def polled_triggers(home: Path, run_id: str) -> int:
+def polled_triggers(home: Path, run_id: str, marker: str = ", machine ") -> int:
     """Triggers whose log has a poll line ("... (RUNNING, machine READY)"): logged after the first poll."""
     return sum(
         1
         for p in (home / "logs").glob(f"dag_id={DAG_ID}/run_id={run_id}/**/*.trigger.*.log")
-        if ", machine " in p.read_text(errors="replace")
+        if marker in p.read_text(errors="replace")
     )
 
 
@@ -270,6 +270,9 @@ def cpu_delta(a: Sample, b: Sample) -> float:
 
 # --------------------------------------------------------------------------------------------- designs
 DESIGNS: dict[str, dict[str, Any]] = {
+    # Airflow's own floor: the same N deferred task instances, each with Airflow's DateTimeTrigger a day ahead
+    # (it logs twice and sleeps): what any N triggers cost this triggerer, whatever they watch.
+    "floor": {},
     # Each trigger reads its own stage's GCS facts every poll and logs a line every 30 s (the first design).
     "naive": {"facts_source": "per_stage", "gcs_every": 1, "log_every": 30.0},
     # Before issue 16: its own reads every third poll while calm, a log line every 30 s.
@@ -277,6 +280,8 @@ DESIGNS: dict[str, dict[str, Any]] = {
     # After: one shared listing per bucket and interval, downloads only on change, log on change or 300 s.
     "after": {},
 }
+FLOOR = "floor"
+POLL_MARKERS = {FLOOR: "seconds remaining"}  # a trigger's first log line after its first poll, per design
 
 
 @dataclass
@@ -363,6 +368,7 @@ def defer_all(bench: Bench, args: argparse.Namespace, design: str, run_id: str) 
         "poll_interval": args.poll_interval,
         "restart_timeout": 3600.0,
         "trigger_kwargs": DESIGNS[design],
+        "trigger": "datetime" if design == FLOOR else "stage",
         "placements": bench.placements,
     }
     (bench.work / "spec.json").write_text(json.dumps(spec))
@@ -376,9 +382,12 @@ def defer_all(bench: Bench, args: argparse.Namespace, design: str, run_id: str) 
         )
 
 
-def wait_first_polls(bench: Bench, triggerer: subprocess.Popen[bytes], args: argparse.Namespace, run_id: str) -> int:
+def wait_first_polls(
+    bench: Bench, triggerer: subprocess.Popen[bytes], args: argparse.Namespace, run_id: str, design: str
+) -> int:
     deadline = time.monotonic() + args.startup_timeout
-    while (polled := polled_triggers(bench.home, run_id)) < args.machines:
+    marker = POLL_MARKERS.get(design, ", machine ")
+    while (polled := polled_triggers(bench.home, run_id, marker)) < args.machines:
         if triggerer.poll() is not None:
             raise RuntimeError(f"triggerer exited ({triggerer.returncode}); see {bench.home / 'triggerer.log'}")
         if time.monotonic() > deadline:
@@ -414,7 +423,7 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
         defer_all(bench, args, design, run_id)
         log(f"{args.machines} deferred task instances + trigger rows written; waiting for the first polls")
         t_seeded = time.monotonic()
-        polled = wait_first_polls(bench, triggerer, args, run_id)
+        polled = wait_first_polls(bench, triggerer, args, run_id, design)
         ramp = time.monotonic() - t_seeded
         log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {args.poll_interval:.0f} s")
         time.sleep(args.poll_interval)

@@ -115,3 +115,15 @@ def test_components_calling_the_local_cloud_can_reach_it(resolved: dict[str, Any
     for name in ("airflow-worker", "airflow-triggerer"):
         assert resolved["services"][name].get("network_mode") == "service:localcloud", name
         assert resolved["services"][name]["environment"]["STORAGE_EMULATOR_HOST"].startswith("http://127.0.0.1:")
+
+
+def test_the_triggerer_runs_with_the_documented_environment(resolved: dict[str, Any]) -> None:
+    """docker-compose's triggerer and the local stack's take the same extra settings (MALLOC_ARENA_MAX)."""
+    from interlude.dev import TRIGGERER_ENV
+
+    env = resolved["services"]["airflow-triggerer"]["environment"]
+    assert {k: env.get(k) for k in TRIGGERER_ENV} == TRIGGERER_ENV
+    assert (
+        env["AIRFLOW__CORE__EXECUTOR"]
+        == resolved["services"]["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
+    )

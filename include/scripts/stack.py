@@ -691,7 +691,7 @@ def up(
         }
         for name, cmd in commands.items():
             log(f"starting {name}")
-            procs[name] = spawn(name, cmd, env, logs)
+            procs[name] = spawn(name, cmd, {**env, **dev.TRIGGERER_ENV} if name == "triggerer" else env, logs)
             state["pids"][name] = procs[name].pid
             state["started"][name] = start_time(procs[name].pid)
             state["commands"][name] = cmd

@@ -118,6 +118,15 @@ def connection_extra(
     }
 
 
+TRIGGERER_ENV: dict[str, str] = {"MALLOC_ARENA_MAX": "2"}
+"""What the triggerer process runs with beside the common Airflow environment (docker-compose.yaml's
+``airflow-triggerer`` sets the same; the local stack and the benchmark take it from here). glibc gives the
+threads of a process up to 8 malloc arenas per core and keeps freed memory in each; the trigger runner's
+event loop, its executor threads and the shared GCS listing's thread each grew one. Two arenas: 98 instead of
+112 MB above an idle triggerer watching 1,000 stages in one benchmark run each (benchmarks/README.md); the
+runner's threads barely contend for malloc. https://man7.org/linux/man-pages/man3/mallopt.3.html (M_ARENA_MAX)"""
+
+
 def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
     """Environment for every Airflow process that should use the local cloud."""
     conn = {

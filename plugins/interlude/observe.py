@@ -73,6 +73,17 @@ def gce_state(instance: dict[str, Any] | None) -> MachineState:
     )
 
 
+MACHINE_FIELDS = frozenset({"name", "state", "health", "upcomingMaintenance", "status", "resourceStatus", "scheduling"})
+"""The top-level fields of a TPU node or Compute instance that machine_view, tpu_state and gce_state read: a
+watcher that holds a zone's list keeps only these (a node as the TPU API lists it parses to ~2 KB of Python
+objects, these fields ~0.9 KB; a list stays alive until the last watcher that read it has moved on)."""
+
+
+def watched_fields(resource: dict[str, Any]) -> dict[str, Any]:
+    """The resource with only the fields a watcher reads (see MACHINE_FIELDS)."""
+    return {k: v for k, v in resource.items() if k in MACHINE_FIELDS}
+
+
 def machine_view(kind: str, resource: dict[str, Any] | None) -> tuple[Machine, Notice | None]:
     return gce_machine(resource) if kind == "gce_vm" else tpu_machine(resource)
 

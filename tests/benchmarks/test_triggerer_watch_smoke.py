@@ -1,4 +1,5 @@
-"""The triggerer benchmark end to end at toy size: 20 StageTriggers really run in a real triggerer.
+"""The triggerer benchmark end to end at toy size: 20 StageTriggers (and the floor's 20 of Airflow's
+DateTimeTrigger) really run in a real triggerer.
 
 Runs ``benchmarks/triggerer_watch.py`` as a user would and checks its ``RESULT`` line: every trigger
 polled, the TPU API and GCS were called from the triggerer, no trigger fired (all task instances still
@@ -33,7 +34,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_twenty_triggers_poll_in_a_real_triggerer_before_and_after() -> None:
+def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_and_after() -> None:
     cmd = [
         sys.executable,
         str(SCRIPT),
@@ -52,13 +53,16 @@ def test_twenty_triggers_poll_in_a_real_triggerer_before_and_after() -> None:
         "--startup-timeout",
         "60",
         "--design",
-        "before,after",
+        "floor,before,after",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    before, after = json.loads(line.removeprefix("RESULT "))["designs"]
-    assert (before["design"], after["design"]) == ("before", "after")
+    floor, before, after = json.loads(line.removeprefix("RESULT "))["designs"]
+    assert (floor["design"], before["design"], after["design"]) == ("floor", "before", "after")
+    # The floor: Airflow's own DateTimeTrigger in the same 20 deferred instances, logging and sleeping.
+    assert floor["triggers_polled"] == 20 and floor["task_instance_states"] == {"deferred": 20}
+    assert floor["calls_per_min"] == {}
 
     for result in (before, after):
         assert result["triggers_polled"] == 20

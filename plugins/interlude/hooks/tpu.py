@@ -12,14 +12,16 @@ gRPC-only, so they are plain REST POSTs. Long-running operations are polled by u
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
-from typing import Any
-
-from google.cloud import tpu_v2
+from typing import TYPE_CHECKING, Any
 
 from interlude.hooks._ops import CALL_TIMEOUT, client_call, dict_to_message, poll_until
 from interlude.hooks.connection import InterludeGoogleAsyncHook, InterludeGoogleHook
 from interlude.hooks.errors import AlreadyExistsError, NotFoundError, error_from_rpc_status
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,12 @@ TPU_PUBLIC_ENDPOINT = "https://tpu.googleapis.com"
 
 #: Node states during which a create of that node is still under way.
 _SETTLING_STATES = frozenset({"CREATING", "STATE_UNSPECIFIED"})
+
+
+def _tpu_v2() -> Any:
+    """google-cloud-tpu's v2 module, imported by the sync calls that build its messages: the async hook (the
+    triggerer's) reads over raw REST and never needs it, and importing it costs a process ~14 MB."""
+    return importlib.import_module("google.cloud.tpu_v2")
 
 
 class TpuHook(InterludeGoogleHook):
@@ -58,7 +66,7 @@ class TpuHook(InterludeGoogleHook):
     @functools.cached_property
     def client(self) -> tpu_v2.TpuClient:
         """The google-cloud-tpu v2 client over REST, aimed at our endpoint."""
-        return tpu_v2.TpuClient(
+        return _tpu_v2().TpuClient(
             credentials=self.get_credentials(), transport="rest", client_options=self.client_options()
         )
 
@@ -137,7 +145,7 @@ class TpuHook(InterludeGoogleHook):
         it is (after waiting out CREATING when ``wait``). A stockout / quota failure raises
         ``StockoutError`` / ``QuotaExceededError`` with Google's message.
         """
-        node = dict_to_message(tpu_v2.Node, body)
+        node = dict_to_message(_tpu_v2().Node, body)
         name = self.node_name(zone, node_id)
         try:
             op = self._call(
@@ -206,7 +214,7 @@ class TpuHook(InterludeGoogleHook):
         Waits for the create operation (Google accepts quickly; the resource then waits for capacity
         in ``WAITING_FOR_RESOURCES`` rather than failing with a stockout).
         """
-        qr = dict_to_message(tpu_v2.QueuedResource, body)
+        qr = dict_to_message(_tpu_v2().QueuedResource, body)
         name = self.queued_resource_name(zone, qr_id)
         try:
             op = self._call(
@@ -239,7 +247,7 @@ class TpuHook(InterludeGoogleHook):
 
     def delete_queued_resource(self, zone: str, qr_id: str, force: bool = True, wait: bool = True) -> None:
         """Delete a queued resource (``force`` also deletes its nodes); missing is fine."""
-        request = tpu_v2.DeleteQueuedResourceRequest(name=self.queued_resource_name(zone, qr_id), force=force)
+        request = _tpu_v2().DeleteQueuedResourceRequest(name=self.queued_resource_name(zone, qr_id), force=force)
         try:
             op = self._call(
                 lambda: self.client.delete_queued_resource(request=request, retry=None, timeout=CALL_TIMEOUT),

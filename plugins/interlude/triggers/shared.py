@@ -11,6 +11,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from interlude.observe import watched_fields
+
 T = TypeVar("T")
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
 
@@ -34,7 +36,7 @@ class SharedCalls(Generic[T]):
 
 class ZoneListCache:
     """One list call per (api, endpoint, zone) and interval, indexed by short name once per fetch (not
-    scanned by every watcher)."""
+    scanned by every watcher), each machine narrowed to the fields a watcher reads (``MACHINE_FIELDS``)."""
 
     def __init__(self) -> None:
         self._shared: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
@@ -45,6 +47,6 @@ class ZoneListCache:
 
     async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
         async def fetch_indexed() -> dict[str, dict[str, Any]]:
-            return {item.get("name", "").rsplit("/", 1)[-1]: item for item in await fetch()}
+            return {item.get("name", "").rsplit("/", 1)[-1]: watched_fields(item) for item in await fetch()}
 
         return await self._shared.get(key, fetch_indexed, max_age)

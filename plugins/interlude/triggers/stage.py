@@ -32,7 +32,7 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
-from interlude.stage_facts import StageFactsReader, list_bucket
+from interlude.stage_facts import StageFactsReader, list_bucket_async
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -241,7 +241,7 @@ class StageTrigger(BaseTrigger):
         """This stage's facts from the bucket's listing shared by every trigger in the process; a download
         only for what changed (off the event loop), else no GCS call of its own."""
         index = await BUCKET_LISTS.get(
-            ("gcs", self.bucket), lambda: asyncio.to_thread(list_bucket, self.bucket), self.poll_interval * 0.9
+            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self.poll_interval * 0.9
         )
         if self._reader is None:
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)

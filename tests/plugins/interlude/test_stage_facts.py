@@ -83,3 +83,31 @@ def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> Non
     assert reader.needs_io(objects, None)
     assert reader.read(objects, None).committed_step == 10 == store.latest().checkpoint.step
     assert not reader.needs_io(objects, None)  # both verdicts are remembered for these generations
+
+
+def test_the_triggers_listing_runs_in_one_thread_of_its_own_and_agrees(bucket: str) -> None:
+    """The async listing the triggers share gives list_bucket's index, every time from the same worker
+    thread (not the default executor's: each thread that lists keeps a malloc arena at the listing's peak)."""
+    import asyncio
+    import threading
+
+    from interlude import stage_facts
+
+    _seed(bucket)
+    threads: list[str] = []
+    plain = stage_facts.list_bucket
+
+    def recording(name: str) -> dict:
+        threads.append(threading.current_thread().name)
+        return plain(name)
+
+    async def twice() -> list[dict]:
+        return [await stage_facts.list_bucket_async(bucket) for _ in range(2)]
+
+    stage_facts.list_bucket = recording  # type: ignore[assignment]
+    try:
+        indexes = asyncio.run(twice())
+    finally:
+        stage_facts.list_bucket = plain  # type: ignore[assignment]
+    assert indexes == [plain(bucket)] * 2 and len(indexes[0]) == STAGES
+    assert len(set(threads)) == 1 and threads[0].startswith("interlude-bucket-list")

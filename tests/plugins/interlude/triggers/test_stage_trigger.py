@@ -94,3 +94,42 @@ def replace_machine(obs):
     from interlude.maintenance import Machine
 
     return replace(obs, machine=Machine.READY)
+
+
+def test_a_shared_zone_list_keeps_only_what_the_watchers_read() -> None:
+    """Narrowing each machine in the shared list changes no verdict: the same Machine, notice and state,
+    whatever the node or VM says (the fields dropped are the bulk of the list: network, metadata, ...)."""
+    from interlude.observe import gce_state, machine_view, tpu_state
+
+    bulk = {
+        "networkEndpoints": [{"ipAddress": f"10.0.0.{i}", "port": 8470} for i in range(8)],
+        "metadata": {"startup-script": "#!/bin/bash\n" + "echo x\n" * 200},
+        "labels": {"run": "r"},
+        "acceleratorType": "v5litepod-8",
+    }
+    notice = {"type": "SCHEDULED", "maintenanceStatus": "ONGOING", "windowStartTime": "2026-12-03T10:00:00Z"}
+    tpus = [
+        {"name": "projects/p/locations/z/nodes/a", "state": "READY", "health": "HEALTHY", **bulk},
+        {"name": "projects/p/locations/z/nodes/b", "state": "READY", "upcomingMaintenance": notice, **bulk},
+        {"name": "projects/p/locations/z/nodes/c", "state": "READY", "health": "UNHEALTHY_MAINTENANCE", **bulk},
+        {"name": "projects/p/locations/z/nodes/d", "state": "PREEMPTED", **bulk},
+    ]
+    vms = [
+        {"name": "e", "status": "RUNNING", "resourceStatus": {"upcomingMaintenance": notice}, **bulk},
+        {"name": "f", "status": "TERMINATED", "scheduling": {"provisioningModel": "SPOT"}, **bulk},
+        {"name": "g", "status": "TERMINATED", "scheduling": {"automaticRestart": True}, **bulk},
+    ]
+
+    async def listed(items: list[dict]) -> dict[str, dict]:
+        async def fetch() -> list[dict]:
+            return items
+
+        return await ZoneListCache().get(("k", "", "z"), fetch, max_age=10)
+
+    kept = asyncio.run(listed(tpus + vms))
+    for item in tpus + vms:
+        narrow = kept[item["name"].rsplit("/", 1)[-1]]
+        assert not set(bulk) & set(narrow)
+        for kind in ("tpu_node", "gce_vm"):
+            assert machine_view(kind, narrow) == machine_view(kind, item)
+        assert tpu_state(narrow) == tpu_state(item) and gce_state(narrow) == gce_state(item)
