@@ -244,7 +244,9 @@ def test_killed_training_task_cleared_resumes_from_checkpoint(stack: Stack) -> N
     # Nothing else may be running on the worker that is about to be restarted (e.g. the scheduled run).
     wait_for(lambda: not api.active_runs(), RUN_TIMEOUT, "other DAG runs to finish")
     stack.restart("worker", env=WATCH_FROM_WORKER)
-    run_id = api.trigger(base_conf(train_steps=150, finetune_steps=10, checkpoint_every=10, step_seconds=0.2))
+    # 0.4 s a step: the machine must not finish its 150 steps between the kill and the teardown that stops it
+    # (on a loaded machine that gap was over 25 s), or there is nothing left to resume.
+    run_id = api.trigger(base_conf(train_steps=150, finetune_steps=10, checkpoint_every=10, step_seconds=0.4))
     run_key = naming.run_key(DAG_ID, run_id)
     store = CheckpointStore(BUCKET, run_key, "train")
     worker_pid = int(stack.state["pids"]["worker"])
@@ -461,16 +463,23 @@ def test_component_logs_show_no_insecure_key_and_no_cold_first_task_start(stack:
     for name in ("api-server", "scheduler", "dag-processor", "triggerer", "worker"):
         assert "InsecureKeyLengthWarning" not in stack.log_text(name), name
     starts = re.findall(
-        r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/[^/ ]+/run .*"
+        r"duration_us=(\d+) .*method=PATCH path=/execution/task-instances/([^/ ]+)/run .*"
         r"status_code=(\d+)",
         stack.log_text("api-server"),
     )
     assert starts, "no task-start call in the api-server's log"
-    first_us, first_status = starts[0]
+    first_us, _, first_status = starts[0]
     assert first_status == "200" and int(first_us) < 5_000_000, starts[:3]
-    assert all(status in ("200", "409") for _, status in starts), starts
-    # The Task SDK's retry (tenacity) says "this is the 2nd time calling it" when a call had to be repeated.
-    assert "time calling it" not in stack.log_text("worker"), "a worker call to the Execution API was retried"
+    # Every task instance that was started was started once with 200. On a loaded machine a later call can
+    # time out on the Task SDK's side (the server then logs 400 for the request the client dropped) and be
+    # retried: that is the SDK working as designed, not a cold start.
+    started = {ti for _, ti, status in starts if status == "200"}
+    assert {ti for _, ti, _ in starts} <= started, [s for s in starts if s[1] not in started]
+    # The Task SDK's retry (tenacity) says "this is the 2nd time calling it" when a call had to be repeated:
+    # not for the session's first task (the warmed Execution API answers it at once).
+    worker = stack.log_text("worker")
+    first_task = worker.split("Workload finished", 1)[0]
+    assert "time calling it" not in first_task, "the first task's calls to the Execution API were retried"
 
 
 def test_no_file_of_the_running_stack_shows_a_secret_to_others(stack: Stack) -> None:

@@ -24,14 +24,23 @@ class SharedCalls(Generic[T]):
         self._entries: dict[tuple[str, ...], tuple[float, asyncio.Task[T]]] = {}
         self.calls = 0
 
-    async def get(self, key: tuple[str, ...], fetch: Callable[[], Awaitable[T]], max_age: float) -> T:
+    async def get(
+        self, key: tuple[str, ...], fetch: Callable[[], Awaitable[T]], max_age: float, not_before: float = 0.0
+    ) -> T:
+        """``not_before`` (monotonic): a call started earlier is too old whatever its age. A trigger passes its
+        own start: a list fetched before it was deferred may predate what the worker saw just before (a notice,
+        a machine down), and reading it would step the stage back."""
         now = time.monotonic()
         entry = self._entries.get(key)
-        if entry is None or now - entry[0] > max_age or (entry[1].done() and entry[1].exception()):
+        if entry is None or now - entry[0] > max_age or entry[0] < not_before or _failed(entry[1]):
             self.calls += 1
             entry = (now, asyncio.ensure_future(fetch()))
             self._entries[key] = entry
         return await asyncio.shield(entry[1])
+
+
+def _failed(task: asyncio.Task[Any]) -> bool:
+    return task.done() and task.exception() is not None
 
 
 class ZoneListCache:
@@ -45,8 +54,10 @@ class ZoneListCache:
     def calls(self) -> int:
         return self._shared.calls
 
-    async def get(self, key: tuple[str, ...], fetch: _ListFn, max_age: float) -> dict[str, dict[str, Any]]:
+    async def get(
+        self, key: tuple[str, ...], fetch: _ListFn, max_age: float, not_before: float = 0.0
+    ) -> dict[str, dict[str, Any]]:
         async def fetch_indexed() -> dict[str, dict[str, Any]]:
             return {item.get("name", "").rsplit("/", 1)[-1]: watched_fields(item) for item in await fetch()}
 
-        return await self._shared.get(key, fetch_indexed, max_age)
+        return await self._shared.get(key, fetch_indexed, max_age, not_before)

@@ -111,6 +111,7 @@ class StageTrigger(BaseTrigger):
         self._serial_next = 0
         self._outage_logged = 0.0
         self._startup_checked_at = -1e9
+        self._started = 0.0  # set when run() starts
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -164,7 +165,7 @@ class StageTrigger(BaseTrigger):
         else:
             fetch = lambda: hook.list_nodes(zone)  # noqa: E731
         key = (self.machine["kind"], self.gcp_conn_id or "", zone)
-        items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9)
+        items = await ZONE_LISTS.get(key, fetch, max_age=self.poll_interval * 0.9, not_before=self._started)
         if name in items:
             return items[name]
         # Absent from a shared list that may predate this machine (a list fetched just before a re-provision,
@@ -241,7 +242,7 @@ class StageTrigger(BaseTrigger):
         """This stage's facts from the bucket's listing shared by every trigger in the process; a download
         only for what changed (off the event loop), else no GCS call of its own."""
         index = await BUCKET_LISTS.get(
-            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self.poll_interval * 0.9
+            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self.poll_interval * 0.9, self._started
         )
         if self._reader is None:
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
@@ -304,6 +305,7 @@ class StageTrigger(BaseTrigger):
         last_seen: tuple[Any, ...] = ()
         facts: StageFacts | None = None
         facts_at = 0.0
+        self._started = time.monotonic()  # shared lists older than this run may predate the worker's last look
         try:
             state = StageState.from_dict(self.state)
             hook = await self._hook()

@@ -47,6 +47,28 @@ def test_zone_list_cache_shares_one_call_between_many_watchers() -> None:
     assert len(calls) == 2 and cache.calls == 2
 
 
+def test_a_watcher_started_after_a_shared_list_was_fetched_gets_a_newer_one() -> None:
+    """A deferred stage's new trigger must not read a list fetched before it started (before the worker's
+    own last look, which may have seen a notice that list predates); watchers started earlier still share."""
+    import time
+
+    cache = ZoneListCache()
+    lists = iter(["before-the-notice", "after-it"])
+
+    async def fetch() -> list[dict]:
+        return [{"name": "projects/p/locations/z/nodes/n", "state": next(lists)}]
+
+    async def main() -> tuple[str, str, str]:
+        first = await cache.get(("tpu", "", "z"), fetch, max_age=10)
+        shared = await cache.get(("tpu", "", "z"), fetch, max_age=10, not_before=0.0)
+        started = time.monotonic()
+        fresh = await cache.get(("tpu", "", "z"), fetch, max_age=10, not_before=started)
+        return first["n"]["state"], shared["n"]["state"], fresh["n"]["state"]
+
+    assert asyncio.run(main()) == ("before-the-notice", "before-the-notice", "after-it")
+    assert cache.calls == 2
+
+
 def test_on_kill_asks_the_workload_for_a_checkpoint(bucket: str) -> None:
     from interlude_workload.checkpoints import CheckpointStore
 
