@@ -281,21 +281,34 @@ def stop_group(pid: int, started: int | None = None, grace: float = 20.0) -> Non
 
     `started` (from start_time) guards a pid reused by an unrelated process after a crash or reboot.
     """
-    if started is not None and pid_alive(pid) and start_time(pid) != started:
-        log(f"pid {pid} is not ours any more; leaving it alone")
-        return
+    stop_groups({pid: started}, grace)
+
+
+def stop_groups(groups: dict[int, int | None], grace: float = 20.0) -> None:
+    """`stop_group` for several groups at once: all are signalled together and waited for under one deadline,
+    so stopping the stack takes as long as its slowest component (the api-server's graceful shutdown, the
+    worker's warm shutdown), not the sum of them (measured: 17 s one after another)."""
+    pids = []
+    for pid, started in groups.items():
+        if started is not None and pid_alive(pid) and start_time(pid) != started:
+            log(f"pid {pid} is not ours any more; leaving it alone")
+        else:
+            pids.append(pid)
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(pid, sig)
-        except ProcessLookupError:
-            _reap(pid)
-            return
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:
+                _reap(pid)
         deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            _reap(pid)
-            if not group_alive(pid):
-                return
-            time.sleep(0.2)
+        while pids and time.monotonic() < deadline:
+            for pid in pids:
+                _reap(pid)
+            pids = [pid for pid in pids if group_alive(pid)]
+            if pids:
+                time.sleep(0.1)
+        if not pids:
+            return
 
 
 def restart_component(
@@ -660,23 +673,12 @@ def up(
                 stderr=subprocess.STDOUT,
                 cwd=str(ROOT),
             )
-            # The pool stands for accelerator quota: deferred tasks (a stage waiting on its machine) hold it.
-            subprocess.run(
-                [
-                    airflow_bin(),
-                    "pools",
-                    "set",
-                    ACCELERATOR_POOL,
-                    str(pool_slots),
-                    "Accelerators Interlude may hold at once",
-                    "--include-deferred",
-                ],
-                env=env,
-                check=True,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=str(ROOT),
-            )
+        # The pool stands for accelerator quota: deferred tasks (a stage waiting on its machine) hold it.
+        # Set while the components start (each is an Airflow process start-up of several seconds).
+        pool_log = open(logs / "pools-set.log", "wb")
+        pool_cmd = [airflow_bin(), "pools", "set", ACCELERATOR_POOL, str(pool_slots)]
+        pool_cmd += ["Accelerators Interlude may hold at once", "--include-deferred"]
+        pool_set = subprocess.Popen(pool_cmd, env=env, stdout=pool_log, stderr=subprocess.STDOUT, cwd=str(ROOT))
         dev.ensure_bucket(
             dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud"),  # type: ignore[arg-type]
             bucket,
@@ -689,6 +691,8 @@ def up(
             "triggerer": [af, "triggerer", "--skip-serve-logs"],
             "worker": [af, "celery", "worker", "--skip-serve-logs", "--concurrency", "4", "--queues", "default"],
         }
+        # All at once: nothing runs a task before `up` returns, so the scheduler and the worker need not wait
+        # for the api-server; its Execution API is warmed before `up` returns (the first task start is warm).
         for name, cmd in commands.items():
             log(f"starting {name}")
             procs[name] = spawn(name, cmd, {**env, **dev.TRIGGERER_ENV} if name == "triggerer" else env, logs)
@@ -697,8 +701,13 @@ def up(
             state["commands"][name] = cmd
             state["logs"][name] = str(logs / f"{name}.log")
             write_state(var_dir, state)
-            if name == "api-server":
-                _warm_execution_api(state, procs, timeout)
+        _warm_execution_api(state, procs, timeout)
+        try:
+            code = pool_set.wait(timeout=timeout)
+        finally:
+            pool_log.close()
+        if code != 0:
+            raise RuntimeError(f"`airflow pools set` failed (exit {code}); see {logs / 'pools-set.log'}")
         state["logs"].update(
             {
                 "redis": str(logs / "redis.log"),
@@ -725,11 +734,14 @@ def down(var_dir: Path) -> None:
     if state is None:
         log(f"no {STATE_FILE} in {var_dir}; nothing to stop")
         return
-    for name in (*reversed(COMPONENTS), "localcloud", "redis"):
-        pid = state["pids"].get(name)
-        if pid:
-            log(f"stopping {name} (pid {pid})")
-            stop_group(int(pid), state.get("started", {}).get(name))
+    started = state.get("started", {})
+    # The Airflow components together, then what they talk to while shutting down (the cloud, the broker).
+    for names in (tuple(reversed(COMPONENTS)), ("localcloud", "redis")):
+        groups = {int(state["pids"][name]): started.get(name) for name in names if state["pids"].get(name)}
+        for name in names:
+            if state["pids"].get(name):
+                log(f"stopping {name} (pid {state['pids'][name]})")
+        stop_groups(groups)
     stop_postgres(Path(state["postgres_dir"]))
     state["stopped_at"] = time.time()
     write_state(var_dir, state)
