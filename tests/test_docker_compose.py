@@ -99,6 +99,7 @@ def test_airflow_components_share_one_configuration(resolved: dict[str, Any]) ->
         "AIRFLOW__CELERY__BROKER_URL",
         "AIRFLOW__API_AUTH__JWT_SECRET",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL",
+        "AIRFLOW__CELERY__CELERY_CONFIG_OPTIONS",
     )
     for key in keys:
         values = {n: s["environment"].get(key) for n, s in airflow.items()}

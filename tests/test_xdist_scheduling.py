@@ -56,8 +56,8 @@ def test_shards_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_real_workers_run_each_unit_whole_on_one_worker(tmp_path: Path) -> None:
-    """Three real xdist workers plan (not run) the e2e tests: each stack shard and each whole file lands on
-    exactly one worker, both shards are used, and the stack's tests are the first each worker runs."""
+    """Three real xdist workers plan (not run) the stack's tests and two whole files: each stack shard and each
+    whole file lands on exactly one worker, both shards are used, and the stack's tests come first."""
     plugin = tmp_path / "where_ran.py"
     record = tmp_path / "ran.txt"
     plugin.write_text(
@@ -68,7 +68,8 @@ def test_real_workers_run_each_unit_whole_on_one_worker(tmp_path: Path) -> None:
         "            f.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + nodeid + '\\n')\n"
     )
     command = [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "--setup-plan", "-q"]
-    command += ["-p", "where_ran", "-p", "no:cacheprovider", "tests/e2e", "tests/plugins/interlude/test_spec.py"]
+    command += ["-p", "where_ran", "-p", "no:cacheprovider", "tests/plugins/interlude/test_spec.py"]
+    command += ["tests/e2e/test_serving_dag.py", "tests/e2e/test_stack.py", "tests/e2e/test_zz_browser.py"]
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "TEST_STACK_SHARDS": "2"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

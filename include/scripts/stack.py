@@ -373,6 +373,8 @@ def write_airflow_cfg(
             "broker_url": f"redis://127.0.0.1:{redis_port}/0",
             "result_backend": f"db+postgresql://airflow:{db_password}@127.0.0.1:{pg_port}/airflow",
             "worker_concurrency": 4,
+            # Interlude's clients imported once per worker, not once per task (interlude.worker_preload).
+            "celery_config_options": "interlude.celery_config.CELERY_CONFIG",
         },
         "api": {
             "host": "127.0.0.1",
