@@ -31,7 +31,8 @@ demo-serve: $(STAMP)
 	$(PY) include/scripts/demo_serve.py
 
 # pytest-xdist: three workers on two cores (the end-to-end tests mostly wait on the processes they start);
-# tests/conftest.py keeps the stack's tests on one worker and each file's module fixtures together.
+# tests/xdist_scheduling.py runs the stack's tests in two shards (TEST_STACK_SHARDS) and each file's module
+# fixtures together.
 # TEST_WORKERS=0 runs everything in one process, in file order.
 TEST_WORKERS ?= 3
 test: check

@@ -6,7 +6,8 @@ worker, a triggerer killed mid-training hands its trigger to its replacement (th
 records the maintenance event), and a training task whose worker process is SIGKILLed resumes, once
 cleared, from its last committed checkpoint. Each run ends with no machine of it left in the local cloud.
 The assertions read independent facts: GCS objects, the workload's own log, processes, the cloud's machines.
-One stack serves this file and the test_zz_* files after it, and stops after them (see stack_fixtures).
+One stack serves the tests of this file and the test_zz_* files that run on one worker (`make test` splits them
+into shards, one stack each: tests/xdist_scheduling.py) and stops after the last of them (see stack_fixtures).
 """
 
 from __future__ import annotations
