@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 
 from tests.xdist_scheduling import (
+    LONG_UNITS,
     STACK_TEST_SECONDS,
     UNKNOWN_TEST_SECONDS,
     plan_stack_shards,
+    run_order,
     stack_shards,
     unit_of,
 )
@@ -88,3 +90,27 @@ def test_real_workers_run_each_unit_whole_on_one_worker(tmp_path: Path) -> None:
         stack_count = sum(n.startswith(("tests/e2e/test_stack.py", "tests/e2e/test_zz_")) for n in mine)
         first = mine[:stack_count]
         assert all(n.startswith(("tests/e2e/test_stack.py", "tests/e2e/test_zz_")) for n in first), mine
+
+
+def test_run_order_stack_shards_then_long_units_then_the_rest_each_unit_together() -> None:
+    collected = [
+        "tests/dags/test_dag_integrity.py::test_a",
+        "tests/e2e/test_serving_dag.py::test_one",
+        "tests/e2e/test_stack.py::test_x",
+        "tests/e2e/test_serving_dag.py::test_two",
+        "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive",
+        "tests/plugins/interlude/test_spec.py::test_b",
+    ]
+    order = run_order(collected, {"tests/e2e/test_stack.py::test_x": 0})
+    assert order == [
+        "tests/e2e/test_stack.py::test_x",
+        "tests/e2e/test_serving_dag.py::test_one",  # 340 s
+        "tests/e2e/test_serving_dag.py::test_two",
+        "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive",  # 265 s
+        "tests/dags/test_dag_integrity.py::test_a",
+        "tests/plugins/interlude/test_spec.py::test_b",
+    ]
+    for unit in LONG_UNITS:  # each names a test file, or a test in one, that exists (else it orders nothing)
+        path, _, name = unit.partition("::")
+        assert (ROOT / path).is_file(), unit
+        assert not name or f"def {name.split('[')[0]}(" in (ROOT / path).read_text(), unit

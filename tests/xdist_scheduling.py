@@ -15,8 +15,9 @@ controller's scheduler (`pytest_xdist_make_scheduler`, xdist's public hook), so 
   clouds);
 - every other file is one unit (its module-scoped fixtures are built once).
 
-Work units are handed out in collection order (tests/conftest.py puts the stack's tests first), not xdist's
-"most tests first" order, which would queue a 500-case unit-test file before the stack.
+Work units are handed out longest first (the stack's shards, then LONG_UNITS, then the rest in collection
+order), not in xdist's "most tests first" order, which would queue a 500-case unit-test file before the
+stack, and not alphabetically, which would start a five-minute test in the last minutes of the run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,25 @@ STACK_TEST_SECONDS = {
     "test_unpaused_schedule_runs_the_latest_interval_and_every_scheduled_run_succeeds": 60.0,
     "test_component_logs_show_no_insecure_key_and_no_cold_first_task_start": 5.0,
     "test_no_file_of_the_running_stack_shows_a_secret_to_others": 5.0,
+}
+
+
+# The longest units besides the stack (seconds in a `make test` on the loaded machine; rough is enough).
+LONG_UNITS = {
+    "tests/e2e/test_serving_dag.py": 340.0,
+    "tests/faults/test_notice_policy.py::test_long_notice_trains_on_commits_before_the_window_and_idles_less_than_"
+    "checkpoint_at_notice": 300.0,
+    "tests/include/scripts/test_demo_serve.py::test_demo_serve_falls_back_scales_out_survives_maintenance_and_"
+    "leaves_nothing": 295.0,
+    "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive": 265.0,
+    "tests/faults/test_stage_watchdog.py::test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_"
+    "log_tail": 230.0,
+    "tests/e2e/test_lifecycle_runs.py::test_queued_resource_provisioning_for_a_profile_that_prefers_it": 200.0,
+    "tests/faults/test_sweeper_dag.py::test_sweeper_deletes_a_finished_runs_orphan_and_keeps_a_running_runs_"
+    "machine": 180.0,
+    "tests/faults/test_stage_drills.py::test_non_deferrable_stages_drill_and_finish_with_the_reference_weights": 165.0,
+    "tests/benchmarks/test_triggerer_watch_smoke.py::test_twenty_triggers_poll_in_a_real_triggerer_floor_before_"
+    "and_after": 150.0,
 }
 
 
@@ -85,17 +105,53 @@ def unit_of(nodeid: str, stack_plan: dict[str, int]) -> str:
     return path
 
 
+def run_order(nodeids: Sequence[str], stack_plan: dict[str, int]) -> list[str]:
+    """The order units are handed out in: the stack's shards, then LONG_UNITS longest first, then the rest as
+    collected; each unit's tests stay together, in collection order."""
+    position = {nodeid: i for i, nodeid in enumerate(nodeids)}
+
+    def key(nodeid: str) -> tuple[int, float, int]:
+        unit = unit_of(nodeid, stack_plan)
+        return (0 if nodeid in stack_plan else 1, -LONG_UNITS.get(unit, 0.0), position[nodeid])
+
+    return sorted(nodeids, key=key)
+
+
 class GroupedScheduling(LoadScopeScheduling):
-    """xdist's load-by-scope scheduler with this suite's units (`unit_of`) and the collection's order."""
+    """xdist's load-by-scope scheduler with this suite's units (`unit_of`), handed out in `run_order`."""
 
     _stack_plan: dict[str, int] | None = None
 
     def schedule(self) -> None:
-        if self.collection is None and self.collection_is_completed and self.registered_collections:
-            collected = list(next(iter(self.registered_collections.values())))
-            self._stack_plan = plan_stack_shards([n for n in collected if is_stack_test(n)], stack_shards())
-            self.config.option.loadscopereorder = False
-        super().schedule()
+        """LoadScopeScheduling.schedule (xdist 3.8) with the work queue in `run_order`. Workers keep their own
+        collections (test indices are theirs); only the order units are queued in changes."""
+        assert self.collection_is_completed
+        if self.collection is not None:  # the initial distribution happened: reschedule, as the base does
+            for node in self.nodes:
+                self._reschedule(node)
+            return
+        if not self._check_nodes_have_same_collection():
+            self.log("**Different tests collected, aborting run**")
+            return
+        collected = list(next(iter(self.registered_collections.values())))
+        self.collection = collected
+        if collected:
+            self._distribute(collected)
+
+    def _distribute(self, collected: list[str]) -> None:
+        self._stack_plan = plan_stack_shards([n for n in collected if is_stack_test(n)], stack_shards())
+        for nodeid in run_order(collected, self._stack_plan):
+            self.workqueue.setdefault(self._split_scope(nodeid), {})[nodeid] = False
+        for _ in range(len(self.nodes) - len(self.workqueue)):  # more workers than units
+            unused_node, _assigned = self.assigned_work.popitem()
+            unused_node.shutdown()
+        for node in self.nodes:
+            self._assign_work_unit(node)
+        for node in self.nodes:  # each starts with two units where there are enough (xdist #277)
+            self._reschedule(node)
+        if not self.workqueue:  # everything was sent: the workers stop after it
+            for node in self.nodes:
+                node.shutdown()
 
     def _split_scope(self, nodeid: str) -> str:
         return unit_of(nodeid, self._stack_plan or {})
