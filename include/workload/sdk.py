@@ -186,6 +186,7 @@ class Checkpointer:
         self._writer_id = log_writer_id()
         self._progress: dict[str, Any] = {}
         self._progress_dirty = False
+        self._flush_lock = threading.Lock()  # one upload of log + progress at a time: the reporter, a hold, close
         self._rate_window: list[tuple[float, int]] = []
         self._first_step: tuple[float, int] | None = None
         self._previous_handler: Any = None
@@ -394,6 +395,9 @@ class Checkpointer:
         )
         self.log(f"holding at committed step {committed}: {what}")
         self._set_progress(state="holding", held_at=committed)
+        # Said now, not at the reporter's next turn (up to progress_seconds later): the control plane starts a
+        # pending maintenance early when it sees the hold, and each moment before it does is an idle machine.
+        self._flush()
         deadline = time.monotonic() + self.max_hold_seconds
         why = "closing"
         while not self._closing.is_set() and not self.stop_requested:
@@ -408,6 +412,7 @@ class Checkpointer:
         if not self.stop_requested:
             self.log(f"hold released: {why}")
             self._set_progress(state="running", held_at=None)
+            self._flush()  # a hold still shown after it ended could start a maintenance early mid-training
 
     def _release_reason(self, deadline: float) -> str | None:
         """Caller holds the lock. Why the hold ends now, or None to keep holding."""
@@ -502,8 +507,13 @@ class Checkpointer:
 
         The log goes to a rolling chunk: the current chunk object is rewritten with its new lines until
         it passes LOG_CHUNK_BYTES, then the next one starts, so a long run makes few objects and a failed
-        upload loses nothing (the lines stay in the chunk and go up with the next flush).
+        upload loses nothing (the lines stay in the chunk and go up with the next flush). One flush at a time:
+        two at once would race on the chunk, and an older progress could land after a newer one.
         """
+        with self._flush_lock:
+            self._flush_unlocked()
+
+    def _flush_unlocked(self) -> None:
         with self._lock:
             lines, self._log_buffer = self._log_buffer, []
             progress = dict(self._progress) if self._progress_dirty else None
