@@ -5,9 +5,10 @@ Pure glue between :mod:`interlude.maintenance` (the stage state machine) and the
 notice is answered with a checkpoint at once, the way Interlude always did. With one, a notice whose window
 is further away than the margin opens the event in the NOTICED phase: training goes on, and the checkpoint
 is requested when the plan says (window start minus a margin sized from what a checkpoint really costs on
-this run: the workload reports its own commit durations and step time). Right after that checkpoint, or at
-the boundary between two stages, the maintenance is started early with ``performMaintenance`` when Google
-allows it (``canReschedule`` and PENDING), so the window is spent at a planned pause.
+this run: the workload reports its own commit durations and step time). Once that checkpoint is answered and
+the workload holds at a commit before the window (its own margin), or at the boundary between two stages, the
+maintenance is started early with ``performMaintenance`` when Google allows it (``canReschedule`` and PENDING),
+so the window is spent at a planned pause; in that short phase the trigger looks ten times as often.
 
 The policy's durations are Google-real seconds; the machine's clock runs ``time_scale`` times faster on
 the local cloud, so the parameters are scaled once here and every comparison is in real seconds.
