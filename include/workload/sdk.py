@@ -186,6 +186,8 @@ class Checkpointer:
         self._writer_id = log_writer_id()
         self._progress: dict[str, Any] = {}
         self._progress_dirty = False
+        self._retention_due = False  # a commit that starts a hold leaves its retention to the hold
+        self._flush_lock = threading.Lock()  # one upload of log + progress at a time: the reporter, a hold, close
         self._rate_window: list[tuple[float, int]] = []
         self._first_step: tuple[float, int] | None = None
         self._previous_handler: Any = None
@@ -359,19 +361,28 @@ class Checkpointer:
                 self._hold_committed_step = step
             if step == self.hold_at_step:
                 self._drill_hold = step
+            holds_next = self._hold_committed_step == step or self._drill_hold == step
         self._set_progress(
             last_checkpoint_step=step,
             last_checkpoint_uri=result.checkpoint.uri,
             commit_seconds=round(max(self._commit_seconds), 4),
         )
-        if self.keep:
-            try:
-                deleted = self.store.retain(self.keep)
-                if deleted:
-                    self.log(f"retention removed steps {deleted}")
-            except Exception as exc:  # noqa: BLE001 - retention is housekeeping; a failure must not stop training
-                self.log(f"retention failed: {exc}")
+        if holds_next:  # the hold is said first (the control plane may start the window then): see wait_while_held
+            self._retention_due = True
+        else:
+            self._retain()
         return result.checkpoint
+
+    def _retain(self) -> None:
+        self._retention_due = False
+        if not self.keep:
+            return
+        try:
+            deleted = self.store.retain(self.keep)
+            if deleted:
+                self.log(f"retention removed steps {deleted}")
+        except Exception as exc:  # noqa: BLE001 - retention is housekeeping; a failure must not stop training
+            self.log(f"retention failed: {exc}")
 
     def wait_while_held(self) -> None:
         """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
@@ -394,6 +405,13 @@ class Checkpointer:
         )
         self.log(f"holding at committed step {committed}: {what}")
         self._set_progress(state="holding", held_at=committed)
+        # Said now, not at the reporter's next turn (up to progress_seconds later): the control plane starts a
+        # pending maintenance early when it sees the hold, and each moment before it does is an idle machine. The
+        # progress alone (one small upload; the log goes at the reporter's turn), and the retention of older
+        # checkpoints after it, in the hold (a commit that starts a hold leaves it for here).
+        self._flush(log=False)
+        if self._retention_due:
+            self._retain()
         deadline = time.monotonic() + self.max_hold_seconds
         why = "closing"
         while not self._closing.is_set() and not self.stop_requested:
@@ -408,6 +426,7 @@ class Checkpointer:
         if not self.stop_requested:
             self.log(f"hold released: {why}")
             self._set_progress(state="running", held_at=None)
+            self._flush()  # a hold still shown after it ended could start a maintenance early mid-training
 
     def _release_reason(self, deadline: float) -> str | None:
         """Caller holds the lock. Why the hold ends now, or None to keep holding."""
@@ -497,15 +516,23 @@ class Checkpointer:
             )
             self._progress_dirty = True
 
-    def _flush(self) -> None:
-        """Upload new log lines and changed progress (from the reporter thread, and once at close).
+    def _flush(self, log: bool = True) -> None:
+        """Upload new log lines (unless ``log`` is False) and changed progress (from the reporter thread, at a
+        hold, and once at close).
 
         The log goes to a rolling chunk: the current chunk object is rewritten with its new lines until
         it passes LOG_CHUNK_BYTES, then the next one starts, so a long run makes few objects and a failed
-        upload loses nothing (the lines stay in the chunk and go up with the next flush).
+        upload loses nothing (the lines stay in the chunk and go up with the next flush). One flush at a time:
+        two at once would race on the chunk, and an older progress could land after a newer one.
         """
+        with self._flush_lock:
+            self._flush_unlocked(log)
+
+    def _flush_unlocked(self, log: bool) -> None:
         with self._lock:
-            lines, self._log_buffer = self._log_buffer, []
+            lines: list[str] = []
+            if log:
+                lines, self._log_buffer = self._log_buffer, []
             progress = dict(self._progress) if self._progress_dirty else None
             self._progress_dirty = False
         try:

@@ -383,8 +383,9 @@ def _checkpoint_requested(state: StageState, obs: Observation, limits: Limits) -
         from interlude import notice_wait
         from interlude.maintenance_policy import Pause
 
-        early = notice_wait.start_early(obs, limits, Pause.AFTER_CHECKPOINT)
-        return Transition(new, (Action.START_MAINTENANCE,) if early else ())
+        if notice_wait.start_early(obs, limits, Pause.AFTER_CHECKPOINT):
+            return Transition(replace(new, event={**event, "early_start_at": obs.now}), (Action.START_MAINTENANCE,))
+        return Transition(new)
     if obs.machine is not Machine.READY:
         # Down before our request was answered: the workload's own notice/SIGTERM checkpoint
         # (or the last periodic one) is what it will resume from.
@@ -401,4 +402,10 @@ def _awaiting_restart(state: StageState, obs: Observation, limits: Limits) -> Tr
         return _close(new, obs) if _resumed(new, obs) else Transition(new)
     if obs.machine is not Machine.READY:
         return _maybe_reprovision(down(state, obs), obs, limits)
+    from interlude import notice_wait
+
+    if notice_wait.start_early_on_hold(state, obs, limits):  # it holds now, after training on past our checkpoint
+        return Transition(
+            replace(state, event={**(state.event or {}), "early_start_at": obs.now}), (Action.START_MAINTENANCE,)
+        )
     return Transition(state)

@@ -5,9 +5,10 @@ Pure glue between :mod:`interlude.maintenance` (the stage state machine) and the
 notice is answered with a checkpoint at once, the way Interlude always did. With one, a notice whose window
 is further away than the margin opens the event in the NOTICED phase: training goes on, and the checkpoint
 is requested when the plan says (window start minus a margin sized from what a checkpoint really costs on
-this run: the workload reports its own commit durations and step time). Right after that checkpoint, or at
-the boundary between two stages, the maintenance is started early with ``performMaintenance`` when Google
-allows it (``canReschedule`` and PENDING), so the window is spent at a planned pause.
+this run: the workload reports its own commit durations and step time). Once that checkpoint is answered and
+the workload holds at a commit before the window (its own margin), or at the boundary between two stages, the
+maintenance is started early with ``performMaintenance`` when Google allows it (``canReschedule`` and PENDING),
+so the window is spent at a planned pause; in that short phase the trigger looks ten times as often.
 
 The policy's durations are Google-real seconds; the machine's clock runs ``time_scale`` times faster on
 the local cloud, so the parameters are scaled once here and every comparison is in real seconds.
@@ -241,14 +242,60 @@ def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
     policy: NoticePolicy | None = limits.notice_policy
     if policy is None or obs.notice is None or (pause is Pause.PHASE_BOUNDARY and not policy.stage_follows):
         return False
-    if pause is Pause.AFTER_CHECKPOINT and not (
-        obs.workload_state == "holding" and obs.progress_step == obs.request_ack_step
-    ):
+    if pause is Pause.AFTER_CHECKPOINT and not holding_at_commit(obs):
         return False
     notice = policy_notice(obs.notice)
     if notice is None:
         return False
     return start_early_now(notice, pause, obs.now, checkpoint_cost(obs, policy), policy.real())
+
+
+def holding_at_commit(obs: Observation) -> bool:
+    """The workload holds (it reports ``holding``) at its latest committed step, and that step is not older
+    than the one answering our request: it trains no step until the window, so starting the maintenance now
+    recomputes nothing. It need not hold at our checkpoint's step: after answering the request it may train
+    on and hold at a later commit of its own (its own margin before the window)."""
+    if obs.workload_state != "holding" or obs.progress_step != obs.committed_step:
+        return False
+    return obs.request_ack_step is None or obs.progress_step >= obs.request_ack_step
+
+
+def start_early_on_hold(state: StageState, obs: Observation, limits: Limits) -> bool:
+    """After our checkpoint was answered, before the window: the workload has begun holding at a commit (see
+    :func:`holding_at_commit`), so the pause it takes anyway starts the maintenance now. Once per event (the
+    notice stays PENDING until the next poll sees the window opened)."""
+    if (state.event or {}).get("early_start_at") is not None:
+        return False
+    return start_early(obs, limits, Pause.AFTER_CHECKPOINT)
+
+
+HOLD_WATCH_FRACTION = 0.1  # of the poll interval, while a hold before the window may begin at any moment
+MIN_WATCH_SECONDS = 0.05
+
+
+def watch_interval(state: StageState, obs: Observation, limits: Limits, poll_interval: float) -> float:
+    """Seconds until the trigger looks again. A tenth of the poll (not under 50 ms) in the one short phase
+    where looking sooner buys training time: our checkpoint was answered, the window is near, Google allows an
+    early start, and the workload will hold before the window (its own margin: a few commits, 60 Google-seconds
+    at least). Each poll later it sees the hold is a poll's worth of idle machine. Elsewhere the normal poll."""
+    from interlude.maintenance import Machine, Phase
+
+    policy: NoticePolicy | None = limits.notice_policy
+    event = state.event or {}
+    quick = (
+        policy is not None
+        and state.phase is Phase.AWAITING_RESTART
+        and obs.machine is Machine.READY
+        and obs.notice is not None
+        and event.get("down_at") is None
+        and event.get("early_start_at") is None
+    )
+    notice = policy_notice(obs.notice) if quick and obs.notice is not None else None
+    if policy is None or notice is None:
+        return poll_interval
+    if not start_early_now(notice, Pause.AFTER_CHECKPOINT, obs.now, checkpoint_cost(obs, policy), policy.real()):
+        return poll_interval
+    return min(poll_interval, max(MIN_WATCH_SECONDS, poll_interval * HOLD_WATCH_FRACTION))
 
 
 def boundary_event(state: StageState, obs: Observation) -> dict[str, Any]:

@@ -243,7 +243,7 @@ class StageActions:
         self.log.info(
             "Starting the pending maintenance early on %s (performMaintenance) at a natural pause: %s",
             name,
-            "right after the checkpoint" if state.event else "between two stages",
+            "the workload holding at its checkpoint" if state.event else "between two stages",
         )
         tpu, compute = self._hooks()
         try:

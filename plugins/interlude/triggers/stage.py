@@ -21,6 +21,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow.utils.net import get_hostname
 
 from interlude.maintenance import Limits, Machine, Observation, Phase, StageState, Transition, next_step
+from interlude.notice_wait import watch_interval
 from interlude.observe import (
     StageFacts,
     StartupFailure,
@@ -112,6 +113,7 @@ class StageTrigger(BaseTrigger):
         self._outage_logged = 0.0
         self._startup_checked_at = -1e9
         self._started = 0.0  # set when run() starts
+        self._watch = poll_interval  # seconds to the next look (shorter while a hold before the window may begin)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -242,7 +244,7 @@ class StageTrigger(BaseTrigger):
         """This stage's facts from the bucket's listing shared by every trigger in the process; a download
         only for what changed (off the event loop), else no GCS call of its own."""
         index = await BUCKET_LISTS.get(
-            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self.poll_interval * 0.9, self._started
+            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self._watch * 0.9, self._started
         )
         if self._reader is None:
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
@@ -337,7 +339,8 @@ class StageTrigger(BaseTrigger):
                     yield TriggerEvent(payload)
                     return
                 state = t.state  # carries the running step count and the clocks between polls
-                await asyncio.sleep(self.poll_interval)
+                self._watch = watch_interval(state, obs, limits, self.poll_interval)
+                await asyncio.sleep(self._watch)
         except Exception as exc:
             self.log.exception("stage trigger failed")
             yield TriggerEvent(

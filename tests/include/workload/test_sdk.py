@@ -145,3 +145,46 @@ def test_sigterm_while_the_main_thread_is_inside_the_wake_event_does_not_deadloc
     assert time.monotonic() - started < 5.0
     assert ckpt.stop_requested
     ckpt.close()
+
+
+def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucket: str) -> None:
+    """The control plane starts a pending maintenance early when it sees the workload hold at a commit, so the
+    hold is uploaded when it begins: here the reporter's turn is 60 s away, and GCS says "holding" (a drill
+    hold at step 3) within seconds; the hold times out after 2 s and the release is uploaded at once too. The
+    retention the hold's commit left for the hold (keep=1: step 2 goes) is done in it."""
+    import threading
+
+    store = CheckpointStore(bucket, "hold-now", "train")
+    with Checkpointer(
+        bucket,
+        "hold-now",
+        "train",
+        total_steps=5,
+        checkpoint_every=100,
+        metadata_url=None,
+        progress_seconds=60.0,
+        hold_at_step=3,
+        max_hold_seconds=2.0,
+        keep=1,
+    ) as ckpt:
+        ckpt.start()
+        for step in (1, 2, 3):
+            reason = ckpt.step_finished(step)
+            if step == 2:
+                ckpt.commit(2, {"w": np.ones(3)}, {}, reason="periodic")
+        assert reason == "drill-hold"
+        ckpt.commit(3, {"w": np.zeros(3)}, {}, reason=reason)
+        holding = threading.Thread(target=ckpt.wait_while_held)
+        started = time.monotonic()
+        holding.start()
+        seen: dict = {}
+        while time.monotonic() - started < 30 and (seen.get("state"), seen.get("held_at")) != ("holding", 3):
+            seen = store.read_progress() or {}
+            time.sleep(0.05)
+        assert (seen.get("state"), seen.get("step"), seen.get("held_at")) == ("holding", 3, 3), seen
+        holding.join(timeout=30)
+        assert not holding.is_alive()
+        released = store.read_progress() or {}
+        assert (released.get("state"), released.get("held_at")) == ("running", None), released
+        assert time.monotonic() - started < 30  # all before the reporter's first turn (60 s)
+        assert [s.step for s in store.list()] == [3]

@@ -9,7 +9,7 @@ import pytest
 
 from interlude.maintenance import Action, Limits, Machine, Notice, Observation, Phase, StageState, next_step
 from interlude.maintenance_policy import MaintenanceKind, PolicyParams
-from interlude.notice_wait import NoticePolicy, policy_for, workload_margins
+from interlude.notice_wait import NoticePolicy, policy_for, watch_interval, workload_margins
 
 T0 = 1_800_000_000.0  # the notice arrives here (epoch seconds)
 GPU = NoticePolicy(MaintenanceKind.GPU, PolicyParams(), time_scale=600.0, stage_follows=True)  # 600x clock
@@ -220,3 +220,70 @@ def test_early_start_faster_than_a_poll_waits_for_the_new_boot() -> None:
     resumed = next_step(waiting.state, obs(due + 3.0, None, step=101, committed=99, boot="b2", resumed=99), POLICY)
     assert resumed.actions == (Action.RECORD_EVENT,)
     assert resumed.event["resumed_from_step"] == 99 and resumed.event["steps_recomputed"] == 0
+
+
+def _acked_while_training() -> StageState:
+    """Our checkpoint (step 96) answered 0.5 s before a 6 s notice's window; the workload trained on after it."""
+    n = notice(6.0)
+    state = next_step(RUNNING, obs(T0, n), POLICY).state
+    state = next_step(state, obs(state.event["checkpoint_due_at"], n, step=95), POLICY).state
+    acked = next_step(state, obs(T0 + 5.5, n, step=99, committed=96, ack=96, state="running"), POLICY)
+    assert acked.state.phase is Phase.AWAITING_RESTART and acked.actions == ()
+    return acked.state
+
+
+def test_a_hold_at_a_later_commit_of_its_own_starts_the_maintenance_early_once() -> None:
+    """After answering our request the workload trains on and holds at its own commit before the window (its
+    margin): from then on no step is trained, so the hold is the natural pause that starts the window now."""
+    n = notice(6.0)
+    state = _acked_while_training()
+    training = next_step(state, obs(T0 + 5.6, n, step=102, committed=96, ack=96, state="running"), POLICY)
+    assert training.actions == () and not training.differs_from(state)
+    held = next_step(state, obs(T0 + 5.8, n, step=104, committed=104, ack=96, state="holding"), POLICY)
+    assert held.actions == (Action.START_MAINTENANCE,) and held.state.phase is Phase.AWAITING_RESTART
+    assert held.state.event["early_start_at"] == T0 + 5.8 and held.state.event["checkpoint_step"] == 96
+    again = next_step(held.state, obs(T0 + 5.85, n, step=104, committed=104, ack=96, state="holding"), POLICY)
+    assert again.actions == ()  # asked once: the notice reads PENDING until a poll sees the window open
+
+
+@pytest.mark.parametrize(
+    ("n", "step", "committed", "state", "limits"),
+    [
+        (notice(6.0), 104, 100, "holding", POLICY),  # holds at a step not (yet) seen committed
+        (notice(6.0), 95, 95, "holding", POLICY),  # a commit older than the one answering our request
+        (notice(6.0), 104, 104, "running", POLICY),
+        (notice(6.0, can=False), 104, 104, "holding", POLICY),  # Google does not allow moving it
+        (notice(6.0, status="ONGOING"), 104, 104, "holding", POLICY),
+        (notice(6.0), 104, 104, "holding", OLD),  # checkpoint_at_notice never starts early
+    ],
+    ids=["uncommitted", "older-commit", "running", "not-reschedulable", "ongoing", "old-policy"],
+)
+def test_no_early_start_on_hold_unless_google_allows_it_and_nothing_is_lost(
+    n: Notice, step: int, committed: int, state: str, limits: Limits
+) -> None:
+    t = next_step(
+        _acked_while_training(), obs(T0 + 5.8, n, step=step, committed=committed, ack=96, state=state), limits
+    )
+    assert t.actions == ()
+
+
+def test_the_trigger_looks_ten_times_as_often_only_while_a_hold_may_start_the_window() -> None:
+    n = notice(6.0)
+    state = _acked_while_training()
+    near = obs(T0 + 5.5, n, step=99, committed=96, ack=96, state="running")
+    assert watch_interval(state, near, POLICY, 0.5) == pytest.approx(0.05)
+    assert watch_interval(state, near, POLICY, 30.0) == pytest.approx(3.0)  # Google's clock: a tenth of a poll
+    assert watch_interval(state, near, POLICY, 0.2) == pytest.approx(0.05)  # never under 50 ms
+    assert watch_interval(state, near, POLICY, 0.01) == pytest.approx(0.01)  # never over the poll itself
+    started = replace(state, event={**state.event, "early_start_at": T0 + 5.8})
+    down = replace(state, event={**state.event, "down_at": T0 + 5.9})
+    for other, o, limits in [
+        (started, near, POLICY),
+        (down, near, POLICY),
+        (state, near, OLD),
+        (state, replace(near, notice=notice(6.0, can=False)), POLICY),
+        (state, replace(near, machine=Machine.DOWN), POLICY),
+        (RUNNING, obs(T0 + 5.5, n), POLICY),
+        (state, replace(near, now=T0 + 5.5 - 3600.0), POLICY),  # an hour before the window (Google: 25 days)
+    ]:
+        assert watch_interval(other, o, limits, 0.5) == 0.5, (other.phase, other.event, o)
