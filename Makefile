@@ -16,11 +16,7 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv (from PyPI) installs the pinned tree in seconds; output is kept quiet unless a step fails.
 	@$(PY) -m pip install -q "uv>=0.5" > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
-	@# --compile-bytecode: every package's .pyc written once here, as pip does by default (and a machine image has):
-	@# a process started with PYTHONDONTWRITEBYTECODE=1 outside make (a benchmark, a local-cloud machine's
-	@# agent) otherwise compiles google-cloud-storage and numpy from source at every start (~2x the restore).
-	@$(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -r requirements.txt -c constraints.txt \
-		>> $(VENV)/install.log 2>&1 \
+	@$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt -c constraints.txt >> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e . >> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }

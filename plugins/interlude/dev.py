@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,13 @@ class LocalCloud:
         return Admin(self.api_endpoint)
 
 
+def bytecode_cached(env: Mapping[str, str]) -> dict[str, str]:
+    """env without PYTHONDONTWRITEBYTECODE: with it, every process started here (Airflow, the local cloud and
+    the agents its machines start) compiles Airflow, the Google clients and numpy from source at every start
+    (~0.6-0.9 s more per agent start, ~12 s per `dags test`). Bytecode cached once is reused."""
+    return {k: v for k, v in env.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_port: int = 0) -> LocalCloud:
     """Start `python -m interlude_localcloud` and wait for its ready line."""
     scenario_path = Path(scenario)
@@ -73,6 +81,7 @@ def start_localcloud(scenario: str | Path, state_dir: Path, port: int = 0, gcs_p
         ],
         stdout=subprocess.PIPE,
         stderr=log,
+        env=bytecode_cached(os.environ),
         text=True,
         start_new_session=True,
     )
@@ -138,7 +147,7 @@ def airflow_env(home: Path, cloud: LocalCloud) -> dict[str, str]:
             getattr(cloud, "time_scale", 1.0),
         ),
     }
-    env = dict(os.environ)
+    env = bytecode_cached(os.environ)
     env.update(
         {
             "AIRFLOW_HOME": str(home),

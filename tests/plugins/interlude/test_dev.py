@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from types import SimpleNamespace
+
+import pytest
 
 from interlude import dev
 from interlude_workload.testing import GcsEmulator
@@ -34,3 +38,17 @@ def test_reference_is_trained_once_per_inputs_and_apart_from_other_inputs(
     after = _objects(cloud, bucket)
     assert {name: after[name] for name in trained} == trained
     assert set(after) > set(trained)
+
+
+def test_processes_it_starts_may_cache_bytecode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shell that sets PYTHONDONTWRITEBYTECODE=1 does not reach the local cloud (nor the agents its machines
+    start) or Airflow: the running local cloud's own environment, read from /proc, has no such variable."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    cloud = dev.start_localcloud("default", tmp_path / "cloud")
+    try:
+        environ = Path(f"/proc/{cloud.process.pid}/environ").read_bytes().split(b"\0")
+        assert not [e for e in environ if e.startswith(b"PYTHONDONTWRITEBYTECODE=")]
+        assert b"PATH=" + os.environ["PATH"].encode() in environ  # the rest is passed on
+        assert "PYTHONDONTWRITEBYTECODE" not in dev.airflow_env(tmp_path / "home", cloud)
+    finally:
+        cloud.stop()
