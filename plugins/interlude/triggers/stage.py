@@ -149,13 +149,14 @@ class StageTrigger(BaseTrigger):
         return hooks[key]
 
     async def _new_hook(self) -> Any:
-        # The hook modules import Google's client libraries (a second or two): never on the event loop.
+        # The async hook modules import google.auth and httpx (the sync hooks' Google client libraries and the
+        # provider's GoogleBaseHook stay out of the triggerer): still imports, so never on the event loop.
         retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
         policy = retry.RetryPolicy(**WATCH_RETRY)
         if self.machine["kind"] == "gce_vm":
-            module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute")
+            module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute_async")
             return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
-        module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu")
+        module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu_async")
         return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
 
     async def _machine(self, hook: Any) -> dict[str, Any] | None:
@@ -184,11 +185,8 @@ class StageTrigger(BaseTrigger):
             return await self._tpu_startup_failure(hook, reported_boot)
         if self.machine["kind"] != "gce_vm":
             return None
-        rest = await hook.async_rest()
-        sync = await hook.sync_hook()
-        url = f"{sync.instances_url(self.machine['zone'])}/{self.machine['name']}/serialPort"
         async with _machine_reads():
-            out = await rest.request("GET", url, params={"start": str(self._serial_next)})
+            out = await hook.serial_port_output(self.machine["zone"], self.machine["name"], self._serial_next)
         self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
