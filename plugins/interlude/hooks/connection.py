@@ -7,7 +7,8 @@ type ``google_cloud_platform``) gives credentials the Google provider's way, plu
 1: Google's clock; the local cloud's dev environment sets its scenario's, so Google-real durations such
 as a maintenance margin map to its faster clock). Constructor arguments override the extras;
 ``gcp_conn_id=None`` means anonymous credentials and no Airflow connection at all, so tests and the local
-cloud need no metadata database.
+cloud need no metadata database. The async hooks (the triggerer's) read the same connection without the
+provider's hook module: ``interlude.hooks.async_base`` and ``interlude.hooks.credentials``.
 """
 
 from __future__ import annotations
