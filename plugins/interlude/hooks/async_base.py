@@ -37,14 +37,27 @@ class InterludeGoogleAsyncHook:
         self._impersonation_chain: str | list[str] | None = kwargs.get("impersonation_chain")
         self.retry_policy: RetryPolicy = kwargs.get("retry_policy", DEFAULT_RETRY_POLICY)
         self._settings: ConnectionSettings | None = None
+        self._loading: tuple[asyncio.AbstractEventLoop, asyncio.Future[ConnectionSettings]] | None = None
         self._sync: Any = None
         self._rest: AsyncRestClient | None = None
 
     async def settings(self) -> ConnectionSettings:
-        """The connection's credentials, project and extras (looked up once, in a worker thread)."""
-        if self._settings is None:
-            settings = await asyncio.to_thread(load_connection, self.gcp_conn_id, self._impersonation_chain)
-            self._settings = self._settings or settings
+        """The connection's credentials, project and extras: looked up once, in a worker thread, however many
+        callers ask at once (a thousand triggers starting together share one hook and must share one lookup:
+        each is a round trip to the triggerer's supervisor)."""
+        if self._settings is not None:
+            return self._settings
+        loop = asyncio.get_running_loop()
+        if self._loading is None or self._loading[0] is not loop:
+            lookup = asyncio.to_thread(load_connection, self.gcp_conn_id, self._impersonation_chain)
+            self._loading = (loop, asyncio.ensure_future(lookup))
+        future = self._loading[1]
+        try:
+            self._settings = await asyncio.shield(future)
+        except BaseException:
+            if self._loading is not None and self._loading[1] is future and future.done():
+                self._loading = None  # a failed lookup is tried afresh by the next caller
+            raise
         return self._settings
 
     async def base_url(self) -> str:

@@ -4,6 +4,7 @@ it handles itself, and hands every other form to the provider; the async hooks n
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -171,3 +172,31 @@ def test_the_async_hook_reads_the_cloud_without_the_providers_hook_module(localc
         "google.cloud.compute_v1",
     ):
         assert heavy not in modules, heavy
+
+
+def test_a_thousand_callers_share_one_connection_lookup(localcloud: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thousand triggers starting together share one hook: they all get the one lookup's settings (each
+    lookup is a round trip to the triggerer's supervisor), and its credentials serve the calls."""
+    from interlude.hooks import async_base
+    from interlude.hooks.tpu_async import AsyncTpuHook
+
+    lookups: list[str | None] = []
+
+    def counted(conn_id: str | None, chain: Any = None) -> Any:  # the real lookup, counted
+        lookups.append(conn_id)
+        return load_connection(conn_id, chain)
+
+    monkeypatch.setattr(async_base, "load_connection", counted)
+    extra = {"is_anonymous": True, "project": localcloud.project, "tpu_endpoint": localcloud.api_endpoint}
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_INTERLUDE_CRED_TEST", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
+    )
+
+    async def main() -> tuple[int, int]:
+        async with AsyncTpuHook("interlude_cred_test") as hook:
+            settings = await asyncio.gather(*(hook.settings() for _ in range(1000)))
+            await hook.list_nodes(TPU_ZONE)
+            return len({id(s) for s in settings}), len({id(s.credentials) for s in settings})
+
+    assert asyncio.run(main()) == (1, 1)
+    assert lookups == ["interlude_cred_test"]
