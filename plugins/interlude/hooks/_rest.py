@@ -4,10 +4,7 @@ Why raw REST beside the google-cloud-* clients: the ``tpu_v2`` ``Node`` message 
 ``upcomingMaintenance`` field and its REST transport drops unknown fields, so reading nodes through the
 client would hide exactly what this project watches for. The raw JSON also gives callers the same
 camelCase shape Google documents (enum NAMES, not proto numbers) for TPU nodes and Compute instances.
-The async client lets triggers poll many machines without blocking the triggerer's event loop. It is
-aiohttp, not httpx: a trigger runner watching 1,000 quiet stages makes ~1,000 small calls a minute on its
-one event loop, and an aiohttp call costs about a third of an httpx one there (~0.4 vs ~1.3 ms of CPU per
-call, benchmarks/README.md).
+The async client lets triggers poll many machines without blocking the triggerer's event loop.
 
 Credentials only ever travel in the ``Authorization`` header, which is never logged.
 """
@@ -17,11 +14,10 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import logging
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
 import google.auth.transport.requests
+import httpx
 import requests
 from google.auth.credentials import Credentials
 from google.auth.transport.requests import AuthorizedSession
@@ -94,18 +90,8 @@ class RestClient:
             query["pageToken"] = token
 
 
-async def _session_lifetime(session: aiohttp.ClientSession) -> AsyncIterator[aiohttp.ClientSession]:
-    """Holds the session open until the generator is closed: by ``aclose()``, or by the event loop itself when
-    it shuts down (``asyncio.run`` closes every async generator still open), so that a session nobody closed
-    explicitly (a trigger's shared hook) still ends with its loop instead of warning when collected."""
-    try:
-        yield session
-    finally:
-        await session.close()
-
-
 class AsyncRestClient:
-    """Non-blocking twin of :class:`RestClient` on ``aiohttp.ClientSession``.
+    """Non-blocking twin of :class:`RestClient` on ``httpx.AsyncClient``.
 
     The access token comes from the same ``google.auth`` credentials; refreshing them is a blocking
     HTTP call, so it runs in a worker thread (``asyncio.to_thread``), once for concurrent callers.
@@ -115,27 +101,23 @@ class AsyncRestClient:
         self._credentials = credentials
         self._policy = policy
         self._timeout = timeout
-        self._client: aiohttp.ClientSession | None = None
-        self._lifetime: AsyncIterator[aiohttp.ClientSession] | None = None
+        self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._refresh_lock: asyncio.Lock | None = None
 
-    async def _http(self) -> aiohttp.ClientSession:
+    def _http(self) -> httpx.AsyncClient:
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
-            # A session belongs to the loop it was created on; triggers may run in a new one.
-            self._client = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self._timeout))
-            self._lifetime = _session_lifetime(self._client)
-            await anext(self._lifetime)
+            # An httpx client belongs to the loop it was first used on; triggers may run in a new one.
+            self._client = httpx.AsyncClient(timeout=self._timeout)
             self._loop = loop
             self._refresh_lock = asyncio.Lock()
         return self._client
 
     async def aclose(self) -> None:
-        if self._lifetime is not None and self._loop is asyncio.get_running_loop():
-            await self._lifetime.aclose()  # type: ignore[attr-defined]
+        if self._client is not None and self._loop is asyncio.get_running_loop():
+            await self._client.aclose()
         self._client = None
-        self._lifetime = None
         self._loop = None
 
     async def _auth_headers(self) -> dict[str, str]:
@@ -160,19 +142,16 @@ class AsyncRestClient:
         """Async :meth:`RestClient.request`: same retries, same exceptions, same return value."""
 
         async def once() -> dict[str, Any]:
-            client = await self._http()
+            client = self._http()
             headers = await self._auth_headers()
             log.debug("%s %s", method, url)
             try:
-                async with client.request(method, url, params=params, json=json, headers=headers) as resp:
-                    content, status = await resp.read(), resp.status
-            except aiohttp.InvalidURL:
-                raise
-            except (aiohttp.ClientError, TimeoutError) as exc:  # connection refused/reset/dropped, timeouts
+                resp = await client.request(method, url, params=params, json=json, headers=headers)
+            except httpx.TransportError as exc:
                 raise TransientError(f"{method} {url} failed: {exc!r}", None, "UNAVAILABLE") from exc
-            body = _decode(content, content.decode("utf-8", "replace"))
-            if status >= 400:
-                raise error_from_http(status, body)
+            body = _decode(resp.content, resp.text)
+            if resp.status_code >= 400:
+                raise error_from_http(resp.status_code, body)
             return body if isinstance(body, dict) else {}
 
         return await acall_with_retries(once, self._policy, f"{method} {url}")
