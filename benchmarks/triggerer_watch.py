@@ -425,8 +425,9 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
         t_seeded = time.monotonic()
         polled = wait_first_polls(bench, triggerer, args, run_id, design)
         ramp = time.monotonic() - t_seeded
-        log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {args.poll_interval:.0f} s")
-        time.sleep(args.poll_interval)
+        warm_up = args.poll_interval + args.warm_up
+        log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {warm_up:.0f} s")
+        time.sleep(warm_up)
         log(f"measuring for {args.seconds:.0f} s")
         a, b, memory = window(bench, triggerer, args.seconds)
         states = dict(
@@ -476,6 +477,7 @@ def figures(
         "zones": args.zones,
         "poll_interval_s": args.poll_interval,
         "window_s": round(wall, 1),
+        "warm_up_s": args.poll_interval + args.warm_up,
         "gcs_state": args.gcs_state,
         "cores": psutil.cpu_count(),
         "idle": {
@@ -596,6 +598,14 @@ def main(argv: list[str] | None = None) -> int:
         help="what each stage has in GCS: nothing, progress.json, or progress + a checkpoint",
     )
     p.add_argument("--idle-seconds", type=float, default=10.0, help="window for the idle triggerer's CPU")
+    p.add_argument(
+        "--warm-up",
+        type=float,
+        default=0.0,
+        help="extra seconds between the first polls and the window (beyond one poll interval): 0 measures the "
+        "first minute, when every silent stage makes its first startup-script look; a few minutes measure the "
+        "steady state after the looks backed off",
+    )
     p.add_argument(
         "--settle", type=float, default=5.0, help="seconds after the triggerer is up before the idle sampling"
     )

@@ -4,7 +4,8 @@ Calls go through the ``google.cloud.compute_v1`` clients (REST-only, synchronous
 ``client_options``. Operations are polled with our own ``ZoneOperationsClient`` on the same endpoint:
 the library's ``ExtendedOperation.result()`` would poll Google's public endpoint whatever
 ``client_options`` say. Instances are read as raw REST JSON so callers get Google's
-camelCase shape (same as the TPU hook) including ``resourceStatus.upcomingMaintenance``.
+camelCase shape (same as the TPU hook) including ``resourceStatus.upcomingMaintenance``. The async hook
+(the triggerer's) is :mod:`interlude.hooks.compute_async`, re-exported here.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from typing import Any
 from google.cloud import compute_v1
 
 from interlude.hooks._ops import CALL_TIMEOUT, client_call, dict_to_message, message_to_dict, poll_until
-from interlude.hooks.connection import InterludeGoogleAsyncHook, InterludeGoogleHook
+from interlude.hooks.compute_async import COMPUTE_PUBLIC_ENDPOINT, AsyncComputeHook
+from interlude.hooks.connection import InterludeGoogleHook
 from interlude.hooks.errors import (
     AlreadyExistsError,
     InvalidRequestError,
@@ -26,8 +28,6 @@ from interlude.hooks.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-COMPUTE_PUBLIC_ENDPOINT = "https://compute.googleapis.com"
 
 #: Instance statuses during which an insert of that instance is still under way.
 _SETTLING_STATUSES = frozenset({"PROVISIONING", "STAGING"})
@@ -256,31 +256,4 @@ class ComputeHook(InterludeGoogleHook):
         self._instance_op(zone, name, "perform_maintenance", wait)
 
 
-class AsyncComputeHook(InterludeGoogleAsyncHook):
-    """Non-blocking instance reads for triggers; same arguments and return shapes as :class:`ComputeHook`."""
-
-    sync_hook_class = ComputeHook
-
-    def __init__(
-        self,
-        gcp_conn_id: str | None = "google_cloud_default",
-        compute_endpoint: str | None = None,
-        project_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(gcp_conn_id=gcp_conn_id, compute_endpoint=compute_endpoint, project_id=project_id, **kwargs)
-
-    async def get_instance(self, zone: str, name: str) -> dict[str, Any] | None:
-        """Like :meth:`ComputeHook.get_instance`."""
-        rest = await self.async_rest()
-        hook: ComputeHook = await self.sync_hook()
-        try:
-            return await rest.request("GET", f"{hook.instances_url(zone)}/{name}")
-        except NotFoundError:
-            return None
-
-    async def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:
-        """Like :meth:`ComputeHook.list_instances`."""
-        rest = await self.async_rest()
-        hook: ComputeHook = await self.sync_hook()
-        return await rest.list_all(hook.instances_url(zone), "items", {"filter": filter} if filter else None)
+__all__ = ["COMPUTE_PUBLIC_ENDPOINT", "AsyncComputeHook", "ComputeHook"]

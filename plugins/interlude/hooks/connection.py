@@ -7,22 +7,23 @@ type ``google_cloud_platform``) gives credentials the Google provider's way, plu
 1: Google's clock; the local cloud's dev environment sets its scenario's, so Google-real durations such
 as a maintenance margin map to its faster clock). Constructor arguments override the extras;
 ``gcp_conn_id=None`` means anonymous credentials and no Airflow connection at all, so tests and the local
-cloud need no metadata database.
+cloud need no metadata database. The async hooks (the triggerer's) read the same connection without the
+provider's hook module: ``interlude.hooks.async_base`` and ``interlude.hooks.credentials``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from typing import Any, ClassVar
 
 from airflow.providers.common.compat.sdk import BaseHook
-from airflow.providers.google.common.hooks.base_google import GoogleBaseAsyncHook, GoogleBaseHook
+from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 from google.api_core.client_options import ClientOptions
 from google.auth.credentials import Credentials
 
-from interlude.hooks._rest import AsyncRestClient, RestClient
+from interlude.hooks._rest import RestClient
 from interlude.hooks._retry import DEFAULT_RETRY_POLICY, RetryPolicy
+from interlude.hooks.async_base import InterludeGoogleAsyncHook
 
 DEFAULT_POLL_INTERVAL = 10.0
 DEFAULT_OPERATION_TIMEOUT = 3600.0
@@ -113,35 +114,4 @@ class InterludeGoogleHook(GoogleBaseHook):
         return self.get_credentials()
 
 
-class InterludeGoogleAsyncHook(GoogleBaseAsyncHook):
-    """Base for the async hooks: builds the sync hook off the loop, then talks HTTP asynchronously."""
-
-    sync_hook_class: Any = InterludeGoogleHook
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._rest: AsyncRestClient | None = None
-
-    async def sync_hook(self) -> Any:
-        """The sync hook (connection lookup and credential loading happen in a worker thread)."""
-        return await self.get_sync_hook()
-
-    async def async_rest(self) -> AsyncRestClient:
-        if self._rest is None:
-            hook = await self.sync_hook()
-            credentials = await asyncio.to_thread(hook.get_credentials)
-            # Resolve the project now (may read the connection), so later calls never block.
-            await asyncio.to_thread(lambda: hook.project)
-            self._rest = AsyncRestClient(credentials, hook.retry_policy)
-        return self._rest
-
-    async def aclose(self) -> None:
-        """Close the HTTP connections (optional; a trigger may call it when it ends)."""
-        if self._rest is not None:
-            await self._rest.aclose()
-
-    async def __aenter__(self) -> InterludeGoogleAsyncHook:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+__all__ = ["InterludeGoogleAsyncHook", "InterludeGoogleHook"]

@@ -7,6 +7,7 @@ https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes#Upc
 Node dicts are Google's JSON: camelCase, enum names.
 ``simulateMaintenanceEvent`` / ``performMaintenance`` exist only in v2alpha1, whose python client is
 gRPC-only, so they are plain REST POSTs. Long-running operations are polled by us (see ``_ops``).
+The async hook (the triggerer's) is :mod:`interlude.hooks.tpu_async`, re-exported here.
 """
 
 from __future__ import annotations
@@ -17,15 +18,14 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from interlude.hooks._ops import CALL_TIMEOUT, client_call, dict_to_message, poll_until
-from interlude.hooks.connection import InterludeGoogleAsyncHook, InterludeGoogleHook
+from interlude.hooks.connection import InterludeGoogleHook
 from interlude.hooks.errors import AlreadyExistsError, NotFoundError, error_from_rpc_status
+from interlude.hooks.tpu_async import TPU_PUBLIC_ENDPOINT, AsyncTpuHook
 
 if TYPE_CHECKING:
     from google.cloud import tpu_v2
 
 log = logging.getLogger(__name__)
-
-TPU_PUBLIC_ENDPOINT = "https://tpu.googleapis.com"
 
 #: Node states during which a create of that node is still under way.
 _SETTLING_STATES = frozenset({"CREATING", "STATE_UNSPECIFIED"})
@@ -286,45 +286,4 @@ class TpuHook(InterludeGoogleHook):
         return op
 
 
-class AsyncTpuHook(InterludeGoogleAsyncHook):
-    """Non-blocking node reads for triggers; same arguments and return shapes as :class:`TpuHook`."""
-
-    sync_hook_class = TpuHook
-
-    def __init__(
-        self,
-        gcp_conn_id: str | None = "google_cloud_default",
-        tpu_endpoint: str | None = None,
-        project_id: str | None = None,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(gcp_conn_id=gcp_conn_id, tpu_endpoint=tpu_endpoint, project_id=project_id, **kwargs)
-
-    async def get_node(self, zone: str, node_id: str) -> dict[str, Any] | None:
-        """Like :meth:`TpuHook.get_node`."""
-        rest = await self.async_rest()
-        hook: TpuHook = await self.sync_hook()
-        try:
-            return await rest.request("GET", hook.url(hook.node_name(zone, node_id)))
-        except NotFoundError:
-            return None
-
-    async def get_guest_attributes(self, zone: str, node_id: str, query_path: str) -> list[dict[str, Any]]:
-        """The node's guest attributes under ``query_path`` (``NAMESPACE/`` or ``NAMESPACE/KEY``), as
-        ``{"namespace", "key", "value"}`` entries of every worker: what the guest wrote to its metadata server
-        (https://cloud.google.com/tpu/docs/reference/rest/v2/projects.locations.nodes/getGuestAttributes)."""
-        rest = await self.async_rest()
-        hook: TpuHook = await self.sync_hook()
-        url = hook.url(hook.node_name(zone, node_id)) + ":getGuestAttributes"
-        out = await rest.request("POST", url, json={"queryPath": query_path})
-        return [
-            dict(entry)
-            for attrs in out.get("guestAttributes") or []
-            for entry in (attrs.get("queryValue") or {}).get("items") or []
-        ]
-
-    async def list_nodes(self, zone: str) -> list[dict[str, Any]]:
-        """Like :meth:`TpuHook.list_nodes`."""
-        rest = await self.async_rest()
-        hook: TpuHook = await self.sync_hook()
-        return await rest.list_all(hook.url(f"{hook.parent(zone)}/nodes"), "nodes")
+__all__ = ["TPU_PUBLIC_ENDPOINT", "AsyncTpuHook", "TpuHook"]

@@ -71,20 +71,15 @@ class QueuedResourceTrigger(BaseTrigger):
         )
 
     async def _observe(self, hook: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        from interlude.hooks.errors import NotFoundError
-
-        rest = await hook.async_rest()
-        sync = await hook.sync_hook()
-        try:
-            qr = await rest.request("GET", sync.url(sync.queued_resource_name(self.zone, self.queued_resource)))
-        except NotFoundError:
+        qr = await hook.get_queued_resource(self.zone, self.queued_resource)
+        if qr is None:
             return None, None
         state = (qr.get("state") or {}).get("state")
         node = await hook.get_node(self.zone, self.node_id) if state == "ACTIVE" else None
         return qr, node
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from interlude.hooks.tpu import AsyncTpuHook
+        from interlude.hooks.tpu_async import AsyncTpuHook
 
         hook = AsyncTpuHook(gcp_conn_id=self.gcp_conn_id)
         try:

@@ -34,6 +34,7 @@ from interlude.observe import (
     unknown,
 )
 from interlude.stage_facts import StageFactsReader, list_bucket_async
+from interlude.startup_looks import LookClock, after_look, look_due, look_plan
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -66,7 +67,6 @@ def _machine_reads() -> asyncio.Semaphore:
 
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
-SERIAL_SUSPECT_SECONDS = 10.0
 STOPPED_EXITS = (0, 143)  # the startup script's exits when the machine stopped it (the agent ends only on SIGTERM)
 SERIAL_KEEP = 64 * 1024
 
@@ -111,7 +111,7 @@ class StageTrigger(BaseTrigger):
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
-        self._startup_checked_at = -1e9
+        self._looks = LookClock()  # this stage's looks at its startup script's last words (interlude.startup_looks)
         self._started = 0.0  # set when run() starts
         self._watch = poll_interval  # seconds to the next look (shorter while a hold before the window may begin)
 
@@ -151,13 +151,14 @@ class StageTrigger(BaseTrigger):
         return hooks[key]
 
     async def _new_hook(self) -> Any:
-        # The hook modules import Google's client libraries (a second or two): never on the event loop.
+        # The async hook modules import google.auth and httpx (the sync hooks' Google client libraries and the
+        # provider's GoogleBaseHook stay out of the triggerer): still imports, so never on the event loop.
         retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
         policy = retry.RetryPolicy(**WATCH_RETRY)
         if self.machine["kind"] == "gce_vm":
-            module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute")
+            module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.compute_async")
             return module.AsyncComputeHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
-        module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu")
+        module = await asyncio.to_thread(importlib.import_module, "interlude.hooks.tpu_async")
         return module.AsyncTpuHook(gcp_conn_id=self.gcp_conn_id, retry_policy=policy)
 
     async def _machine(self, hook: Any) -> dict[str, Any] | None:
@@ -186,11 +187,8 @@ class StageTrigger(BaseTrigger):
             return await self._tpu_startup_failure(hook, reported_boot)
         if self.machine["kind"] != "gce_vm":
             return None
-        rest = await hook.async_rest()
-        sync = await hook.sync_hook()
-        url = f"{sync.instances_url(self.machine['zone'])}/{self.machine['name']}/serialPort"
         async with _machine_reads():
-            out = await rest.request("GET", url, params={"start": str(self._serial_next)})
+            out = await hook.serial_port_output(self.machine["zone"], self.machine["name"], self._serial_next)
         self._serial = (self._serial + str(out.get("contents") or ""))[-SERIAL_KEEP:]
         self._serial_next = int(out.get("next") or self._serial_next)
         return startup_failure(self._serial)
@@ -214,14 +212,22 @@ class StageTrigger(BaseTrigger):
     def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
         """Quiet for a while on a READY machine: worth a look at the serial console."""
         quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
-        return machine is Machine.READY and quiet_for >= max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval)
+        return machine is Machine.READY and quiet_for >= look_plan(self.poll_interval, self.stall_timeout).period
 
-    def _startup_check_due(self) -> bool:
-        now = time.monotonic()
-        if now - self._startup_checked_at < max(SERIAL_SUSPECT_SECONDS, 4 * self.poll_interval):
-            return False
-        self._startup_checked_at = now
-        return True
+    def _look_due(self, state: StageState, machine: Machine, notice: Any) -> tuple[object, ...] | None:
+        """The look's context when this quiet stage should read its startup script's last words now, else None:
+        once quiet for a period, then backed off while nothing changes (interlude.startup_looks)."""
+        if machine is not Machine.READY:
+            return None
+        now = time.time()
+        quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
+        context = (state.progress_seen_at, machine.value, notice)
+        plan = look_plan(self.poll_interval, self.stall_timeout)
+        return context if look_due(self._looks, context, quiet_for, time.monotonic(), plan) else None
+
+    def _looked(self, context: tuple[object, ...]) -> None:
+        plan = look_plan(self.poll_interval, self.stall_timeout)
+        self._looks = after_look(self._looks, context, time.monotonic(), plan)
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
@@ -279,10 +285,12 @@ class StageTrigger(BaseTrigger):
                 )
                 facts_at = time.monotonic()
             boot = (facts.progress or {}).get("boot_id") if facts is not None else None
-            # Quiet for long enough to look at the startup script's last words: once per suspect period, not
-            # every poll (a stage that reports rarely would otherwise cost one machine read per poll).
-            suspect = self.suspect(state, machine, time.time()) and self._startup_check_due()
-            failure = await self._startup_failure(hook, str(boot) if boot else None) if suspect else None
+            # Quiet for long enough to look at the startup script's last words: once per period at first, then
+            # less often while nothing changes (each look is one API call for this stage alone).
+            failure = None
+            if (context := self._look_due(state, machine, notice)) is not None:
+                failure = await self._startup_failure(hook, str(boot) if boot else None)
+                self._looked(context)
             return observation(self.machine["kind"], resource, facts, failure=failure), facts, facts_at
         except Exception as exc:
             if not is_outage(exc):
