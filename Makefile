@@ -30,11 +30,12 @@ demo: $(STAMP)
 demo-serve: $(STAMP)
 	$(PY) include/scripts/demo_serve.py
 
-# pytest-xdist: three workers on two cores (the end-to-end tests mostly wait on the processes they start);
+# pytest-xdist: four workers on two cores (the end-to-end tests mostly wait on the processes they start; two
+# of the workers run the stack's shards, which mostly wait too);
 # tests/xdist_scheduling.py runs the stack's tests in two shards (TEST_STACK_SHARDS) and each file's module
 # fixtures together.
 # TEST_WORKERS=0 runs everything in one process, in file order.
-TEST_WORKERS ?= 3
+TEST_WORKERS ?= 4
 test: check
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
