@@ -58,8 +58,11 @@ def fast_scenario(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stack(tmp_path: Path, airflow_db: Path, fast_scenario: Path) -> Iterator[tuple[dev.LocalCloud, dict[str, str]]]:
+def stack(
+    tmp_path: Path, airflow_db: Path, fast_scenario: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[dev.LocalCloud, dict[str, str]]]:
     cloud = dev.start_localcloud(fast_scenario, tmp_path / "localcloud")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)  # this test's GCS, restored after it
     try:
         home = tmp_path / "airflow"
         home.mkdir()
@@ -72,7 +75,9 @@ def stack(tmp_path: Path, airflow_db: Path, fast_scenario: Path) -> Iterator[tup
 
 
 @pytest.fixture
-def gpu_stack(tmp_path: Path, airflow_db: Path) -> Iterator[tuple[dev.LocalCloud, dict[str, str]]]:
+def gpu_stack(
+    tmp_path: Path, airflow_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[dev.LocalCloud, dict[str, str]]]:
     """No TPUs, GPUs free: the run takes a GPU VM; a 1 h GPU notice is 2 s here."""
     data = yaml.safe_load((dev.SCENARIOS / "tpu_short_gpu_free.yaml").read_text())
     data["time_scale"] = 1800
@@ -80,6 +85,7 @@ def gpu_stack(tmp_path: Path, airflow_db: Path) -> Iterator[tuple[dev.LocalCloud
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump(data))
     cloud = dev.start_localcloud(path, tmp_path / "localcloud")
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)  # this test's GCS, restored after it
     try:
         home = tmp_path / "airflow"
         home.mkdir()
@@ -92,7 +98,9 @@ def gpu_stack(tmp_path: Path, airflow_db: Path) -> Iterator[tuple[dev.LocalCloud
 
 
 def _store(cloud: dev.LocalCloud, run_key: str, stage: str) -> Any:
-    os.environ["STORAGE_EMULATOR_HOST"] = cloud.gcs_endpoint
+    """This test's checkpoints (the `stack` fixtures point STORAGE_EMULATOR_HOST at `cloud` for the test only:
+    a worker runs other tests after this one, against other emulators)."""
+    assert os.environ.get("STORAGE_EMULATOR_HOST") == cloud.gcs_endpoint
     from interlude_workload.checkpoints import CheckpointStore
 
     return CheckpointStore(BUCKET, run_key, stage)

@@ -47,7 +47,10 @@ def airflow_db(airflow_db_template: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_nothing_lost(cloud: dev.LocalCloud) -> Iterator[None]:
+def nothing_left_nothing_lost(cloud: dev.LocalCloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The session's cloud set STORAGE_EMULATOR_HOST when it started; a test of another directory run by this
+    # worker since then may have pointed it elsewhere: every fault test reads and writes this cloud's GCS.
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)
     before = committed_checkpoints(cloud)
     yield
     deadline = time.monotonic() + 60  # deletes in flight finish in simulated seconds; be generous
