@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from interlude.hooks._rest import AsyncRestClient
 from interlude.hooks._retry import DEFAULT_RETRY_POLICY, RetryPolicy
 from interlude.hooks.credentials import ConnectionSettings, load_connection
+from interlude.hooks.errors import NotFoundError
 
 
 class InterludeGoogleAsyncHook:
@@ -79,6 +80,14 @@ class InterludeGoogleAsyncHook:
             await self.project()  # fail early, before the first call, when there is none
             self._rest = self._rest or AsyncRestClient(settings.credentials, self.retry_policy)
         return self._rest
+
+    async def get_or_none(self, url: str) -> dict[str, Any] | None:
+        """GET a resource; None when Google says it does not exist (404), as the sync hooks' ``get_*`` do."""
+        rest = await self.async_rest()
+        try:
+            return await rest.request("GET", url)
+        except NotFoundError:
+            return None
 
     async def sync_hook(self) -> Any:
         """The matching sync hook, built (and its module imported) in a worker thread on first use."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from interlude.hooks.async_base import InterludeGoogleAsyncHook
-from interlude.hooks.errors import NotFoundError
 
 COMPUTE_PUBLIC_ENDPOINT = "https://compute.googleapis.com"
 
@@ -38,11 +37,7 @@ class AsyncComputeHook(InterludeGoogleAsyncHook):
 
     async def get_instance(self, zone: str, name: str) -> dict[str, Any] | None:
         """Like :meth:`ComputeHook.get_instance`."""
-        rest = await self.async_rest()
-        try:
-            return await rest.request("GET", f"{await self.instances_url(zone)}/{name}")
-        except NotFoundError:
-            return None
+        return await self.get_or_none(f"{await self.instances_url(zone)}/{name}")
 
     async def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:
         """Like :meth:`ComputeHook.list_instances`."""

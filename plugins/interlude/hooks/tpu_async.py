@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from interlude.hooks.async_base import InterludeGoogleAsyncHook
-from interlude.hooks.errors import NotFoundError
 
 TPU_PUBLIC_ENDPOINT = "https://tpu.googleapis.com"
 
@@ -39,11 +38,7 @@ class AsyncTpuHook(InterludeGoogleAsyncHook):
 
     async def get_node(self, zone: str, node_id: str) -> dict[str, Any] | None:
         """Like :meth:`TpuHook.get_node`."""
-        rest = await self.async_rest()
-        try:
-            return await rest.request("GET", await self.url(f"{zone}/nodes/{node_id}"))
-        except NotFoundError:
-            return None
+        return await self.get_or_none(await self.url(f"{zone}/nodes/{node_id}"))
 
     async def get_guest_attributes(self, zone: str, node_id: str, query_path: str) -> list[dict[str, Any]]:
         """The node's guest attributes under ``query_path`` (``NAMESPACE/`` or ``NAMESPACE/KEY``), as
@@ -65,8 +60,4 @@ class AsyncTpuHook(InterludeGoogleAsyncHook):
 
     async def get_queued_resource(self, zone: str, qr_id: str) -> dict[str, Any] | None:
         """Like :meth:`TpuHook.get_queued_resource`."""
-        rest = await self.async_rest()
-        try:
-            return await rest.request("GET", await self.url(f"{zone}/queuedResources/{qr_id}"))
-        except NotFoundError:
-            return None
+        return await self.get_or_none(await self.url(f"{zone}/queuedResources/{qr_id}"))

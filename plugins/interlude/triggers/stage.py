@@ -65,6 +65,11 @@ def _machine_reads() -> asyncio.Semaphore:
     return _READ_SLOTS[loop]
 
 
+def _quiet_for(state: StageState, now: float) -> float:
+    """Seconds since the workload last reported progress (0 before it ever has)."""
+    return 0.0 if state.progress_seen_at is None else now - state.progress_seen_at
+
+
 WATCH_RETRY: dict[str, Any] = {"max_attempts": 3, "initial_delay": 0.5, "max_delay": 4.0}
 """Per-poll retries of the trigger's API calls: short, because the outage budget rides out the rest."""
 STOPPED_EXITS = (0, 143)  # the startup script's exits when the machine stopped it (the agent ends only on SIGTERM)
@@ -211,19 +216,21 @@ class StageTrigger(BaseTrigger):
 
     def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
         """Quiet for a while on a READY machine: worth a look at the serial console."""
-        quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
-        return machine is Machine.READY and quiet_for >= look_plan(self.poll_interval, self.stall_timeout).period
+        return (
+            machine is Machine.READY
+            and _quiet_for(state, now) >= look_plan(self.poll_interval, self.stall_timeout).period
+        )
 
     def _look_due(self, state: StageState, machine: Machine, notice: Any) -> tuple[object, ...] | None:
         """The look's context when this quiet stage should read its startup script's last words now, else None:
         once quiet for a period, then backed off while nothing changes (interlude.startup_looks)."""
         if machine is not Machine.READY:
             return None
-        now = time.time()
-        quiet_for = now - (now if state.progress_seen_at is None else state.progress_seen_at)
         context = (state.progress_seen_at, machine.value, notice)
         plan = look_plan(self.poll_interval, self.stall_timeout)
-        return context if look_due(self._looks, context, quiet_for, time.monotonic(), plan) else None
+        return (
+            context if look_due(self._looks, context, _quiet_for(state, time.time()), time.monotonic(), plan) else None
+        )
 
     def _looked(self, context: tuple[object, ...]) -> None:
         plan = look_plan(self.poll_interval, self.stall_timeout)
