@@ -12,6 +12,7 @@ the same credentials, and no port-forward or public address
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,8 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError
 
 FIELD_MANAGER = "interlude"
+UNAVAILABLE_RETRY_SECONDS = 30.0  # a Service's endpoints lag its pods' readiness by seconds, not minutes
+UNAVAILABLE_RETRY_INTERVAL = 1.0
 
 Ref = tuple[str, str, str | None, str]  # (apiVersion, kind, namespace or None, name)
 
@@ -98,20 +101,37 @@ class KubeObjects:
         return list(res.get(namespace=namespace, label_selector=label_selector or None).to_dict()["items"])
 
     def service_call(
-        self, namespace: str, service: str, path: str, body: dict[str, Any] | None = None, timeout: float = 120
+        self,
+        namespace: str,
+        service: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        timeout: float = 120,
+        unavailable_for: float = UNAVAILABLE_RETRY_SECONDS,
     ) -> Any:
         """GET (body None) or POST JSON to `path` of a Service through the API server's proxy; the JSON answer.
 
         `service` is `name` or `name:port`; `path` is a fixed route of the server (never from a param).
+        A 503 is retried for `unavailable_for` seconds: a Service's endpoints follow its pods' Ready condition
+        a moment later (the endpoints controller, then kube-proxy), so right after a rollout reports its
+        replicas available the proxy can still answer "no endpoints available for service".
         """
-        resp = self.api_client.call_api(
-            f"/api/v1/namespaces/{namespace}/services/{service}/proxy/{path.lstrip('/')}",
-            "GET" if body is None else "POST",
-            header_params={"Accept": "application/json", "Content-Type": "application/json"},
-            body=body,
-            auth_settings=["BearerToken"],
-            _preload_content=False,
-            _return_http_data_only=True,
-            _request_timeout=timeout,
-        )
-        return json.loads(resp.data)
+        deadline = time.monotonic() + unavailable_for
+        while True:
+            try:
+                resp = self.api_client.call_api(
+                    f"/api/v1/namespaces/{namespace}/services/{service}/proxy/{path.lstrip('/')}",
+                    "GET" if body is None else "POST",
+                    header_params={"Accept": "application/json", "Content-Type": "application/json"},
+                    body=body,
+                    auth_settings=["BearerToken"],
+                    _preload_content=False,
+                    _return_http_data_only=True,
+                    _request_timeout=timeout,
+                )
+            except client.ApiException as e:
+                if e.status != 503 or time.monotonic() >= deadline:
+                    raise
+                time.sleep(UNAVAILABLE_RETRY_INTERVAL)
+                continue
+            return json.loads(resp.data)

@@ -5,6 +5,7 @@ applying the same manifests again is no write, as on Kubernetes; an invalid PodM
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -67,8 +68,16 @@ def test_the_service_proxy_answers_as_the_api_server_does_without_endpoints(kube
     service = next(o for o in require_plan(SPEC, scripts=load_scripts()).objects if o["kind"] == "Service")
     kube.apply(copy.deepcopy(service))
     with pytest.raises(client.ApiException) as no_endpoints:
-        kube.service_call(SPEC.namespace, SPEC.name, "v1/models")
+        kube.service_call(SPEC.namespace, SPEC.name, "v1/models", unavailable_for=0)
     assert no_endpoints.value.status == 503
+    # A 503 is retried for the window (endpoints lag readiness), then raised; a 404 is never retried.
+    started = time.monotonic()
+    with pytest.raises(client.ApiException) as still_none:
+        kube.service_call(SPEC.namespace, SPEC.name, "v1/models", unavailable_for=2.5)
+    assert still_none.value.status == 503
+    assert time.monotonic() - started >= 2.5
+    started = time.monotonic()
     with pytest.raises(client.ApiException) as missing:
         kube.service_call(SPEC.namespace, "no-such-service", "v1/models")
     assert missing.value.status == 404
+    assert time.monotonic() - started < 5

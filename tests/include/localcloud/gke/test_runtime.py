@@ -119,11 +119,21 @@ def accelerators(store: Any) -> list[str]:
     return sorted(out)
 
 
-def service_answer(store: Any) -> dict[str, Any]:
+def service_answer(store: Any, timeout: float = DEADLINE) -> dict[str, Any]:
+    """/v1/models through the Service. A Service's endpoints follow a pod's Ready condition a moment later (the
+    runtime's next reconcile here, the endpoints controller and kube-proxy on Kubernetes); until then the port
+    refuses or resets, so a client that just saw Ready retries, as it would on a cluster."""
     port = store.get(SERVICES, "default", "interlude-vllm")["metadata"]["annotations"][PORT_ANNOTATION]
-    r = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
-    r.raise_for_status()
-    return r.json()
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            r = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10)
+            r.raise_for_status()
+            return r.json()
+        except requests.ConnectionError:
+            if time.monotonic() > end:
+                raise
+            time.sleep(0.2)
 
 
 def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
