@@ -34,7 +34,7 @@ from interlude.observe import (
     unknown,
 )
 from interlude.stage_facts import StageFactsReader, list_bucket_async
-from interlude.startup_looks import LookClock, after_look, look_due, look_plan
+from interlude.startup_looks import LookClock, LookPlan, after_look, look_due, look_plan, look_spread
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -116,6 +116,7 @@ class StageTrigger(BaseTrigger):
         self._serial = ""
         self._serial_next = 0
         self._outage_logged = 0.0
+        self._plan: LookPlan | None = None  # when this stage may look (set on first use: _look_plan)
         self._looks = LookClock()  # this stage's looks at its startup script's last words (interlude.startup_looks)
         self._started = 0.0  # set when run() starts
         self._watch = poll_interval  # seconds to the next look (shorter while a hold before the window may begin)
@@ -227,14 +228,22 @@ class StageTrigger(BaseTrigger):
         if machine is not Machine.READY:
             return None
         context = (state.progress_seen_at, machine.value, notice)
-        plan = look_plan(self.poll_interval, self.stall_timeout)
+        plan = self._look_plan()
         return (
             context if look_due(self._looks, context, _quiet_for(state, time.time()), time.monotonic(), plan) else None
         )
 
     def _looked(self, context: tuple[object, ...]) -> None:
-        plan = look_plan(self.poll_interval, self.stall_timeout)
-        self._looks = after_look(self._looks, context, time.monotonic(), plan)
+        self._looks = after_look(self._looks, context, time.monotonic(), self._look_plan())
+
+    def _look_plan(self) -> LookPlan:
+        """This stage's own plan: its looks spread by its identity (interlude.startup_looks), the same after a
+        triggerer restart, so a thousand stages deferred together do not all look at the same poll."""
+        if self._plan is None:
+            m = self.machine
+            identity = "/".join((m["kind"], m["zone"], m["name"], self.run_key, self.stage))
+            self._plan = look_plan(self.poll_interval, self.stall_timeout, look_spread(identity))
+        return self._plan
 
     async def on_kill(self) -> None:
         """The user marked the task failed/success or cleared it: ask the workload for a checkpoint now.
