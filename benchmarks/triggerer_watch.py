@@ -156,7 +156,7 @@ def _raise_nofile() -> None:
 
 def start_triggerer(env: dict[str, str]) -> subprocess.Popen[bytes]:
     home = Path(env["AIRFLOW_HOME"])
-    out = open(home / "triggerer.log", "wb")
+    out = open(home / "triggerer.log", "ab")
     return subprocess.Popen(
         [airflow_bin(), "triggerer", "--skip-serve-logs"],
         env={**env, **TRIGGERER_ENV},  # as the product runs it (docker-compose.yaml, the local stack)
@@ -232,6 +232,7 @@ class Sample:
     pss: int
     rss_by_pid: dict[int, int] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
+    load: float = 0.0  # the machine's 1-minute load average
 
 
 def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sample:
@@ -261,7 +262,7 @@ def sample(pid: int, proxies: list[CountingProxy], memory: bool = True) -> Sampl
     calls: Counter[str] = Counter()
     for proxy in proxies:
         calls.update(proxy.snapshot())
-    return Sample(time.monotonic(), cpu, threads, rss, pss, rss_by_pid, calls)
+    return Sample(time.monotonic(), cpu, threads, rss, pss, rss_by_pid, calls, os.getloadavg()[0])
 
 
 def cpu_delta(a: Sample, b: Sample) -> float:
@@ -279,8 +280,12 @@ DESIGNS: dict[str, dict[str, Any]] = {
     "before": {"facts_source": "per_stage", "gcs_every": 3, "log_every": 30.0},
     # After: one shared listing per bucket and interval, downloads only on change, log on change or 300 s.
     "after": {},
+    # The after design as another git ref has it (--main-ref, default the main branch): its `interlude` package
+    # exported from git into the work dir and put first on the triggerer's PYTHONPATH, for before/after in one run.
+    "main": {},
 }
 FLOOR = "floor"
+MAIN = "main"
 POLL_MARKERS = {FLOOR: "seconds remaining"}  # a trigger's first log line after its first poll, per design
 
 
@@ -293,6 +298,7 @@ class Bench:
     home: Path
     proxies: list[CountingProxy]
     placements: list[dict[str, str]]
+    main_plugins: Path | None = None  # the exported plugins/ of --main-ref, for the "main" design
 
 
 def setup(args: argparse.Namespace, work: Path, cloud: LocalCloud) -> Bench:
@@ -337,6 +343,37 @@ def setup(args: argparse.Namespace, work: Path, cloud: LocalCloud) -> Bench:
         raise RuntimeError(f"airflow setup failed; see {home / 'setup.log'}") from setup_error[0]
     log(f"setup took {time.monotonic() - t0:.0f} s")
     return Bench(work, env, home, [api, gcs], placements)
+
+
+def export_tree(ref: str, dest: Path) -> Path:
+    """The ``plugins/`` of a git ref, exported (not checked out: the repository is left alone) into ``dest``."""
+    dest.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "plugins"], check=True, capture_output=True)
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, check=True)
+    return dest / "plugins"
+
+
+def design_env(bench: Bench, design: str) -> dict[str, str]:
+    """The design's triggerer environment: for ``main``, its exported ``interlude`` first on the path, checked."""
+    if design != MAIN:
+        return bench.env
+    assert bench.main_plugins is not None
+    plugins = str(bench.main_plugins)
+    env = {
+        **bench.env,
+        "PYTHONPATH": os.pathsep.join(filter(None, [plugins, bench.env.get("PYTHONPATH", "")])),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": plugins,
+    }
+    where = subprocess.run(
+        [sys.executable, "-c", "import interlude.triggers.stage as m; print(m.__file__)"],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not where.startswith(plugins):
+        raise RuntimeError(f"design {MAIN!r} would import interlude from {where}, not from {plugins}")
+    return env
 
 
 def retire_run(home: Path, run_id: str) -> None:
@@ -417,7 +454,7 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
     """One design in a fresh triggerer: idle figure, N deferred triggers, first polls, warm-up, the window."""
     run_id = f"{RUN_ID}-{index}-{design}"
     log(f"design {design!r}: starting a triggerer")
-    triggerer = start_triggerer(bench.env)
+    triggerer = start_triggerer(design_env(bench, design))
     try:
         idle, idle_cpu = measure_idle(bench, triggerer, args)
         defer_all(bench, args, design, run_id)
@@ -426,10 +463,20 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
         polled = wait_first_polls(bench, triggerer, args, run_id, design)
         ramp = time.monotonic() - t_seeded
         warm_up = args.poll_interval + args.warm_up
+        t_polled = time.monotonic()
         log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {warm_up:.0f} s")
         time.sleep(warm_up)
         log(f"measuring for {args.seconds:.0f} s")
         a, b, memory = window(bench, triggerer, args.seconds)
+        steady = None
+        if args.steady_at:
+            time.sleep(max(0.0, t_polled + args.steady_at - time.monotonic()))
+            log(
+                f"steady state: measuring for {args.steady_seconds:.0f} s, {args.steady_at:.0f} s after the first polls"
+            )
+            sa, sb, smemory = window(bench, triggerer, args.steady_seconds)
+            steady = figures(args, sa, sb, smemory, idle, idle_cpu, triggerer.pid)
+            steady["window_start_s"] = round(sa.t - t_polled, 1)
         states = dict(
             db_query(
                 bench.home,
@@ -443,6 +490,11 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
             {"design": design, "triggers_polled": polled, "triggers_assigned": assigned, "ramp_up_s": round(ramp, 1)}
         )
         result["task_instance_states"] = states
+        result["window_start_s"] = round(a.t - t_polled, 1)
+        if steady is not None:
+            steady.update({k: result[k] for k in ("design", "triggers_polled", "triggers_assigned", "ramp_up_s")})
+            steady["task_instance_states"] = states
+            result["steady"] = steady
         return result
     finally:
         stop_process_group(triggerer)
@@ -480,6 +532,7 @@ def figures(
         "warm_up_s": args.poll_interval + args.warm_up,
         "gcs_state": args.gcs_state,
         "cores": psutil.cpu_count(),
+        "load_1m": [round(a.load, 2), round(b.load, 2)],  # at the window's start and end
         "idle": {
             "cpu_pct": round(idle_cpu * 100, 2),
             "rss_mb": round(idle.rss / 2**20, 1),
@@ -524,6 +577,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     try:
         cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud")
         bench = setup(args, work, cloud)
+        if MAIN in args.design:
+            bench.main_plugins = export_tree(args.main_ref, work / "tree-main")
+            log(f"design {MAIN!r}: interlude from git ref {args.main_ref!r} ({bench.main_plugins})")
         return [measure(bench, args, design, i) for i, design in enumerate(args.design)]
     finally:
         for proxy in bench.proxies if bench is not None else []:
@@ -538,6 +594,11 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 ROWS: list[tuple[str, Any]] = [
     ("triggers polled / assigned", lambda r: f"{r['triggers_polled']} / {r['triggers_assigned']}"),
+    (
+        "window from / to (s after first polls)",
+        lambda r: f"{r['window_start_s']:g} / {r['window_start_s'] + r['window_s']:.0f}",
+    ),
+    ("load average (1 min) start / end", lambda r: "{:.1f} / {:.1f}".format(*r["load_1m"])),
     ("all polled once after", lambda r: f"{r['ramp_up_s']:g} s"),
     ("task instances", lambda r: ", ".join(f"{k} {v}" for k, v in r["task_instance_states"].items())),
     ("idle triggerer", lambda r: f"{r['idle']['cpu_pct']:.1f}% CPU, RSS {r['idle']['rss_mb']:.0f} MB"),
@@ -561,10 +622,16 @@ ROWS: list[tuple[str, Any]] = [
 
 
 def report(results: list[dict[str, Any]]) -> str:
-    """The designs side by side, one column each."""
+    """The designs side by side, one column each; then the steady-state windows, if measured, the same way."""
+    text = _table(results, "first window after the first polls")
+    steady = [r["steady"] for r in results if "steady" in r]
+    return text if not steady else text + "\n\n" + _table(steady, "steady state")
+
+
+def _table(results: list[dict[str, Any]], what: str) -> str:
     r0 = results[0]
     head = (
-        f"StageTrigger watch benchmark: {r0['machines']} machines, {r0['zones']} zone(s), poll every "
+        f"StageTrigger watch benchmark ({what}): {r0['machines']} machines, {r0['zones']} zone(s), poll every "
         f"{r0['poll_interval_s']:g} s, window {r0['window_s']:g} s, {r0['cores']} cores, GCS facts: {r0['gcs_state']}"
     )
     table = [["", *(r["design"] for r in results)], *([label, *(f(r) for r in results)] for label, f in ROWS)]
@@ -607,6 +674,25 @@ def main(argv: list[str] | None = None) -> int:
         "steady state after the looks backed off",
     )
     p.add_argument(
+        "--steady-at",
+        type=float,
+        default=0.0,
+        help="also measure a steady-state window this many seconds after the first polls, in the same triggerer "
+        "after the first window (0: none; 300 is past the quiet stages' first three startup-script looks)",
+    )
+    p.add_argument(
+        "--steady-seconds",
+        type=float,
+        default=150.0,
+        help="the steady-state window: 150 s is one cycle of a quiet stage's looks at the default stall timeout "
+        "(600 s / 4), so every stage's look counts once whether or not the looks are spread",
+    )
+    p.add_argument(
+        "--main-ref",
+        default="main",
+        help=f"git ref whose plugins/interlude the {MAIN!r} design runs (exported into the work dir with git archive)",
+    )
+    p.add_argument(
         "--settle", type=float, default=5.0, help="seconds after the triggerer is up before the idle sampling"
     )
     p.add_argument(
@@ -618,13 +704,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--design",
         type=lambda v: [d for d in v.split(",") if d],
-        default=list(DESIGNS),
+        default=[d for d in DESIGNS if d != MAIN],
         help=f"watch designs to run in sequence, comma-separated, each in a fresh triggerer: {', '.join(DESIGNS)}",
     )
     p.add_argument("--keep", action="store_true", help="keep the temp dir (logs, airflow.db)")
     args = p.parse_args(argv)
     if unknown := sorted(set(args.design) - set(DESIGNS)):
         p.error(f"unknown design(s) {unknown}; choose from {list(DESIGNS)}")
+    if args.steady_at and args.steady_at < args.poll_interval + args.warm_up + args.seconds:
+        p.error("--steady-at must come after the first window (poll interval + --warm-up + --seconds)")
     results = run(args)
     print(report(results))
     print("RESULT " + json.dumps({"designs": results}), flush=True)

@@ -34,7 +34,7 @@ def _processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_and_after() -> None:
+def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_after_and_a_git_ref() -> None:
     cmd = [
         sys.executable,
         str(SCRIPT),
@@ -53,18 +53,25 @@ def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_and_after() -> No
         "--startup-timeout",
         "60",
         "--design",
-        "floor,before,after",
+        "floor,before,after,main",
+        "--main-ref",
+        "HEAD",  # the "main" design: interlude exported from a git ref (main in a real run; any ref works)
+        "--steady-at",
+        "12",
+        "--steady-seconds",
+        "4",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
-    floor, before, after = json.loads(line.removeprefix("RESULT "))["designs"]
-    assert (floor["design"], before["design"], after["design"]) == ("floor", "before", "after")
+    floor, before, after, main = json.loads(line.removeprefix("RESULT "))["designs"]
+    assert (floor["design"], before["design"], after["design"], main["design"]) == ("floor", "before", "after", "main")
+    assert "design 'main': interlude from git ref 'HEAD'" in proc.stderr
     # The floor: Airflow's own DateTimeTrigger in the same 20 deferred instances, logging and sleeping.
     assert floor["triggers_polled"] == 20 and floor["task_instance_states"] == {"deferred": 20}
     assert floor["calls_per_min"] == {}
 
-    for result in (before, after):
+    for result in (before, after, main, after["steady"], main["steady"]):
         assert result["triggers_polled"] == 20
         assert result["task_instance_states"] == {"deferred": 20}
         calls = result["calls_per_min"]
@@ -79,6 +86,9 @@ def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_and_after() -> No
     assert after["calls_per_min"].get("gcs.download", 0) == 0
     assert after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
     assert after["gcs_calls_per_min"] * 5 < before["gcs_calls_per_min"]
+    # The steady-state window: measured later in the same triggerer, as long as asked.
+    assert after["steady"]["window_start_s"] >= 12 and after["steady"]["window_s"] >= 4
+    assert "steady state" in proc.stdout
 
     work = re.search(r"work dir (\S+)", proc.stderr)
     assert work is not None
