@@ -36,6 +36,7 @@ from google.cloud import storage
 from interlude_workload.checkpoints import Checkpoint, CheckpointStore, log_writer_id, now_iso
 from interlude_workload.gcs import storage_client
 from interlude_workload.maintenance import MaintenanceWatcher, Notice, metadata_url_from_env
+from interlude_workload.retention import Retainer
 
 ARRAYS_FILE = "arrays.npz"
 STATE_FILE = "state.json"
@@ -187,6 +188,7 @@ class Checkpointer:
         self._progress: dict[str, Any] = {}
         self._progress_dirty = False
         self._retention_due = False  # a commit that starts a hold leaves its retention to the hold
+        self._retainer = Retainer(self._own_store, keep, self.log)  # off the loop: see retention.py
         self._flush_lock = threading.Lock()  # one upload of log + progress at a time: the reporter, a hold, close
         self._rate_window: list[tuple[float, int]] = []
         self._first_step: tuple[float, int] | None = None
@@ -280,6 +282,7 @@ class Checkpointer:
         self._wake.set()
         if self._watcher is not None:
             self._watcher.stop()
+        self._retainer.close()
         for thread in self._threads:
             thread.join(timeout=10)
         self._flush()
@@ -374,15 +377,13 @@ class Checkpointer:
         return result.checkpoint
 
     def _retain(self) -> None:
+        """Ask for retention of older checkpoints; it runs in the background (retention.py), the loop trains on."""
         self._retention_due = False
-        if not self.keep:
-            return
-        try:
-            deleted = self.store.retain(self.keep)
-            if deleted:
-                self.log(f"retention removed steps {deleted}")
-        except Exception as exc:  # noqa: BLE001 - retention is housekeeping; a failure must not stop training
-            self.log(f"retention failed: {exc}")
+        self._retainer.request()
+
+    def _own_store(self) -> CheckpointStore:
+        """This stage's store with a storage client of its own, for a background thread."""
+        return CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
 
     def wait_while_held(self) -> None:
         """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
@@ -599,7 +600,7 @@ class Checkpointer:
         return max(self.hold_margin, timedelta(seconds=self.hold_margin_commits * cost))
 
     def _control_loop(self) -> None:
-        store = CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
+        store = self._own_store()
         while not self._closing.wait(self.control_poll_seconds):
             try:
                 pending = set(store.pending_requests())
