@@ -466,12 +466,17 @@ class Checkpointer:
             self._acked |= pending
 
     def pace(self, step_started: float, step_seconds: float) -> None:
-        """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM."""
+        """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM (polled every 0.1 s).
+
+        A plain sleep, not a wait on ``_wake``: a notice sets that event and only a hold clears it, so from the
+        notice to the hold every wait here returned at once and pacing spun a whole core (the hour of a
+        maintenance notice; 6 s per event in benchmarks/badput.py, on a 2-core machine shared with the control
+        plane). A notice never shortened a step anyway: the loop only ends at the deadline or on SIGTERM."""
         while not self.stop_requested:
             remaining = step_started + step_seconds - time.monotonic()
             if remaining <= 0:
                 return
-            self._wake.wait(min(remaining, 0.1))
+            time.sleep(min(remaining, 0.1))
 
     # ----------------------------------------------------------------- logs and progress
     def log(self, message: str) -> None:

@@ -224,3 +224,20 @@ def test_a_commit_does_not_wait_for_retention_and_close_finishes_it(
     assert [s.step for s in store.list()][-1] == 5
     ckpt.close()
     assert [s.step for s in store.list()] == [4, 5]
+
+
+def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(bucket: str) -> None:
+    """A notice sets the Checkpointer's wake event and only a hold clears it. Pacing waited on that event, so from
+    a notice to the hold each wait returned at once and a step's pacing spun a core (a maintenance notice is an
+    hour on Google). One second of paced steps under a notice must cost this thread little CPU."""
+    from interlude_workload.maintenance import Notice
+
+    ckpt = Checkpointer(bucket, "pace-run", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    ckpt._on_notice(Notice(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE"))
+    cpu, wall = time.thread_time(), time.monotonic()
+    for _ in range(50):
+        ckpt.pace(time.monotonic(), step_seconds=0.02)
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
+    ckpt.close()
+    assert wall >= 0.9  # the steps were paced ...
+    assert cpu < 0.2, f"... on {cpu:.2f} s of CPU in {wall:.2f} s"  # ... asleep, not busy-waiting (was ~wall)
