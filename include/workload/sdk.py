@@ -162,7 +162,7 @@ class Checkpointer:
         self.control_requests = control_requests
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
-        self._wake = threading.Event()  # set on notice changes: interrupts pacing/holds (never from the signal handler)
+        self._wake = threading.Event()  # set on notice changes: interrupts holds (never from the signal handler)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watcher: MaintenanceWatcher | None = None
