@@ -163,6 +163,7 @@ class Checkpointer:
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
         self._wake = threading.Event()  # set on notice changes: interrupts holds (never from the signal handler)
+        self._pace_late = 0.0  # how late the last paced sleep ended: taken off the next one (pace)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watcher: MaintenanceWatcher | None = None
@@ -471,10 +472,21 @@ class Checkpointer:
         A plain sleep, not a wait on ``_wake``: a notice sets that event and only a hold clears it, so from the
         notice to the hold every wait here returned at once and pacing spun a whole core (the hour of a
         maintenance notice; 6 s per event in benchmarks/badput.py, on a 2-core machine shared with the control
-        plane). A notice never shortened a step anyway: the loop only ends at the deadline or on SIGTERM."""
+        plane). A notice never shortened a step anyway: the loop only ends at the deadline or on SIGTERM.
+
+        The paced part of a step stands for an accelerator's compute, whose length the host's scheduler does not
+        change. A sleep that ends late (the OS woke the trainer after the deadline: a loaded host) is taken off the
+        next step's sleep, at most half a step, so the steps keep their length on average. Only oversleep is
+        carried: a step whose own work took its whole budget (the model, the SDK's threads in this process, a
+        commit) sleeps nothing and carries nothing, so time the workload really spent stays spent."""
+        target = step_started + step_seconds - self._pace_late
+        self._pace_late = 0.0
+        if time.monotonic() >= target:
+            return
         while not self.stop_requested:
-            remaining = step_started + step_seconds - time.monotonic()
+            remaining = target - time.monotonic()
             if remaining <= 0:
+                self._pace_late = min(-remaining, step_seconds / 2)
                 return
             time.sleep(min(remaining, 0.1))
 

@@ -241,3 +241,33 @@ def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(bucket: 
     ckpt.close()
     assert wall >= 0.9  # the steps were paced ...
     assert cpu < 0.2, f"... on {cpu:.2f} s of CPU in {wall:.2f} s"  # ... asleep, not busy-waiting (was ~wall)
+
+
+def test_a_late_wake_up_is_taken_off_the_next_steps_sleep(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sleep ends 10 ms late (a loaded host): paced steps keep their length on average (a step stands for an
+    accelerator's compute), where carrying nothing made each of them 10 ms longer."""
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + 0.01))
+    ckpt = Checkpointer(bucket, "pace-late", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    wall = time.monotonic()
+    for _ in range(20):
+        ckpt.pace(time.monotonic(), step_seconds=0.05)
+    wall = time.monotonic() - wall
+    monkeypatch.setattr(time, "sleep", real_sleep)
+    ckpt.close()
+    assert 1.0 <= wall < 1.12, f"20 steps of 50 ms took {wall:.3f} s (1.2 s when each wake-up's lateness stays)"
+
+
+def test_a_step_whose_own_work_overran_is_not_made_up_later(bucket: str) -> None:
+    """Only oversleep is carried: a step whose work took 30 ms of a 20 ms budget sleeps nothing, and no later
+    step is shortened to catch up (that would hide time the workload really spent)."""
+    ckpt = Checkpointer(bucket, "pace-overrun", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    wall = time.monotonic()
+    for i in range(20):
+        started = time.monotonic()
+        if i % 2 == 0:
+            time.sleep(0.03)  # this step's own work
+        ckpt.pace(started, step_seconds=0.02)
+    wall = time.monotonic() - wall
+    ckpt.close()
+    assert wall >= 10 * 0.03 + 10 * 0.02, f"{wall:.3f} s: some overrun was made up by shorter steps"
