@@ -75,20 +75,25 @@ def write_scenario(path: Path, time_scale: float) -> Path:
 
 def announce_at(cloud: dev.LocalCloud, steps: list[int], notice: float, stop: threading.Event) -> list[float]:
     """In the background: when training on the (one) machine of the row passes each step in turn, and the
-    machine is READY with no maintenance pending, Google announces a SCHEDULED maintenance ``notice`` ahead."""
+    machine is READY with no maintenance pending, Google announces a SCHEDULED maintenance ``notice`` ahead.
+
+    Every row runs it, from its start to its end, with no steps in the uninterrupted row: its looks (the cloud's
+    machine list and a progress.json GET every 0.1 s) share the two cores with the trainer, so a row without
+    them trained on a quieter machine, and that difference showed as the interrupted row's badput "other"."""
     from interlude_workload.checkpoints import CheckpointStore
 
     announced: list[float] = []
 
     def loop() -> None:
         client = dev.gcs_client(cloud)
-        while not stop.is_set() and len(announced) < len(steps):
+        while not stop.is_set():
             for m in cloud.admin.machines():
                 if m["state"] not in ("READY", "RUNNING") or m["maintenance"] is not None:
                     continue
                 run_key = m["name"].rsplit("-", 1)[0]
                 progress = CheckpointStore(BUCKET, run_key, "train", client=client).read_progress() or {}
-                if progress.get("state") == "running" and int(progress.get("step") or 0) >= steps[len(announced)]:
+                due = len(announced) < len(steps) and int(progress.get("step") or 0) >= steps[len(announced)]
+                if progress.get("state") == "running" and due:
                     cloud.admin.maintenance(m["kind"], m["zone"], m["name"], "SCHEDULED", notice)
                     announced.append(time.time())
             stop.wait(0.1)
@@ -155,7 +160,7 @@ def _node_of(cloud: dev.LocalCloud, run_key: str) -> tuple[str, str]:
 
 def dag_row(name: str, cloud: dev.LocalCloud, env: dict[str, str], args: argparse.Namespace, log: Path) -> Row:
     stop = threading.Event()
-    announced = announce_at(cloud, args.event_steps, args.notice, stop) if name == "interlude" else []
+    announced = announce_at(cloud, args.event_steps if name == "interlude" else [], args.notice, stop)
     started = time.monotonic()
     result = dev.dags_test(env, DAG_ID, conf(args), log, timeout=args.timeout)
     wall = time.monotonic() - started

@@ -31,6 +31,11 @@ import time
 from types import FrameType
 from typing import Any
 
+from interlude_workload import lean
+
+if __name__ == "__main__":  # the machine's agent: before google-cloud-storage is imported (see lean.py)
+    lean.skip_optional_imports()
+
 from interlude_workload import layout, warm
 from interlude_workload.gcs import skip_bucket_metadata_lookups
 from interlude_workload.plan import StagePlan, read_plans

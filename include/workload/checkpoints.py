@@ -173,6 +173,11 @@ class CheckpointStore:
         blobs = self.client.list_blobs(self.bucket_name, prefix=f"{self.base}step-")
         return step_statuses((blob.name[len(self.base) :], blob) for blob in blobs)
 
+    def _scan_step(self, step: int) -> list[StepStatus]:
+        """One step directory (a listing of its prefix alone: what a write checks before writing)."""
+        blobs = self.client.list_blobs(self.bucket_name, prefix=self.step_prefix(step))
+        return [s for s in step_statuses((blob.name[len(self.base) :], blob) for blob in blobs) if s.step == step]
+
     def list(self) -> list[StepStatus]:
         """Alias of :meth:`scan` under the name the contract promises."""
         return self.scan()
@@ -286,7 +291,7 @@ class CheckpointStore:
             if not _FILE_NAME.match(name) or name in RESERVED_NAMES:
                 raise ValueError(f"bad payload file name {name!r}")
         prefix = self.step_prefix(step)
-        existing = [s for s in self.scan() if s.step == step]
+        existing = self._scan_step(step)
         if existing and existing[0].committed:
             checkpoint, _reason = self._verify(existing[0], "metadata")
             if checkpoint is not None:
@@ -309,20 +314,19 @@ class CheckpointStore:
             self._upload(prefix + name, data, "application/octet-stream")
         manifest_bytes = json.dumps(manifest, indent=1, sort_keys=True).encode()
         self._upload(prefix + MANIFEST, manifest_bytes, "application/json")
-        self._upload(prefix + COMMITTED, sha256_hex(manifest_bytes).encode(), "text/plain")
-        committed = self.bucket.get_blob(prefix + COMMITTED, retry=DEFAULT_RETRY)
+        # The upload's answer is the object's resource (creation time included): no GET of it afterwards.
+        # https://cloud.google.com/storage/docs/json_api/v1/objects/insert#response
+        committed = self._upload(prefix + COMMITTED, sha256_hex(manifest_bytes).encode(), "text/plain")
         checkpoint = Checkpoint(
-            bucket=self.bucket_name,
-            prefix=prefix,
-            step=step,
-            manifest=manifest,
-            committed_at=committed.time_created if committed is not None else None,
+            bucket=self.bucket_name, prefix=prefix, step=step, manifest=manifest, committed_at=committed.time_created
         )
         return WriteResult(checkpoint=checkpoint, written=True)
 
-    def _upload(self, name: str, data: bytes, content_type: str) -> None:
+    def _upload(self, name: str, data: bytes, content_type: str) -> storage.Blob:
         # Re-uploading the same bytes is harmless here (uncommitted prefix, one writer), so retry freely.
-        self.bucket.blob(name).upload_from_string(data, content_type=content_type, retry=DEFAULT_RETRY)
+        blob = self.bucket.blob(name)
+        blob.upload_from_string(data, content_type=content_type, retry=DEFAULT_RETRY)
+        return blob
 
     def _delete_step(self, status: StepStatus) -> None:
         """COMMITTED first, so a half-deleted step is never mistaken for a committed one."""

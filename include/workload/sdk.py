@@ -36,6 +36,7 @@ from google.cloud import storage
 from interlude_workload.checkpoints import Checkpoint, CheckpointStore, log_writer_id, now_iso
 from interlude_workload.gcs import storage_client
 from interlude_workload.maintenance import MaintenanceWatcher, Notice, metadata_url_from_env
+from interlude_workload.retention import Retainer
 
 ARRAYS_FILE = "arrays.npz"
 STATE_FILE = "state.json"
@@ -161,7 +162,8 @@ class Checkpointer:
         self.control_requests = control_requests
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
-        self._wake = threading.Event()  # set on notice changes: interrupts pacing/holds (never from the signal handler)
+        self._wake = threading.Event()  # set on notice changes: interrupts holds (never from the signal handler)
+        self._pace_late = 0.0  # how late the last paced sleep ended: taken off the next one (pace)
         self._closing = threading.Event()
         self._threads: list[threading.Thread] = []
         self._watcher: MaintenanceWatcher | None = None
@@ -187,6 +189,7 @@ class Checkpointer:
         self._progress: dict[str, Any] = {}
         self._progress_dirty = False
         self._retention_due = False  # a commit that starts a hold leaves its retention to the hold
+        self._retainer = Retainer(self._own_store, keep, self.log)  # off the loop: see retention.py
         self._flush_lock = threading.Lock()  # one upload of log + progress at a time: the reporter, a hold, close
         self._rate_window: list[tuple[float, int]] = []
         self._first_step: tuple[float, int] | None = None
@@ -280,6 +283,7 @@ class Checkpointer:
         self._wake.set()
         if self._watcher is not None:
             self._watcher.stop()
+        self._retainer.close()
         for thread in self._threads:
             thread.join(timeout=10)
         self._flush()
@@ -374,15 +378,13 @@ class Checkpointer:
         return result.checkpoint
 
     def _retain(self) -> None:
+        """Ask for retention of older checkpoints; it runs in the background (retention.py), the loop trains on."""
         self._retention_due = False
-        if not self.keep:
-            return
-        try:
-            deleted = self.store.retain(self.keep)
-            if deleted:
-                self.log(f"retention removed steps {deleted}")
-        except Exception as exc:  # noqa: BLE001 - retention is housekeeping; a failure must not stop training
-            self.log(f"retention failed: {exc}")
+        self._retainer.request()
+
+    def _own_store(self) -> CheckpointStore:
+        """This stage's store with a storage client of its own, for a background thread."""
+        return CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
 
     def wait_while_held(self) -> None:
         """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
@@ -465,12 +467,28 @@ class Checkpointer:
             self._acked |= pending
 
     def pace(self, step_started: float, step_seconds: float) -> None:
-        """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM."""
+        """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM (polled every 0.1 s).
+
+        A plain sleep, not a wait on ``_wake``: a notice sets that event and only a hold clears it, so from the
+        notice to the hold every wait here returned at once and pacing spun a whole core (the hour of a
+        maintenance notice; 6 s per event in benchmarks/badput.py, on a 2-core machine shared with the control
+        plane). A notice never shortened a step anyway: the loop only ends at the deadline or on SIGTERM.
+
+        The paced part of a step stands for an accelerator's compute, whose length the host's scheduler does not
+        change. A sleep that ends late (the OS woke the trainer after the deadline: a loaded host) is taken off the
+        next step's sleep, at most half a step, so the steps keep their length on average. Only oversleep is
+        carried: a step whose own work took its whole budget (the model, the SDK's threads in this process, a
+        commit) sleeps nothing and carries nothing, so time the workload really spent stays spent."""
+        target = step_started + step_seconds - self._pace_late
+        self._pace_late = 0.0
+        if time.monotonic() >= target:
+            return
         while not self.stop_requested:
-            remaining = step_started + step_seconds - time.monotonic()
+            remaining = target - time.monotonic()
             if remaining <= 0:
+                self._pace_late = min(-remaining, step_seconds / 2)
                 return
-            self._wake.wait(min(remaining, 0.1))
+            time.sleep(min(remaining, 0.1))
 
     # ----------------------------------------------------------------- logs and progress
     def log(self, message: str) -> None:
@@ -599,7 +617,7 @@ class Checkpointer:
         return max(self.hold_margin, timedelta(seconds=self.hold_margin_commits * cost))
 
     def _control_loop(self) -> None:
-        store = CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
+        store = self._own_store()
         while not self._closing.wait(self.control_poll_seconds):
             try:
                 pending = set(store.pending_requests())

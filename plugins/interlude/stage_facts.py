@@ -221,6 +221,27 @@ class StageFactsReader:
             self._ack = (request_id, blob.generation, self._store_().checkpoint_for_request(request_id))
         return self._ack[2]
 
+    def with_new_progress(self, facts: StageFacts) -> StageFacts:
+        """Blocking, one GET: ``facts`` (the last listing's) with progress.json read now (see :func:`with_progress`).
+        The look of the short phase before a window where each moment counts (StageTrigger's quick watch): a hold
+        must be seen within a fraction of its length, and a listing plus the downloads of the new step it shows
+        took about as long as the hold itself."""
+        self.downloads += 1
+        return with_progress(facts, self._store_().read_progress())
+
+
+def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> StageFacts:
+    """The facts with a newer progress.json (None: unreadable or absent, the facts stay as they were). The step
+    the workload says it holds at counts as committed: it sets ``held_at`` only to a step whose COMMITTED marker
+    it has written (``Checkpointer.wait_while_held``), so the listing and downloads that would re-verify it are
+    not needed to know it."""
+    if progress is None:
+        return facts
+    committed, held = facts.committed_step, progress.get("held_at")
+    if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
+        committed = max(committed, held)
+    return StageFacts(committed, dict(progress), facts.request_ack_step)
+
 
 def _as_blobs(status: Any, bucket: Any) -> Any:
     """The listed step as blobs the store can verify: downloads by name, sizes and CRC32C as listed."""

@@ -275,6 +275,13 @@ class StageTrigger(BaseTrigger):
             return await asyncio.to_thread(self._reader.read, objects, state.request_id)
         return self._reader.read(objects, state.request_id)
 
+    async def _progress_facts(self, facts: StageFacts) -> StageFacts:
+        """The quick watch's look (a hold before the window may begin at any moment, see notice_wait.watch_interval):
+        progress.json alone, one GET, over the last listing's facts (stage_facts.with_progress)."""
+        if self._reader is None:
+            self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
+        return await asyncio.to_thread(self._reader.with_new_progress, facts)
+
     @staticmethod
     def _calm(state: StageState, machine: Machine, notice: Any) -> bool:
         """Per-stage reads are the expensive look: every poll while anything is happening, else every few.
@@ -293,7 +300,9 @@ class StageTrigger(BaseTrigger):
         try:
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
-            if self.facts_source == "bucket_list":
+            if self.facts_source == "bucket_list" and facts is not None and self._watch < self.poll_interval:
+                facts, facts_at = await self._progress_facts(facts), time.monotonic()
+            elif self.facts_source == "bucket_list":
                 facts, facts_at = await self._shared_facts(state), time.monotonic()
             elif facts is None or not self._calm(state, machine, notice) or self._due(facts_at):
                 facts = await asyncio.to_thread(

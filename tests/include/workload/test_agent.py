@@ -79,15 +79,24 @@ def _agent(bucket: str, run_key: str, log: Path, *extra: str) -> subprocess.Pope
 
 def _children(pid: int) -> list[str]:
     """The command lines of a process's children, from /proc (what the kernel says, not the agent)."""
+    return [cmdline for _pid, cmdline in _child_processes(pid)]
+
+
+def _child_processes(pid: int) -> list[tuple[int, str]]:
     found = []
     for proc in Path("/proc").iterdir():
         try:
             ppid = proc.name.isdigit() and (proc / "stat").read_text().rsplit(")", 1)[1].split()[1]
             if ppid == str(pid):
-                found.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+                found.append((int(proc.name), (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()))
         except (OSError, IndexError):
             continue  # a process that ended while we looked
     return found
+
+
+def _mapped(pid: int) -> str:
+    """The files mapped into a process (its shared libraries among them), as the kernel lists them."""
+    return Path(f"/proc/{pid}/maps").read_text()
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> int:
@@ -104,8 +113,9 @@ def test_the_trainer_is_a_warm_fork_that_commits_on_sigterm_and_a_cold_start_res
     bucket: str, tmp_path: Path
 ) -> None:
     """Warm start (the default): the agent's child is a fork of the agent (its command line is the agent's), not a
-    new interpreter; SIGTERM to the agent reaches it, it commits its current step and the agent exits 0. A
-    `--cold-start` agent then starts `python -m interlude_workload.train`, which resumes from that very step."""
+    new interpreter, and neither has gRPC loaded; SIGTERM to the agent reaches it, it commits its current step and
+    the agent exits 0. A `--cold-start` agent then starts `python -m interlude_workload.train`, which resumes from
+    that very step."""
     from interlude_workload.checkpoints import CheckpointStore
     from interlude_workload.plan import StagePlan, write_plan
 
@@ -119,6 +129,12 @@ def test_the_trainer_is_a_warm_fork_that_commits_on_sigterm_and_a_cold_start_res
         assert wait_for_text(log, "step 30/100000", warm, timeout=120), log.read_text()
         children = _children(warm.pid)
         assert len(children) == 1 and "interlude_workload.agent" in children[0], children
+        # Neither imported gRPC (interlude_workload.lean: the JSON API needs none of it, and every boot paid for
+        # the import before training again); numpy's extension is there, so the check does see imports.
+        trainer_pid = _child_processes(warm.pid)[0][0]
+        for pid in (warm.pid, trainer_pid):
+            maps = _mapped(pid)
+            assert "_multiarray_umath" in maps and "cygrpc" not in maps, pid
     finally:
         assert _stop(warm) == 0, log.read_text()
     text = log.read_text()

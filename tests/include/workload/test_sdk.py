@@ -151,7 +151,7 @@ def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucke
     """The control plane starts a pending maintenance early when it sees the workload hold at a commit, so the
     hold is uploaded when it begins: here the reporter's turn is 60 s away, and GCS says "holding" (a drill
     hold at step 3) within seconds; the hold times out after 2 s and the release is uploaded at once too. The
-    retention the hold's commit left for the hold (keep=1: step 2 goes) is done in it."""
+    retention the hold's commit left for the hold (keep=1: step 2 goes) is asked for in it."""
     import threading
 
     store = CheckpointStore(bucket, "hold-now", "train")
@@ -187,4 +187,87 @@ def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucke
         released = store.read_progress() or {}
         assert (released.get("state"), released.get("held_at")) == ("running", None), released
         assert time.monotonic() - started < 30  # all before the reporter's first turn (60 s)
-        assert [s.step for s in store.list()] == [3]
+    assert [s.step for s in store.list()] == [3]  # retention runs in the background: done by close at the latest
+
+
+def test_a_commit_does_not_wait_for_retention_and_close_finishes_it(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Retention of older checkpoints (a listing, a verify, deletes) runs in a background thread: a commit returns
+    while it is still going (here it is held until released), and close() waits for the pass that is due, so a
+    finished stage keeps exactly ``keep`` checkpoints. Inline, each commit stopped training for the pass:
+    ~0.04 s per commit, two extra commits per maintenance event (benchmarks/README.md)."""
+    import threading
+
+    release = threading.Event()
+    real_retain = CheckpointStore.retain
+
+    def slow_retain(self: CheckpointStore, keep: int) -> list[int]:
+        release.wait(60)
+        return real_retain(self, keep)
+
+    monkeypatch.setattr(CheckpointStore, "retain", slow_retain)
+    store = CheckpointStore(bucket, "retain-later", "train")
+    ckpt = Checkpointer(bucket, "retain-later", "train", total_steps=5, checkpoint_every=1, keep=2, metadata_url=None)
+    ckpt.start()
+
+    def train() -> None:
+        for step in range(1, 6):
+            ckpt.commit(step, {"w": np.full(3, step)}, {}, reason=ckpt.step_finished(step) or "")
+
+    trainer = threading.Thread(target=train, daemon=True)
+    trainer.start()
+    trainer.join(timeout=60)
+    finished_while_retention_waited = not trainer.is_alive()
+    release.set()
+    assert finished_while_retention_waited, "a commit waited for retention"
+    assert [s.step for s in store.list()][-1] == 5
+    ckpt.close()
+    assert [s.step for s in store.list()] == [4, 5]
+
+
+def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(bucket: str) -> None:
+    """A notice sets the Checkpointer's wake event and only a hold clears it. Pacing waited on that event, so from
+    a notice to the hold each wait returned at once and a step's pacing spun a core (a maintenance notice is an
+    hour on Google). One second of paced steps under a notice must cost this thread little CPU."""
+    from interlude_workload.maintenance import Notice
+
+    ckpt = Checkpointer(bucket, "pace-run", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    ckpt._on_notice(Notice(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE"))
+    cpu, wall = time.thread_time(), time.monotonic()
+    for _ in range(50):
+        ckpt.pace(time.monotonic(), step_seconds=0.02)
+    cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
+    ckpt.close()
+    assert wall >= 0.9  # the steps were paced ...
+    assert cpu < 0.2, f"... on {cpu:.2f} s of CPU in {wall:.2f} s"  # ... asleep, not busy-waiting (was ~wall)
+
+
+def test_a_late_wake_up_is_taken_off_the_next_steps_sleep(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every sleep ends 10 ms late (a loaded host): paced steps keep their length on average (a step stands for an
+    accelerator's compute), where carrying nothing made each of them 10 ms longer."""
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + 0.01))
+    ckpt = Checkpointer(bucket, "pace-late", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    wall = time.monotonic()
+    for _ in range(20):
+        ckpt.pace(time.monotonic(), step_seconds=0.05)
+    wall = time.monotonic() - wall
+    monkeypatch.setattr(time, "sleep", real_sleep)
+    ckpt.close()
+    assert 1.0 <= wall < 1.12, f"20 steps of 50 ms took {wall:.3f} s (1.2 s when each wake-up's lateness stays)"
+
+
+def test_a_step_whose_own_work_overran_is_not_made_up_later(bucket: str) -> None:
+    """Only oversleep is carried: a step whose work took 30 ms of a 20 ms budget sleeps nothing, and no later
+    step is shortened to catch up (that would hide time the workload really spent)."""
+    ckpt = Checkpointer(bucket, "pace-overrun", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
+    wall = time.monotonic()
+    for i in range(20):
+        started = time.monotonic()
+        if i % 2 == 0:
+            time.sleep(0.03)  # this step's own work
+        ckpt.pace(started, step_seconds=0.02)
+    wall = time.monotonic() - wall
+    ckpt.close()
+    assert wall >= 10 * 0.03 + 10 * 0.02, f"{wall:.3f} s: some overrun was made up by shorter steps"

@@ -1,0 +1,66 @@
+"""benchmarks/suite_cpu.py: the kinds table, and a real pytest run whose child process reports its own CPU."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.suite_cpu import OTHER, kind_of, main
+
+VENV_BIN = str(Path(sys.executable).parent)
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "kind"),
+    [
+        (f"{VENV_BIN}/python {VENV_BIN}/airflow dags test interlude_training --conf {{}}", "airflow dags test"),
+        (f"{VENV_BIN}/python {VENV_BIN}/airflow db migrate", "airflow db migrate"),
+        ("airflow api_server -- host:127.0.0.1 port:42073", "stack: api-server"),
+        (f"{VENV_BIN}/python {VENV_BIN}/airflow scheduler", "stack: scheduler"),
+        (f"{VENV_BIN}/python {VENV_BIN}/airflow dag-processor", "stack: dag-processor"),
+        (f"{VENV_BIN}/python {VENV_BIN}/airflow triggerer", "stack: triggerer"),
+        ("[celeryd: celery@host:ForkPoolWorker-1]", "stack: celery worker"),
+        ("airflow supervisor: 01a23cb0-89e5-79e5-a310-00a03903a0a1", "airflow (other: CLI calls, task supervisors)"),
+        (f"{VENV_BIN}/python -m interlude_localcloud.gcs_emulator start --port 0", "local cloud: GCS emulator"),
+        (f"{VENV_BIN}/python -m interlude_localcloud --port 0 --scenario s.yaml", "local cloud"),
+        ("python3 -m interlude_workload.agent --bucket b --run-key k", "workload: agent"),
+        (f"{VENV_BIN}/python -m interlude_workload.train --bucket b", "workload: trainer"),
+        ("/usr/lib/chromium/chromium --headless", "chromium"),
+        (
+            "[pytest-xdist running] tests/faults/test_failover.py::test_x",
+            "pytest (workers, collection, the tests' own code)",
+        ),
+        ("bash startup-script.sh", OTHER),
+        (f"{VENV_BIN}/python -c print(1) /tmp/pytest-of-root/pytest-1/x", OTHER),
+        (f"{VENV_BIN}/python -m pytest -q tests", "pytest (workers, collection, the tests' own code)"),
+    ],
+)
+def test_each_process_gets_its_kind(cmdline: str, kind: str) -> None:
+    assert kind_of(cmdline) == kind
+
+
+def test_a_child_process_cpu_is_seen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A test that starts a process burning ~1 CPU-s, which writes its own rusage: the table holds at least
+    most of it under that process's kind."""
+    report = tmp_path / "self.txt"
+    burn = (
+        "import resource, time\n"
+        "end = time.process_time() + 1.0\n"
+        "while time.process_time() < end: pass\n"
+        "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+        f"open({str(report)!r}, 'w').write(str(r.ru_utime + r.ru_stime))\n"
+    )
+    target = tmp_path / "test_burn.py"
+    target.write_text(
+        f"import subprocess, sys\ndef test_burn():\n    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
+    )
+    assert main(["--json", "--interval", "0.1", "--", "-q", "-p", "no:cacheprovider", str(target)]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    own = float(report.read_text())
+    assert own >= 0.9
+    seen = sum(r["cpu_seconds"] for r in out["rows"] if r["kind"] == OTHER)
+    assert 0.7 * own <= seen <= own + 0.1, (seen, own, out)
+    assert any(r["kind"].startswith("pytest") and r["cpu_seconds"] > 0 for r in out["rows"])
