@@ -157,7 +157,7 @@ class StageTrigger(BaseTrigger):
         return hooks[key]
 
     async def _new_hook(self) -> Any:
-        # The async hook modules import google.auth and aiohttp (the sync hooks' Google client libraries and the
+        # The async hook modules import google.auth and httpx (the sync hooks' Google client libraries and the
         # provider's GoogleBaseHook stay out of the triggerer): still imports, so never on the event loop.
         retry = await asyncio.to_thread(importlib.import_module, "interlude.hooks._retry")
         policy = retry.RetryPolicy(**WATCH_RETRY)

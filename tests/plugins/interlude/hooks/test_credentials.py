@@ -150,8 +150,7 @@ print(json.dumps({"nodes": len(nodes), "modules": sorted(sys.modules)}))
 
 def test_the_async_hook_reads_the_cloud_without_the_providers_hook_module(localcloud: Any) -> None:
     """In a fresh process (as the trigger runner): the TPU API answers through the connection, and neither the
-    provider's base_google (googleapiclient, httplib2, gcloud-aio) nor google-cloud-tpu was imported. aiohttp is
-    imported: it is the async hooks' own HTTP client (interlude.hooks._rest), no longer only the provider's."""
+    provider's base_google (googleapiclient, httplib2, gcloud-aio, aiohttp) nor google-cloud-tpu was imported."""
     extra = {"is_anonymous": True, "project": localcloud.project, "tpu_endpoint": localcloud.api_endpoint}
     env = {
         **os.environ,
@@ -169,6 +168,7 @@ def test_the_async_hook_reads_the_cloud_without_the_providers_hook_module(localc
         "googleapiclient",
         "httplib2",
         "gcloud.aio.auth",
+        "aiohttp",
         "google.cloud.tpu_v2",
         "google.cloud.compute_v1",
     ):
