@@ -64,7 +64,7 @@ LONG_UNITS = {
     "machine": 180.0,
     "tests/faults/test_stage_drills.py::test_non_deferrable_stages_drill_and_finish_with_the_reference_weights": 165.0,
     "tests/benchmarks/test_triggerer_watch_smoke.py::test_twenty_triggers_poll_in_a_real_triggerer_floor_before_"
-    "and_after": 150.0,
+    "after_and_a_git_ref": 150.0,
 }
 
 

@@ -5,7 +5,6 @@ A real TPU node of the local cloud with a real SCHEDULED notice; the workload's 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -57,12 +56,8 @@ def test_with_progress_counts_the_held_step_as_committed_only_while_holding() ->
 
 
 def test_the_hold_before_the_window_is_seen_without_listing_the_bucket_and_starts_the_maintenance(
-    cloud: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
+    cloud: Any, bucket: str, anonymous_connection: None
 ) -> None:
-    extra = {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
-    )
     node = _ready_node(cloud)
     # Ten real minutes ahead at the scenario's 3600x; the policy reads the clock at 1x, so the window is "near"
     # (within 15 minutes) for the whole test, and Google allows an early start (SCHEDULED: canReschedule).

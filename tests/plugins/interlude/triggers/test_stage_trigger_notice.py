@@ -4,7 +4,6 @@ bucket listing: 20 triggers in one event loop (as in a triggerer) watch real TPU
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -41,13 +40,7 @@ def _create_nodes(cloud: Any, names: list[str]) -> None:
     raise AssertionError("nodes not READY")
 
 
-def test_a_notice_reaches_every_watcher_within_one_poll(
-    cloud: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    extra = {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
-    )
+def test_a_notice_reaches_every_watcher_within_one_poll(cloud: Any, bucket: str, anonymous_connection: None) -> None:
     names = [f"watched-{i:02d}" for i in range(WATCHERS)]
     _create_nodes(cloud, names)
     for name in names:
@@ -100,15 +93,11 @@ def test_a_notice_reaches_every_watcher_within_one_poll(
 
 
 def test_a_shared_list_older_than_the_machine_does_not_make_it_gone(
-    cloud: Any, bucket: str, monkeypatch: pytest.MonkeyPatch
+    cloud: Any, bucket: str, anonymous_connection: None
 ) -> None:
     """A re-provisioned machine's new watcher may find the zone list another watcher fetched just before the
     create: the machine is absent from it, and only the machine's own GET may say it is gone (a wrong
     "gone" re-creates a machine that exists)."""
-    extra = {"is_anonymous": True, "project": cloud.project, "tpu_endpoint": cloud.api_endpoint}
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", json.dumps({"conn_type": "google_cloud_platform", "extra": extra})
-    )
 
     def watcher(name: str) -> StageTrigger:
         state = StageState(target_step=1000, boot_id="b", last_step_seen=0).to_dict()
