@@ -303,7 +303,8 @@ def test_a_deleted_pod_keeps_serving_through_its_prestop_pause_after_leaving_the
     uid = pod["metadata"]["uid"]
     pod_port = c.runtime.runners[uid].port
     proxy = next(iter(c.runtime.proxies.values()))
-    assert pod_port in proxy.backends
+    # The Service's endpoints follow Ready a moment later (the runtime's next reconcile): wait, as service_answer does.
+    wait_for("the pod in the Service's endpoints", lambda: pod_port in proxy.backends, c, timeout=30)
     requests.get(f"http://127.0.0.1:{pod_port}/health", timeout=10).raise_for_status()
     store.delete(PODS, "default", pod["metadata"]["name"])
     wait_for("the pod gone from the Service", lambda: pod_port not in proxy.backends, c, timeout=30)
