@@ -217,10 +217,7 @@ class StageTrigger(BaseTrigger):
 
     def suspect(self, state: StageState, machine: Machine, now: float) -> bool:
         """Quiet for a while on a READY machine: worth a look at the serial console."""
-        return (
-            machine is Machine.READY
-            and _quiet_for(state, now) >= look_plan(self.poll_interval, self.stall_timeout).period
-        )
+        return machine is Machine.READY and _quiet_for(state, now) >= self._look_plan().period
 
     def _look_due(self, state: StageState, machine: Machine, notice: Any) -> tuple[object, ...] | None:
         """The look's context when this quiet stage should read its startup script's last words now, else None:
