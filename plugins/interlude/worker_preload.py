@@ -3,8 +3,7 @@
 On the CeleryExecutor every Airflow task runs in a process forked from a pool child of the worker: whatever
 that process imports, it imports afresh for each task, and the libraries Interlude's tasks use are large.
 Measured on the 2-core machine (CPU seconds in a process that already holds Airflow's task runner):
-Google's Compute client (`google.cloud.compute_v1`, its generated message types) 1.6 s, the Google
-provider's base hook 0.5 s, the GKE hooks (Kubernetes client, cncf provider) 3.8 s: paid by nearly every
+the Google provider's base hook 0.5 s, the GKE hooks (Kubernetes client, cncf provider) 3.8 s: paid by nearly every
 training task and every serving task, several seconds of start-up each on a loaded machine. Imported here
 once, they are inherited, already loaded, by every task process the worker forks.
 
@@ -21,7 +20,6 @@ import importlib
 # that DAG parsing stays light: tests/dags/test_dag_integrity.py).
 PRELOAD = (
     "airflow.providers.google.common.hooks.base_google",
-    "google.cloud.compute_v1",
     "google.cloud.tpu_v2",
     "google.cloud.storage",
     "interlude.hooks.compute",

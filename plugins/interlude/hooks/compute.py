@@ -1,23 +1,30 @@
 """Compute Engine hook for GPU (and TPU7x) VMs: capacity facts, instances, maintenance; sync and async.
 
-Calls go through the ``google.cloud.compute_v1`` clients (REST-only, synchronous) with our endpoint in
-``client_options``. Operations are polled with our own ``ZoneOperationsClient`` on the same endpoint:
-the library's ``ExtendedOperation.result()`` would poll Google's public endpoint whatever
-``client_options`` say. Instances are read as raw REST JSON so callers get Google's
-camelCase shape (same as the TPU hook) including ``resourceStatus.upcomingMaintenance``. The async hook
+Every call is a raw REST JSON call of Compute Engine API v1
+(https://cloud.google.com/compute/docs/reference/rest/v1) through the hook's ``RestClient`` (google.auth's
+``AuthorizedSession``, our retries and error mapping), not the ``google.cloud.compute_v1`` client library:
+
+- callers get Google's own camelCase JSON (the same shape as the TPU hook), including fields the library's
+  messages may not carry yet, such as ``resourceStatus.upcomingMaintenance``;
+- the library's generated message types cost every process that imports them ~1.2-1.6 CPU-s and ~93 MB of
+  RSS (measured on the 2-core machine in a process that already holds google-cloud-storage): every Airflow
+  task that probes GPU capacity (every run's first tasks) and every ``airflow dags test`` paid that for
+  a few GET and POST calls;
+- operations are polled with ``zoneOperations.get`` on the same endpoint (the library's
+  ``ExtendedOperation.result()`` polls Google's public endpoint whatever ``client_options`` say).
+
+A request body is sent as the caller wrote it: Compute Engine itself refuses an unknown field with a 400
+("Invalid JSON payload received. Unknown name ..."), which becomes ``InvalidRequestError``. The async hook
 (the triggerer's) is :mod:`interlude.hooks.compute_async`, re-exported here.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from typing import Any
 
-from google.cloud import compute_v1
-
-from interlude.hooks._ops import CALL_TIMEOUT, client_call, dict_to_message, message_to_dict, poll_until
+from interlude.hooks._ops import poll_until
 from interlude.hooks.compute_async import COMPUTE_PUBLIC_ENDPOINT, AsyncComputeHook
 from interlude.hooks.connection import InterludeGoogleHook
 from interlude.hooks.errors import (
@@ -62,38 +69,15 @@ class ComputeHook(InterludeGoogleHook):
 
     # -- plumbing -------------------------------------------------------------------------------------
 
-    def _client(self, cls: type[Any]) -> Any:
-        return cls(credentials=self.get_credentials(), transport="rest", client_options=self.client_options())
+    @property
+    def project_url(self) -> str:
+        return f"{self.base_url}/compute/v1/projects/{self.project}"
 
-    @functools.cached_property
-    def instances(self) -> compute_v1.InstancesClient:
-        return self._client(compute_v1.InstancesClient)
-
-    @functools.cached_property
-    def zone_operations(self) -> compute_v1.ZoneOperationsClient:
-        return self._client(compute_v1.ZoneOperationsClient)
-
-    @functools.cached_property
-    def accelerator_types(self) -> compute_v1.AcceleratorTypesClient:
-        return self._client(compute_v1.AcceleratorTypesClient)
-
-    @functools.cached_property
-    def machine_types(self) -> compute_v1.MachineTypesClient:
-        return self._client(compute_v1.MachineTypesClient)
-
-    @functools.cached_property
-    def regions(self) -> compute_v1.RegionsClient:
-        return self._client(compute_v1.RegionsClient)
-
-    @functools.cached_property
-    def reservations(self) -> compute_v1.ReservationsClient:
-        return self._client(compute_v1.ReservationsClient)
+    def zone_url(self, zone: str) -> str:
+        return f"{self.project_url}/zones/{zone}"
 
     def instances_url(self, zone: str) -> str:
-        return f"{self.base_url}/compute/v1/projects/{self.project}/zones/{zone}/instances"
-
-    def _call(self, fn: Any, what: str) -> Any:
-        return client_call(fn, self.retry_policy, what)
+        return f"{self.zone_url(zone)}/instances"
 
     def wait_operation(self, zone: str, operation: str) -> dict[str, Any]:
         """Poll a zone operation until DONE (through our own client); raise its mapped error if any.
@@ -103,69 +87,55 @@ class ComputeHook(InterludeGoogleHook):
         """
 
         def check() -> dict[str, Any] | None:
-            op = self._call(
-                lambda: self.zone_operations.get(
-                    project=self.project, zone=zone, operation=operation, retry=None, timeout=CALL_TIMEOUT
-                ),
-                f"zoneOperations.get {operation}",
-            )
-            as_dict = message_to_dict(op)
-            return as_dict if as_dict.get("status") == "DONE" else None
+            op = self.rest.request("GET", f"{self.zone_url(zone)}/operations/{operation}")
+            return op if op.get("status") == "DONE" else None
 
         result = poll_until(check, timeout=self.operation_timeout, max_interval=self.poll_interval, what=operation)
         if (result.get("error") or {}).get("errors"):
             raise error_from_compute_operation(result)
         return result
 
-    def _instance_op(self, zone: str, name: str, verb: str, wait: bool, **extra: Any) -> dict[str, Any]:
-        method = getattr(self.instances, f"{verb}_unary")
-        # a request mapping: query parameters such as withExtendedNotifications are not flattened arguments
-        request = {"project": self.project, "zone": zone, "instance": name, **extra}
-        op = self._call(
-            lambda: method(request=request, retry=None, timeout=CALL_TIMEOUT),
-            f"instances.{verb} {zone}/{name}",
-        )
-        return self.wait_operation(zone, op.name) if wait else message_to_dict(op)
+    def _instance_op(
+        self, zone: str, name: str, verb: str | None, wait: bool, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """POST ``instances/{name}/{verb}`` (DELETE ``instances/{name}`` when ``verb`` is None): an operation."""
+        url = f"{self.instances_url(zone)}/{name}"
+        if verb is None:
+            op = self.rest.request("DELETE", url, params=params)
+        else:
+            op = self.rest.request("POST", f"{url}/{verb}", params=params)
+        return self.wait_operation(zone, str(op["name"])) if wait else op
 
     # -- catalog and capacity facts -------------------------------------------------------------------
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         """Accelerator types offered in the zone, e.g. ``["nvidia-l4", "nvidia-tesla-t4"]``."""
-        names = self._call(
-            lambda: [a.name for a in self.accelerator_types.list(project=self.project, zone=zone, retry=None)],
-            f"acceleratorTypes.list {zone}",
-        )
-        return sorted(set(names))
+        items = self.rest.list_all(f"{self.zone_url(zone)}/acceleratorTypes", "items")
+        return sorted({str(a["name"]) for a in items})
 
     def list_machine_types(self, zone: str) -> list[str]:
         """Machine types offered in the zone, e.g. ``["g2-standard-8", ...]``."""
-        names = self._call(
-            lambda: [m.name for m in self.machine_types.list(project=self.project, zone=zone, retry=None)],
-            f"machineTypes.list {zone}",
-        )
-        return sorted(set(names))
+        items = self.rest.list_all(f"{self.zone_url(zone)}/machineTypes", "items")
+        return sorted({str(m["name"]) for m in items})
 
     def get_region_quotas(self, region: str) -> dict[str, tuple[float, float]]:
         """Regional quotas: metric (e.g. ``NVIDIA_L4_GPUS``) -> (limit, usage)."""
-        region_obj = self._call(
-            lambda: self.regions.get(project=self.project, region=region, retry=None, timeout=CALL_TIMEOUT),
-            f"regions.get {region}",
-        )
-        return {q.metric: (float(q.limit), float(q.usage)) for q in region_obj.quotas}
+        region_obj = self.rest.request("GET", f"{self.project_url}/regions/{region}")
+        return {
+            str(q["metric"]): (float(q.get("limit") or 0), float(q.get("usage") or 0))
+            for q in region_obj.get("quotas") or []
+        }
 
     def list_reservations(self, zone: str) -> list[dict[str, Any]]:
         """Reservations in the zone as Google's JSON (``specificReservation.count`` / ``inUseCount``...)."""
-        return self._call(
-            lambda: [message_to_dict(r) for r in self.reservations.list(project=self.project, zone=zone, retry=None)],
-            f"reservations.list {zone}",
-        )
+        return self.rest.list_all(f"{self.zone_url(zone)}/reservations", "items")
 
     # -- zones ----------------------------------------------------------------------------------------
 
     def get_zone(self, zone: str) -> dict[str, Any] | None:
         """The zone (``zones.get``), or None when the project cannot see a zone of that name."""
         try:
-            return self.rest.request("GET", f"{self.base_url}/compute/v1/projects/{self.project}/zones/{zone}")
+            return self.rest.request("GET", self.zone_url(zone))
         except NotFoundError:
             return None
 
@@ -193,21 +163,14 @@ class ComputeHook(InterludeGoogleHook):
         name = body.get("name")
         if not name:
             raise InvalidRequestError("insert_instance: body needs a 'name'", 400, "INVALID_ARGUMENT")
-        instance = dict_to_message(compute_v1.Instance, body)
-        request = compute_v1.InsertInstanceRequest(
-            project=self.project, zone=zone, instance_resource=instance, request_id=str(uuid.uuid4())
-        )
         try:
-            op = self._call(
-                lambda: self.instances.insert_unary(request=request, retry=None, timeout=CALL_TIMEOUT),
-                f"instances.insert {zone}/{name}",
-            )
+            op = self.rest.request("POST", self.instances_url(zone), params={"requestId": str(uuid.uuid4())}, json=body)
         except AlreadyExistsError:
             log.info("instance %s/%s already exists; returning it", zone, name)
             return self._existing_instance(zone, name, wait)
         if wait:
             try:
-                self.wait_operation(zone, op.name)
+                self.wait_operation(zone, str(op["name"]))
             except AlreadyExistsError:
                 return self._existing_instance(zone, name, wait)
         return self.get_instance(zone, name) or {"name": name, "status": "PROVISIONING"}
@@ -224,7 +187,7 @@ class ComputeHook(InterludeGoogleHook):
     def delete_instance(self, zone: str, name: str, wait: bool = True) -> None:
         """Delete a VM; one that does not exist (anymore) is fine."""
         try:
-            self._instance_op(zone, name, "delete", wait)
+            self._instance_op(zone, name, None, wait)
         except NotFoundError:
             log.info("instance %s/%s already gone", zone, name)
 
@@ -248,12 +211,16 @@ class ComputeHook(InterludeGoogleHook):
         server's ``maintenance-event``) and the VM going down are what the pipeline reacts to.
         """
         self._instance_op(
-            zone, name, "simulate_maintenance_event", wait, with_extended_notifications=with_extended_notifications
+            zone,
+            name,
+            "simulateMaintenanceEvent",
+            wait,
+            {"withExtendedNotifications": "true" if with_extended_notifications else "false"},
         )
 
     def perform_maintenance(self, zone: str, name: str, wait: bool = False) -> None:
         """Start the VM's pending maintenance now."""
-        self._instance_op(zone, name, "perform_maintenance", wait)
+        self._instance_op(zone, name, "performMaintenance", wait)
 
 
 __all__ = ["COMPUTE_PUBLIC_ENDPOINT", "AsyncComputeHook", "ComputeHook"]

@@ -1,4 +1,4 @@
-"""ComputeHook / AsyncComputeHook against the real local cloud, through the real google-cloud-compute clients.
+"""ComputeHook / AsyncComputeHook against the real local cloud, over Compute Engine's REST API.
 
 Each test deletes the VMs it made, so zone capacity and regional quota start from zero for the next.
 """
@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -236,3 +238,31 @@ def test_time_scale_comes_from_the_connection(tmp_path: Any, monkeypatch: pytest
     monkeypatch.setenv("AIRFLOW_CONN_BROKEN", json.dumps(google))
     with pytest.raises(ValueError, match="time_scale must be > 0"):
         ComputeHook("broken").time_scale  # noqa: B018
+
+
+GPU_PATH = """
+import json, sys
+from interlude.hooks.compute import ComputeHook
+hook = ComputeHook(None, compute_endpoint=sys.argv[1], project_id=sys.argv[2], poll_interval=0.1)
+body = json.loads(sys.argv[3])
+facts = [hook.list_accelerator_types("us-central1-a"), "NVIDIA_L4_GPUS" in hook.get_region_quotas("us-central1")]
+facts.append(hook.insert_instance("us-central1-a", body)["status"])
+hook.delete_instance("us-central1-a", body["name"])
+print(json.dumps({"facts": facts, "compute_v1": "google.cloud.compute_v1" in sys.modules}))
+"""
+
+
+def test_a_gpu_vm_lifecycle_never_imports_the_compute_client_library(localcloud: Any) -> None:
+    """The hook is raw REST: a process that probes GPU capacity and creates and deletes a VM never loads
+    google.cloud.compute_v1 (~1.2-1.6 CPU-s and ~93 MB per process, paid by every task and `dags test`)."""
+    out = subprocess.run(
+        [sys.executable, "-c", GPU_PATH, localcloud.api_endpoint, localcloud.project, json.dumps(l4_vm("no-lib"))],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["facts"] == [["nvidia-l4", "nvidia-tesla-t4"], True, "RUNNING"]
+    assert result["compute_v1"] is False
+    assert localcloud.admin.machine("gce", ZONE, "no-lib") is None  # the cloud's own list: deleted
