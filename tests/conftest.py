@@ -58,12 +58,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`airflow db migrate` once per session (~3 s warm, ~7 s cold); every Airflow home of every test
-    copies the result instead of migrating its own."""
+    """`airflow db migrate` once per run (~3-7 CPU-s warm, ~12 cold); every Airflow home of every test
+    copies the result instead of migrating its own. Under pytest-xdist the workers share one template
+    (pytest-xdist's recipe: a file lock in the directory all workers' temp dirs share), so four workers
+    migrate once, not four times. Tests only ever copy it."""
+    from filelock import FileLock
+
     from interlude import dev
 
-    home = tmp_path_factory.mktemp("airflow-template")
-    dev.ensure_airflow_db({**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    home = shared / "airflow-template"
+    with FileLock(str(shared / "airflow-template.lock")):
+        if not (home / "migrated").exists():
+            home.mkdir(exist_ok=True)
+            (home / "airflow.db").unlink(missing_ok=True)  # a worker's failed migration left half a database
+            env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+            dev.ensure_airflow_db(env)
+            (home / "migrated").touch()
     return home / "airflow.db"
 
 
