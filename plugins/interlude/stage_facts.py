@@ -8,21 +8,25 @@ each stage's reader downloads only what changed since its last look, by object g
 when it was rewritten, a committed step's manifest and COMMITTED once per generation (a marker is never
 re-verified while it is unchanged), an ack once. A calm stage then costs no GCS call of its own.
 
+Everything here runs on the triggerer's event loop over GCS's JSON API (interlude.hooks.gcs_async: httpx, no
+google-cloud-storage, google.api_core or grpc imported into the trigger runner); the checks that make a step
+committed are the checkpoint contract's own (interlude_workload.committed).
+
 Object generations: https://cloud.google.com/storage/docs/metadata#generation-number ; listing with a
 glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object-glob
 """
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import ctypes.util
-import itertools
+import json
 from collections.abc import Callable, Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from interlude.observe import StageFacts, _shared_client
+from interlude.hooks.gcs_async import AsyncGcs, shared_gcs
+from interlude.observe import StageFacts
+from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
 
 ROOT = "interlude"  # interlude_workload.layout.ROOT (not imported here: this module loads in the triggerer)
 # GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
@@ -68,43 +72,18 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _as_listed(_iterator: Any, item: Mapping[str, Any]) -> Mapping[str, Any]:
-    return item
+async def list_bucket(bucket: str, gcs: AsyncGcs | None = None) -> dict[str, dict[str, Listed]]:
+    """The bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects), on the event loop.
 
-
-def list_bucket(bucket: str, client: Any = None) -> dict[str, dict[str, Listed]]:
-    """Blocking: the bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects).
-
-    Indexed as the pages arrive from the listing's JSON items, as listed: no ``Blob`` is built per object
-    (4,000 of them for 1,000 stages every interval: ~13 us each, a third of the listing thread's CPU), and only
-    one page's items exist at a time, not the whole bucket's. The storage client's iterator still makes the
-    calls, pages and retries; only its ``item_to_value`` (public in google.api_core's page iterators) is ours."""
-    client = client or _shared_client()
-
-    def pages(glob: str) -> Iterable[Mapping[str, Any]]:
-        listing = client.list_blobs(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS)
-        listing.item_to_value = _as_listed
-        return listing
-
-    return index_by_stage(itertools.chain.from_iterable(pages(glob) for glob in GLOBS))
-
-
-_LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlude-bucket-list")
-
-
-async def list_bucket_async(bucket: str) -> dict[str, dict[str, Listed]]:
-    """:func:`list_bucket` off the event loop, always in the same one worker thread.
-
-    Why one thread of its own rather than ``asyncio.to_thread``: glibc gives threads that allocate at once
-    their own malloc arenas and keeps what they freed there, so a listing that ran in whichever of the default
-    executor's threads was free could leave its peak in each of their arenas; in one thread it reuses the
-    same memory every interval (and is trimmed after each run, see :func:`release_free_memory`). Listings of
-    several buckets queue behind each other: one call per bucket and interval, a fraction of a second each."""
-    return await asyncio.get_running_loop().run_in_executor(_LISTER, _list_and_trim, bucket)
-
-
-def _list_and_trim(bucket: str) -> dict[str, dict[str, Listed]]:
-    index = list_bucket(bucket)
+    Indexed as the pages arrive, from the listing's JSON items as listed (no object per item beyond the small
+    :class:`Listed`), so only one page's items exist at a time, not the whole bucket's; the freed pages are
+    handed back to the OS after each listing (:func:`release_free_memory`)."""
+    gcs = gcs or await shared_gcs()
+    index: dict[str, dict[str, Listed]] = {}
+    for glob in GLOBS:
+        async for items in gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS):
+            for prefix, objects in index_by_stage(items).items():
+                index.setdefault(prefix, {}).update(objects)
     release_free_memory()
     return index
 
@@ -137,10 +116,10 @@ def _generations(objects: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 class StageFactsReader:
     """One stage's facts from the shared listing; downloads only what the listing shows has changed."""
 
-    def __init__(self, bucket: str, run_key: str, stage: str, client: Any = None) -> None:
+    def __init__(self, bucket: str, run_key: str, stage: str, gcs: AsyncGcs | None = None) -> None:
         from interlude_workload import layout
 
-        self.client = client
+        self.gcs = gcs
         self.bucket = bucket
         self.run_key = run_key
         self.stage = stage
@@ -154,32 +133,44 @@ class StageFactsReader:
         return index.get(self.prefix, {})
 
     def needs_io(self, objects: StageObjects, request_id: str | None) -> bool:
-        """Whether :meth:`read` would download anything (else it is cheap enough for the event loop)."""
+        """Whether :meth:`read` would download anything (else it makes no call and never waits)."""
         progress = objects.get(PROGRESS)
         if progress is not None and progress.generation != self._progress[0]:
             return True
         ack = objects.get(_ack_name(request_id)) if request_id else None
         if ack is not None and (self._ack is None or self._ack[:2] != (request_id, ack.generation)):
             return True
-        return self._committed(objects, verify=False) is None
+        return self._committed_known(objects) is None
 
-    def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
-        """The facts; downloads (blocking) only new progress, new acks and committed steps not yet verified."""
-        committed = self._committed(objects, verify=True) or 0
-        return StageFacts(committed, self._read_progress(objects), self._read_ack(objects, request_id))
+    async def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
+        """The facts; downloads only new progress, new acks and committed steps not yet verified."""
+        committed = await self._committed(objects)
+        return StageFacts(committed, await self._read_progress(objects), await self._read_ack(objects, request_id))
 
-    def _store_(self) -> Any:
-        """A store for this stage's downloads, built when one is needed and not held between polls (it holds a
-        ``Bucket`` with its ACL objects: a few KB per stage, for the rare poll that downloads)."""
-        from interlude_workload.checkpoints import CheckpointStore
+    async def _gcs(self) -> AsyncGcs:
+        return self.gcs or await shared_gcs()
 
-        return CheckpointStore(self.bucket, self.run_key, self.stage, client=self.client or _shared_client())
+    async def _download(self, name: str) -> bytes | None:
+        """One object by its full name (None: absent). Counted: the benchmark and tests read ``downloads``."""
+        self.downloads += 1
+        return await (await self._gcs()).download(self.bucket, name)
 
-    def _committed(self, objects: StageObjects, verify: bool) -> int | None:
-        """The highest committed step that verifies (0: none); None when verify is False and a step would
-        need a download to decide."""
-        from interlude_workload.checkpoints import step_statuses
+    def _committed_known(self, objects: StageObjects) -> int | None:
+        """The highest committed step that verifies (0: none) from verdicts already made; None when a step
+        would need a download to decide."""
+        for status in reversed(step_statuses(objects.items())):
+            if not status.committed:
+                continue
+            ok = self._verdicts.get((status.step, _generations(status.objects)))
+            if ok is None:
+                return None
+            if ok:
+                return status.step
+        return 0
 
+    async def _committed(self, objects: StageObjects) -> int:
+        """The highest committed step that verifies (0: none), downloading manifest and COMMITTED of a step
+        only once per generation of them."""
         verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}
         found = 0
         for status in reversed(step_statuses(objects.items())):
@@ -188,14 +179,10 @@ class StageFactsReader:
             key = (status.step, _generations(status.objects))
             ok = self._verdicts.get(key)
             if ok is None:
-                if not verify:
-                    return None
-                self.downloads += 2
-                store = self._store_()
-                checkpoint, reason = store.verify(_as_blobs(status, store.bucket))
-                ok = checkpoint is not None
-                if not ok and (reason or "").startswith("could not read"):
+                verdict = await self._verify(status)
+                if verdict is None:
                     continue  # a failed read is no verdict: try again next poll
+                ok = verdict
             verdicts[key] = ok
             if ok:
                 found = status.step
@@ -203,31 +190,63 @@ class StageFactsReader:
         self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
         return found
 
-    def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
+    async def _verify(self, status: Any) -> bool | None:
+        """Whether a listed committed step verifies (CheckpointStore.verify's metadata check: two downloads);
+        None when it could not be read (gone since the listing, or GCS did not answer)."""
+        if MANIFEST not in status.objects:
+            return False  # "COMMITTED present but manifest.json missing"
+        try:
+            manifest = await self._download(status.objects[MANIFEST].name)
+            marker = await self._download(status.objects[COMMITTED].name)
+        except Exception:  # noqa: BLE001 - as CheckpointStore.verify: "could not read", no verdict
+            return None
+        if manifest is None or marker is None:
+            return None
+        return check_committed(status, self.stage, manifest, marker)[0] is not None
+
+    async def _json(self, relative: str) -> tuple[bool, dict[str, Any] | None]:
+        """(read, content) of a small JSON object: (True, None) when it is absent or not a JSON object, (False,
+        None) when GCS did not answer (the caller keeps what it knew and reads again next poll)."""
+        try:
+            raw = await self._download(self.prefix + relative)
+        except Exception:  # noqa: BLE001 - no answer is not "absent": keep the last facts, read again next poll
+            return False, None
+        if raw is None:
+            return True, None
+        try:
+            value = json.loads(raw)
+        except ValueError:  # a torn write elsewhere: treat as absent, as CheckpointStore._get_json does
+            return True, None
+        return True, value if isinstance(value, dict) else None
+
+    async def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
         blob = objects.get(PROGRESS)
         if blob is None:
             self._progress = (None, {})
         elif blob.generation != self._progress[0]:
-            self.downloads += 1
-            self._progress = (blob.generation, self._store_().read_progress() or {})
+            read, progress = await self._json(PROGRESS)
+            if read:
+                self._progress = (blob.generation, progress or {})
         return self._progress[1]
 
-    def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
+    async def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
         blob = objects.get(_ack_name(request_id)) if request_id else None
         if blob is None or request_id is None:
             return None
         if self._ack is None or self._ack[:2] != (request_id, blob.generation):
-            self.downloads += 1
-            self._ack = (request_id, blob.generation, self._store_().checkpoint_for_request(request_id))
+            read, ack = await self._json(_ack_name(request_id))
+            if not read:
+                return self._ack[2] if self._ack is not None and self._ack[0] == request_id else None
+            self._ack = (request_id, blob.generation, int(ack["step"]) if ack and "step" in ack else None)
         return self._ack[2]
 
-    def with_new_progress(self, facts: StageFacts) -> StageFacts:
-        """Blocking, one GET: ``facts`` (the last listing's) with progress.json read now (see :func:`with_progress`).
+    async def with_new_progress(self, facts: StageFacts) -> StageFacts:
+        """One GET: ``facts`` (the last listing's) with progress.json read now (see :func:`with_progress`).
         The look of the short phase before a window where each moment counts (StageTrigger's quick watch): a hold
         must be seen within a fraction of its length, and a listing plus the downloads of the new step it shows
         took about as long as the hold itself."""
-        self.downloads += 1
-        return with_progress(facts, self._store_().read_progress())
+        read, progress = await self._json(PROGRESS)
+        return with_progress(facts, progress if read else None)
 
 
 def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> StageFacts:
@@ -241,19 +260,6 @@ def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> Stag
     if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
         committed = max(committed, held)
     return StageFacts(committed, dict(progress), facts.request_ack_step)
-
-
-def _as_blobs(status: Any, bucket: Any) -> Any:
-    """The listed step as blobs the store can verify: downloads by name, sizes and CRC32C as listed."""
-    from interlude_workload.checkpoints import StepStatus
-
-    objects = {}
-    for name, listed in status.objects.items():
-        blob = bucket.blob(listed.name)
-        # The listing's metadata, as list_blobs would have set it (the payload check reads size and crc32c).
-        blob._properties.update({"size": listed.size, "crc32c": listed.crc32c, "timeCreated": listed.time_created})
-        objects[name] = blob
-    return StepStatus(step=status.step, committed=status.committed, objects=objects)
 
 
 def _ack_name(request_id: str | None) -> str:
