@@ -98,8 +98,9 @@ class AsyncRestClient:
 
     The access token comes from the same ``google.auth`` credentials; refreshing them is a blocking
     HTTP call, so it runs in a worker thread (``asyncio.to_thread``), once for concurrent callers.
-    ``requests`` (google.auth's transport for that call, ~9 MB of imports with it) is imported only then:
-    credentials that never expire (anonymous, the local cloud's) never import it.
+    The refresh goes through google.auth's urllib3 transport, imported only then: anonymous credentials (the
+    local cloud's) never refresh and import nothing, and urllib3 costs the trigger runner ~1 MB where the
+    requests transport costs ~6 MB (benchmarks/README.md, issue 16).
     """
 
     def __init__(self, credentials: Credentials, policy: RetryPolicy, timeout: float = DEFAULT_TIMEOUT):
@@ -189,7 +190,10 @@ class AsyncRestClient:
 
 
 def _refresh(credentials: Credentials) -> None:
-    """Blocking: a token refresh through google.auth's requests transport (imported here, see AsyncRestClient)."""
-    from google.auth.transport.requests import Request
+    """Blocking: a token refresh through google.auth's urllib3 transport (imported here, see AsyncRestClient).
+    https://googleapis.dev/python/google-auth/latest/reference/google.auth.transport.urllib3.html"""
+    import urllib3
+    from google.auth.transport.urllib3 import Request
 
-    credentials.refresh(Request())
+    with urllib3.PoolManager() as http:
+        credentials.refresh(Request(http))
