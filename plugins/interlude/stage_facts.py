@@ -8,9 +8,9 @@ each stage's reader downloads only what changed since its last look, by object g
 when it was rewritten, a committed step's manifest and COMMITTED once per generation (a marker is never
 re-verified while it is unchanged), an ack once. A calm stage then costs no GCS call of its own.
 
-Everything here runs on the triggerer's event loop over GCS's JSON API (interlude.hooks.gcs_async: httpx, no
-google-cloud-storage, google.api_core or grpc imported into the trigger runner); the checks that make a step
-committed are the checkpoint contract's own (interlude_workload.committed).
+The reads go over GCS's JSON API with httpx (interlude.hooks.gcs_json: no google-cloud-storage, google.api_core
+or grpc in the trigger runner); the checks that make a step committed are the checkpoint contract's own
+(interlude_workload.committed).
 
 Object generations: https://cloud.google.com/storage/docs/metadata#generation-number ; listing with a
 glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object-glob
@@ -18,13 +18,16 @@ glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
+import itertools
 import json
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from interlude.hooks.gcs_async import AsyncGcs, shared_gcs
+from interlude.hooks.gcs_json import GcsJson, shared_gcs
 from interlude.observe import StageFacts
 from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
 
@@ -72,18 +75,32 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-async def list_bucket(bucket: str, gcs: AsyncGcs | None = None) -> dict[str, dict[str, Listed]]:
-    """The bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects), on the event loop.
+def list_bucket(bucket: str, gcs: GcsJson | None = None) -> dict[str, dict[str, Listed]]:
+    """Blocking: the bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects).
 
     Indexed as the pages arrive, from the listing's JSON items as listed (no object per item beyond the small
-    :class:`Listed`), so only one page's items exist at a time, not the whole bucket's; the freed pages are
-    handed back to the OS after each listing (:func:`release_free_memory`)."""
-    gcs = gcs or await shared_gcs()
-    index: dict[str, dict[str, Listed]] = {}
-    for glob in GLOBS:
-        async for items in gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS):
-            for prefix, objects in index_by_stage(items).items():
-                index.setdefault(prefix, {}).update(objects)
+    :class:`Listed`): only one page's items exist at a time, not the whole bucket's."""
+    gcs = gcs or shared_gcs()
+    pages = (gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS) for glob in GLOBS)
+    return index_by_stage(itertools.chain.from_iterable(itertools.chain.from_iterable(pages)))
+
+
+_LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlude-bucket-list")
+
+
+async def list_bucket_async(bucket: str) -> dict[str, dict[str, Listed]]:
+    """:func:`list_bucket` off the event loop, always in the same one worker thread.
+
+    Why one thread of its own rather than ``asyncio.to_thread``: glibc gives threads that allocate at once
+    their own malloc arenas and keeps what they freed there, so a listing that ran in whichever of the default
+    executor's threads was free could leave its peak in each of their arenas; in one thread it reuses the
+    same memory every interval (and is trimmed after each run, see :func:`release_free_memory`). Listings of
+    several buckets queue behind each other: one call per bucket and interval, a fraction of a second each."""
+    return await asyncio.get_running_loop().run_in_executor(_LISTER, _list_and_trim, bucket)
+
+
+def _list_and_trim(bucket: str) -> dict[str, dict[str, Listed]]:
+    index = list_bucket(bucket)
     release_free_memory()
     return index
 
@@ -116,7 +133,7 @@ def _generations(objects: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 class StageFactsReader:
     """One stage's facts from the shared listing; downloads only what the listing shows has changed."""
 
-    def __init__(self, bucket: str, run_key: str, stage: str, gcs: AsyncGcs | None = None) -> None:
+    def __init__(self, bucket: str, run_key: str, stage: str, gcs: GcsJson | None = None) -> None:
         from interlude_workload import layout
 
         self.gcs = gcs
@@ -133,44 +150,28 @@ class StageFactsReader:
         return index.get(self.prefix, {})
 
     def needs_io(self, objects: StageObjects, request_id: str | None) -> bool:
-        """Whether :meth:`read` would download anything (else it makes no call and never waits)."""
+        """Whether :meth:`read` would download anything (else it is cheap enough for the event loop)."""
         progress = objects.get(PROGRESS)
         if progress is not None and progress.generation != self._progress[0]:
             return True
         ack = objects.get(_ack_name(request_id)) if request_id else None
         if ack is not None and (self._ack is None or self._ack[:2] != (request_id, ack.generation)):
             return True
-        return self._committed_known(objects) is None
+        return self._committed(objects, verify=False) is None
 
-    async def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
-        """The facts; downloads only new progress, new acks and committed steps not yet verified."""
-        committed = await self._committed(objects)
-        return StageFacts(committed, await self._read_progress(objects), await self._read_ack(objects, request_id))
+    def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
+        """The facts; downloads (blocking) only new progress, new acks and committed steps not yet verified."""
+        committed = self._committed(objects, verify=True) or 0
+        return StageFacts(committed, self._read_progress(objects), self._read_ack(objects, request_id))
 
-    async def _gcs(self) -> AsyncGcs:
-        return self.gcs or await shared_gcs()
-
-    async def _download(self, name: str) -> bytes | None:
-        """One object by its full name (None: absent). Counted: the benchmark and tests read ``downloads``."""
+    def _download(self, name: str) -> bytes | None:
+        """Blocking: one object by its full name (None: absent). Counted: the benchmark and tests read it."""
         self.downloads += 1
-        return await (await self._gcs()).download(self.bucket, name)
+        return (self.gcs or shared_gcs()).download(self.bucket, name)
 
-    def _committed_known(self, objects: StageObjects) -> int | None:
-        """The highest committed step that verifies (0: none) from verdicts already made; None when a step
-        would need a download to decide."""
-        for status in reversed(step_statuses(objects.items())):
-            if not status.committed:
-                continue
-            ok = self._verdicts.get((status.step, _generations(status.objects)))
-            if ok is None:
-                return None
-            if ok:
-                return status.step
-        return 0
-
-    async def _committed(self, objects: StageObjects) -> int:
-        """The highest committed step that verifies (0: none), downloading manifest and COMMITTED of a step
-        only once per generation of them."""
+    def _committed(self, objects: StageObjects, verify: bool) -> int | None:
+        """The highest committed step that verifies (0: none); None when verify is False and a step would
+        need a download to decide."""
         verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}
         found = 0
         for status in reversed(step_statuses(objects.items())):
@@ -179,37 +180,40 @@ class StageFactsReader:
             key = (status.step, _generations(status.objects))
             ok = self._verdicts.get(key)
             if ok is None:
-                verdict = await self._verify(status)
-                if verdict is None:
+                if not verify:
+                    return None
+                ok = self._verify(status)
+                if ok is None:
                     continue  # a failed read is no verdict: try again next poll
-                ok = verdict
             verdicts[key] = ok
             if ok:
                 found = status.step
                 break
-        self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
+        if verify:
+            self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
         return found
 
-    async def _verify(self, status: Any) -> bool | None:
+    def _verify(self, status: Any) -> bool | None:
         """Whether a listed committed step verifies (CheckpointStore.verify's metadata check: two downloads);
         None when it could not be read (gone since the listing, or GCS did not answer)."""
         if MANIFEST not in status.objects:
             return False  # "COMMITTED present but manifest.json missing"
         try:
-            manifest = await self._download(status.objects[MANIFEST].name)
-            marker = await self._download(status.objects[COMMITTED].name)
+            manifest = self._download(status.objects[MANIFEST].name)
+            marker = self._download(status.objects[COMMITTED].name)
         except Exception:  # noqa: BLE001 - as CheckpointStore.verify: "could not read", no verdict
             return None
         if manifest is None or marker is None:
             return None
         return check_committed(status, self.stage, manifest, marker)[0] is not None
 
-    async def _json(self, relative: str) -> tuple[bool, dict[str, Any] | None]:
-        """(read, content) of a small JSON object: (True, None) when it is absent or not a JSON object, (False,
-        None) when GCS did not answer (the caller keeps what it knew and reads again next poll)."""
+    def _json(self, relative: str) -> tuple[bool, dict[str, Any] | None]:
+        """(read, content) of one of the stage's small JSON objects: (True, None) when it is absent or not a
+        JSON object, (False, None) when GCS did not answer: the caller keeps what it knew and reads again at
+        the next poll (an unanswered read is not "no progress")."""
         try:
-            raw = await self._download(self.prefix + relative)
-        except Exception:  # noqa: BLE001 - no answer is not "absent": keep the last facts, read again next poll
+            raw = self._download(self.prefix + relative)
+        except Exception:  # noqa: BLE001 - no answer is not an answer
             return False, None
         if raw is None:
             return True, None
@@ -219,33 +223,33 @@ class StageFactsReader:
             return True, None
         return True, value if isinstance(value, dict) else None
 
-    async def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
+    def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
         blob = objects.get(PROGRESS)
         if blob is None:
             self._progress = (None, {})
         elif blob.generation != self._progress[0]:
-            read, progress = await self._json(PROGRESS)
+            read, progress = self._json(PROGRESS)
             if read:
                 self._progress = (blob.generation, progress or {})
         return self._progress[1]
 
-    async def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
+    def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
         blob = objects.get(_ack_name(request_id)) if request_id else None
         if blob is None or request_id is None:
             return None
         if self._ack is None or self._ack[:2] != (request_id, blob.generation):
-            read, ack = await self._json(_ack_name(request_id))
+            read, ack = self._json(_ack_name(request_id))
             if not read:
                 return self._ack[2] if self._ack is not None and self._ack[0] == request_id else None
             self._ack = (request_id, blob.generation, int(ack["step"]) if ack and "step" in ack else None)
         return self._ack[2]
 
-    async def with_new_progress(self, facts: StageFacts) -> StageFacts:
-        """One GET: ``facts`` (the last listing's) with progress.json read now (see :func:`with_progress`).
+    def with_new_progress(self, facts: StageFacts) -> StageFacts:
+        """Blocking, one GET: ``facts`` (the last listing's) with progress.json read now (see :func:`with_progress`).
         The look of the short phase before a window where each moment counts (StageTrigger's quick watch): a hold
         must be seen within a fraction of its length, and a listing plus the downloads of the new step it shows
         took about as long as the hold itself."""
-        read, progress = await self._json(PROGRESS)
+        read, progress = self._json(PROGRESS)
         return with_progress(facts, progress if read else None)
 
 

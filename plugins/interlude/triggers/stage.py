@@ -33,7 +33,7 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
-from interlude.stage_facts import StageFactsReader, list_bucket
+from interlude.stage_facts import StageFactsReader, list_bucket_async
 from interlude.startup_looks import LookClock, LookPlan, after_look, look_due, look_plan, look_spread
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
@@ -261,20 +261,23 @@ class StageTrigger(BaseTrigger):
 
     async def _shared_facts(self, state: StageState) -> StageFacts:
         """This stage's facts from the bucket's listing shared by every trigger in the process; a download
-        only for what changed, else no GCS call of its own (all on the event loop: interlude.stage_facts)."""
+        only for what changed (off the event loop), else no GCS call of its own."""
         index = await BUCKET_LISTS.get(
-            ("gcs", self.bucket), lambda: list_bucket(self.bucket), self._watch * 0.9, self._started
+            ("gcs", self.bucket), lambda: list_bucket_async(self.bucket), self._watch * 0.9, self._started
         )
         if self._reader is None:
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
-        return await self._reader.read(self._reader.objects(index), state.request_id)
+        objects = self._reader.objects(index)
+        if self._reader.needs_io(objects, state.request_id):
+            return await asyncio.to_thread(self._reader.read, objects, state.request_id)
+        return self._reader.read(objects, state.request_id)
 
     async def _progress_facts(self, facts: StageFacts) -> StageFacts:
         """The quick watch's look (a hold before the window may begin at any moment, see notice_wait.watch_interval):
         progress.json alone, one GET, over the last listing's facts (stage_facts.with_progress)."""
         if self._reader is None:
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
-        return await self._reader.with_new_progress(facts)
+        return await asyncio.to_thread(self._reader.with_new_progress, facts)
 
     @staticmethod
     def _calm(state: StageState, machine: Machine, notice: Any) -> bool:

@@ -1,10 +1,9 @@
 """Stage facts from one shared bucket listing: the same answers as each stage's own reads, for a
 fraction of the GCS calls, counted by a proxy in front of the real GCS emulator; read over the JSON API with
-the triggerer's own async client (no google-cloud-storage in the trigger runner)."""
+httpx (no google-cloud-storage in the trigger runner)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from interlude.hooks.gcs_async import new_gcs
+from interlude.hooks.gcs_json import new_gcs
 from interlude.observe import read_stage_facts
 from interlude.stage_facts import StageFactsReader, list_bucket
 from interlude_workload.checkpoints import CheckpointStore
@@ -45,41 +44,36 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     bucket: str, proxy: CountingProxy
 ) -> None:
     _seed(bucket)
+    gcs = new_gcs(proxy.endpoint)
+    readers = [StageFactsReader(bucket, f"run{i:02d}", "train", gcs=gcs) for i in range(STAGES)]
     expected = [read_stage_facts(bucket, f"run{i:02d}", "train", "req1" if i == 0 else None) for i in range(STAGES)]
 
-    async def polls() -> None:
-        gcs = await new_gcs(proxy.endpoint)
-        readers = [StageFactsReader(bucket, f"run{i:02d}", "train", gcs=gcs) for i in range(STAGES)]
+    def poll() -> list:
+        index = list_bucket(bucket, gcs=gcs)
+        return [r.read(r.objects(index), "req1" if i == 0 else None) for i, r in enumerate(readers)]
 
-        async def poll() -> list:
-            index = await list_bucket(bucket, gcs=gcs)
-            return [await r.read(r.objects(index), "req1" if i == 0 else None) for i, r in enumerate(readers)]
+    before = proxy.snapshot()
+    assert poll() == expected
+    first = proxy.snapshot() - before
+    # One list per glob for the whole bucket; per stage: progress + manifest + COMMITTED (+ the one ack).
+    assert first["gcs.list_objects"] == 2
+    assert first["gcs.download"] == STAGES * 3 + 1
 
-        before = proxy.snapshot()
-        assert await poll() == expected
-        first = proxy.snapshot() - before
-        # One list per glob for the whole bucket; per stage: progress + manifest + COMMITTED (+ the one ack).
-        assert first["gcs.list_objects"] == 2
-        assert first["gcs.download"] == STAGES * 3 + 1
+    before = proxy.snapshot()
+    assert poll() == expected
+    second = proxy.snapshot() - before
+    assert dict(second) == {"gcs.list_objects": 2}  # nothing changed: no stage makes a call of its own
 
-        before = proxy.snapshot()
-        assert await poll() == expected
-        second = proxy.snapshot() - before
-        assert dict(second) == {"gcs.list_objects": 2}  # nothing changed: no stage makes a call of its own
-
-        # A new progress and a new committed step are seen at the next listing, and only they are downloaded.
-        store = CheckpointStore(bucket, "run03", "train")
-        await asyncio.to_thread(store.write_progress, {"step": 20, "state": "running", "boot_id": "b"})
-        await asyncio.to_thread(store.write, 20, {"model.bin": b"\1" * 64})
-        before = proxy.snapshot()
-        facts = await poll()
-        third = proxy.snapshot() - before
-        assert facts[3].committed_step == 20 and facts[3].progress["step"] == 20
-        assert facts[:3] == expected[:3] and facts[4:] == expected[4:]
-        assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 3}
-        await gcs.aclose()
-
-    asyncio.run(polls())
+    # A new progress and a new committed step are seen at the next listing, and only they are downloaded.
+    store = CheckpointStore(bucket, "run03", "train")
+    store.write_progress({"step": 20, "state": "running", "boot_id": "b"})
+    store.write(20, {"model.bin": b"\1" * 64})
+    before = proxy.snapshot()
+    facts = poll()
+    third = proxy.snapshot() - before
+    assert facts[3].committed_step == 20 and facts[3].progress["step"] == 20
+    assert facts[:3] == expected[:3] and facts[4:] == expected[4:]
+    assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 3}
 
 
 def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> None:
@@ -87,16 +81,12 @@ def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> Non
     store.write(10, {"model.bin": b"a" * 8})
     store.write(20, {"model.bin": b"b" * 8})
     store.bucket.blob(store.step_prefix(20) + "COMMITTED").upload_from_string(b"0" * 64)  # wrong sha256
-
-    async def read() -> None:
-        reader = StageFactsReader(bucket, "run", "train")
-        objects = reader.objects(await list_bucket(bucket))
-        assert reader.needs_io(objects, None)
-        assert (await reader.read(objects, None)).committed_step == 10 == store.latest().checkpoint.step
-        assert not reader.needs_io(objects, None)  # both verdicts are remembered for these generations
-        assert reader.downloads == 4  # manifest + COMMITTED of step 20 (rejected) and of step 10
-
-    asyncio.run(read())
+    reader = StageFactsReader(bucket, "run", "train")
+    objects = reader.objects(list_bucket(bucket))
+    assert reader.needs_io(objects, None)
+    assert reader.read(objects, None).committed_step == 10 == store.latest().checkpoint.step
+    assert not reader.needs_io(objects, None)  # both verdicts are remembered for these generations
+    assert reader.downloads == 4  # manifest + COMMITTED of step 20 (rejected), then of step 10
 
 
 def test_an_absent_or_unanswered_download_is_told_apart(bucket: str) -> None:
@@ -104,44 +94,68 @@ def test_an_absent_or_unanswered_download_is_told_apart(bucket: str) -> None:
     progress as it was (read again at the next poll), never an empty one."""
     store = CheckpointStore(bucket, "run", "train")
     store.write_progress({"step": 7, "state": "running"})
-
-    async def reads() -> None:
-        reader = StageFactsReader(bucket, "run", "train")
-        objects = reader.objects(await list_bucket(bucket))
-        assert (await reader.read(objects, None)).progress["step"] == 7
-        newer = {**objects, "progress.json": objects["progress.json"]._replace(generation=-1)}
-        reader.gcs = await new_gcs("http://127.0.0.1:9")  # nothing listens on the discard port
-        assert (await reader.read(newer, None)).progress["step"] == 7
-        assert reader.needs_io(newer, None)  # not taken as read: the next poll downloads it again
-        reader.gcs = None
-        await asyncio.to_thread(store.bucket.blob(store.base + "progress.json").delete)
-        assert (await reader.read(newer, None)).progress == {}
-
-    asyncio.run(reads())
+    reader = StageFactsReader(bucket, "run", "train")
+    objects = reader.objects(list_bucket(bucket))
+    assert reader.read(objects, None).progress["step"] == 7
+    newer = {**objects, "progress.json": objects["progress.json"]._replace(generation=-1)}
+    reader.gcs = new_gcs("http://127.0.0.1:9")  # nothing listens on the discard port
+    assert reader.read(newer, None).progress["step"] == 7
+    assert reader.needs_io(newer, None)  # not taken as read: the next poll downloads it again
+    reader.gcs = None
+    store.bucket.blob(store.base + "progress.json").delete()
+    assert reader.read(newer, None).progress == {}
 
 
 def test_the_trigger_runner_reads_gcs_without_the_storage_client(bucket: str) -> None:
     """The stage trigger's whole GCS path (listing, downloads, verification) in a fresh interpreter never
-    imports google-cloud-storage, google.api_core, grpc or requests (~25 MB of the trigger runner's memory)."""
+    imports google-cloud-storage, google.api_core, grpc or requests (~22 MB of the trigger runner's memory)."""
     _seed(bucket)
     script = f"""
 import asyncio, sys
 from interlude.triggers.stage import StageTrigger
 import interlude.hooks.tpu_async, interlude.hooks.compute_async  # what the trigger imports when it starts
-from interlude.stage_facts import StageFactsReader, list_bucket
+from interlude.stage_facts import StageFactsReader, list_bucket_async
 
 async def main():
     reader = StageFactsReader({bucket!r}, "run00", "train")
-    facts = await reader.read(reader.objects(await list_bucket({bucket!r})), "req1")
+    objects = reader.objects(await list_bucket_async({bucket!r}))
+    facts = await asyncio.to_thread(reader.read, objects, "req1")
     assert facts.committed_step == 10 and facts.request_ack_step == 10 and facts.progress["step"] == 10, facts
 
 asyncio.run(main())
 heavy = ("grpc", "requests", "google.cloud.storage", "google.api_core")
-heavy = sorted(m for m in sys.modules if m.startswith(heavy) and m.split(".")[0] != "requests_toolbelt")
-print("HEAVY", heavy)
+print("HEAVY", sorted(m for m in sys.modules if m.startswith(heavy) and m.split(".")[0] != "requests_toolbelt"))
 """
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ), timeout=120
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert "HEAVY []" in out.stdout, out.stdout
+
+
+def test_the_triggers_listing_runs_in_one_thread_of_its_own_and_agrees(bucket: str) -> None:
+    """The async listing the triggers share gives list_bucket's index, every time from the same worker
+    thread (not the default executor's: each thread that lists keeps a malloc arena at the listing's peak)."""
+    import asyncio
+    import threading
+
+    from interlude import stage_facts
+
+    _seed(bucket)
+    threads: list[str] = []
+    plain = stage_facts.list_bucket
+
+    def recording(name: str) -> dict:
+        threads.append(threading.current_thread().name)
+        return plain(name)
+
+    async def twice() -> list[dict]:
+        return [await stage_facts.list_bucket_async(bucket) for _ in range(2)]
+
+    stage_facts.list_bucket = recording  # type: ignore[assignment]
+    try:
+        indexes = asyncio.run(twice())
+    finally:
+        stage_facts.list_bucket = plain  # type: ignore[assignment]
+    assert indexes == [plain(bucket)] * 2 and len(indexes[0]) == STAGES
+    assert len(set(threads)) == 1 and threads[0].startswith("interlude-bucket-list")
