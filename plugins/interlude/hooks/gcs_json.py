@@ -18,6 +18,7 @@ storage client uses for media).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -75,9 +76,7 @@ class GcsJson:
         url = f"{self._base}/storage/v1/b/{quote(bucket, safe='')}/o"
         query: dict[str, Any] = {"prefix": prefix, "matchGlob": match_glob, "fields": fields}
         while True:
-            resp = self._get(url, query)
-            page = _decode(resp.content, resp.text)
-            page = page if isinstance(page, dict) else {}
+            page = json.loads(self._get(url, query).content)  # bytes straight to JSON: no text copy of the page
             yield list(page.get("items") or [])
             token = page.get("nextPageToken")
             if not token:
