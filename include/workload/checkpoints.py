@@ -22,7 +22,6 @@ and a deterministic trainer writes the same bytes for the same step anyway.
 from __future__ import annotations
 
 import base64
-import hashlib
 import json
 import os
 import re
@@ -38,13 +37,21 @@ from google.cloud import storage
 from google.cloud.storage.retry import DEFAULT_RETRY
 
 from interlude_workload import layout
+from interlude_workload.committed import (
+    COMMITTED,
+    MANIFEST,
+    StepStatus,
+    check_committed,
+    listed_problem,
+    sha256_hex,
+    step_statuses,
+)
 from interlude_workload.gcs import storage_client
 
+__all__ = ["COMMITTED", "MANIFEST", "StepStatus", "sha256_hex", "step_statuses"]  # the pure half, re-exported
+
 FORMAT = "interlude-checkpoint/1"
-MANIFEST = "manifest.json"
-COMMITTED = "COMMITTED"
 RESERVED_NAMES = frozenset({MANIFEST, COMMITTED})
-_STEP_DIR = re.compile(r"^step-(\d{8,})/(.+)$")
 _NAME_PART = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FILE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -63,10 +70,6 @@ class CorruptCheckpoint(Exception):
 def crc32c_b64(data: bytes) -> str:
     """CRC32C as GCS reports it (base64 of the big-endian 4 bytes), so metadata can be compared."""
     return base64.b64encode(google_crc32c.Checksum(data).digest()).decode("ascii")
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def step_dir(step: int) -> str:
@@ -113,15 +116,6 @@ class Rejection:
 
     def as_dict(self) -> dict[str, Any]:
         return {"step": self.step, "reason": self.reason, "corrupt": self.corrupt}
-
-
-@dataclass(frozen=True)
-class StepStatus:
-    """One step directory as listed (no downloads): what exists there."""
-
-    step: int
-    committed: bool
-    objects: Mapping[str, storage.Blob]
 
 
 @dataclass
@@ -193,25 +187,17 @@ class CheckpointStore:
             return None, "COMMITTED present but manifest.json missing"
         try:
             manifest_bytes = objs[MANIFEST].download_as_bytes(retry=DEFAULT_RETRY)
-            marker = objs[COMMITTED].download_as_bytes(retry=DEFAULT_RETRY).decode("ascii", "replace").strip()
+            marker = objs[COMMITTED].download_as_bytes(retry=DEFAULT_RETRY)
         except Exception as exc:  # noqa: BLE001 - a vanished object during a scan is a reason, not a crash
             return None, f"could not read manifest/COMMITTED: {exc}"
-        # An empty marker is no evidence: it never skips the hash check (a torn or hand-made COMMITTED).
-        if marker != sha256_hex(manifest_bytes):
-            return None, "manifest.json does not match the sha256 recorded in COMMITTED"
-        try:
-            manifest = json.loads(manifest_bytes)
-        except ValueError as exc:
-            return None, f"manifest.json is not JSON: {exc}"
-        if manifest.get("step") != status.step or manifest.get("stage") != self.stage:
-            return None, f"manifest names step {manifest.get('step')} stage {manifest.get('stage')}"
-        files = manifest.get("files") or {}
-        if not files:
-            return None, "manifest lists no payload files"
-        for name, meta in sorted(files.items()):
-            problem = _payload_problem(name, objs.get(name), meta, mode)
-            if problem is not None:
-                return None, problem
+        manifest, reason = check_committed(status, self.stage, manifest_bytes, marker)
+        if manifest is None:
+            return None, reason
+        if mode == "full":
+            for name, meta in sorted((manifest.get("files") or {}).items()):
+                problem = _payload_problem(name, objs.get(name), meta, mode)
+                if problem is not None:
+                    return None, problem
         checkpoint = Checkpoint(
             bucket=self.bucket_name,
             prefix=self.step_prefix(status.step),
@@ -465,16 +451,6 @@ class CheckpointStore:
         return "".join(b.download_as_bytes(retry=DEFAULT_RETRY).decode("utf-8", "replace") for b in blobs)
 
 
-def step_statuses(named: Iterable[tuple[str, Any]]) -> list[StepStatus]:
-    """Step directories, ascending, from (name relative to the stage prefix, blob) pairs of one listing."""
-    found: dict[int, dict[str, Any]] = {}
-    for rel, blob in named:
-        match = _STEP_DIR.match(rel)
-        if match:
-            found.setdefault(int(match.group(1)), {})[match.group(2)] = blob
-    return [StepStatus(step=s, committed=COMMITTED in objs, objects=objs) for s, objs in sorted(found.items())]
-
-
 def log_writer_id() -> str:
     """A chunk-name prefix unique to this process: boot time (sortable) plus pid."""
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:] + f"-{os.getpid()}"
@@ -482,12 +458,7 @@ def log_writer_id() -> str:
 
 def _payload_problem(name: str, blob: Any, meta: Mapping[str, Any], mode: VerifyMode) -> str | None:
     """Why one payload file does not match its manifest entry (size, crc32c; sha256 in full mode), or None."""
-    if blob is None:
-        return f"payload {name} missing"
-    if blob.size is not None and int(blob.size) != int(meta["size"]):
-        return f"payload {name}: size {blob.size} != manifest {meta['size']}"
-    if blob.crc32c and blob.crc32c != meta["crc32c"]:
-        return f"payload {name}: crc32c {blob.crc32c} != manifest {meta['crc32c']}"
-    if mode == "full" and sha256_hex(blob.download_as_bytes(retry=DEFAULT_RETRY)) != meta["sha256"]:
+    problem = listed_problem(name, blob, meta)
+    if problem is None and mode == "full" and sha256_hex(blob.download_as_bytes(retry=DEFAULT_RETRY)) != meta["sha256"]:
         return f"payload {name}: sha256 mismatch"
-    return None
+    return problem

@@ -19,7 +19,7 @@ The watchdog rules (stall, startup failure, outage, drill) live in :mod:`interlu
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import StrEnum
 from typing import Any
 
@@ -128,6 +128,7 @@ BOOKKEEPING: dict[str, Any] = {
     "outage_since": None,
 }
 """Fields that change on ordinary polls: the trigger carries them, they never call the operator."""
+_DECIDING = tuple(f.name for f in fields(StageState) if f.name not in BOOKKEEPING)
 
 
 @dataclass(frozen=True)
@@ -153,7 +154,13 @@ class Transition:
         Bookkeeping alone (the running step count, the stall clock, an outage being ridden out) is
         not: it changes every poll and the trigger carries it.
         """
-        return bool(self.actions) or replace(self.state, **BOOKKEEPING) != replace(before, **BOOKKEEPING)
+        # Field by field (what comparing both with the bookkeeping blanked out would say, without building two
+        # states: this runs at every poll of every watched stage, ~100 times a second for 1,000 of them).
+        if self.actions:
+            return True
+        return self.state is not before and tuple(getattr(self.state, n) for n in _DECIDING) != tuple(
+            getattr(before, n) for n in _DECIDING
+        )
 
 
 def fail(state: StageState, why: str) -> Transition:

@@ -7,6 +7,7 @@ same way, and so the folding of Google's many states into READY / DOWN / GONE is
 from __future__ import annotations
 
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -215,17 +216,19 @@ def _checkpoint_cost(progress: dict[str, Any]) -> float | None:
 def is_outage(exc: BaseException) -> bool:
     """A control-plane failure worth riding out (429/5xx after the hook's retries, timeouts, refused
     connections; from the cloud's API or from GCS). Anything else (403, 400) is an answer: not an outage."""
-    from google.api_core import exceptions as google_errors
-
     from interlude.hooks.errors import TransientError
 
     if isinstance(exc, TransientError | TimeoutError | ConnectionError):
         return True
-    if isinstance(exc, google_errors.TooManyRequests | google_errors.ServerError | google_errors.RetryError):
+    # The storage client's and requests' errors, only where they are loaded: the triggerer reads GCS with its own
+    # httpx client and never imports them (an exception cannot be an instance of a class no module defined).
+    google_errors = sys.modules.get("google.api_core.exceptions")
+    if google_errors is not None and isinstance(
+        exc, google_errors.TooManyRequests | google_errors.ServerError | google_errors.RetryError
+    ):
         return True
-    import requests
-
-    return isinstance(exc, requests.ConnectionError | requests.Timeout)
+    requests = sys.modules.get("requests")
+    return requests is not None and isinstance(exc, requests.ConnectionError | requests.Timeout)
 
 
 def unknown(now: float, error: str) -> Observation:

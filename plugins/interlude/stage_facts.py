@@ -8,6 +8,10 @@ each stage's reader downloads only what changed since its last look, by object g
 when it was rewritten, a committed step's manifest and COMMITTED once per generation (a marker is never
 re-verified while it is unchanged), an ack once. A calm stage then costs no GCS call of its own.
 
+The reads go over GCS's JSON API with httpx (interlude.hooks.gcs_json: no google-cloud-storage, google.api_core
+or grpc in the trigger runner); the checks that make a step committed are the checkpoint contract's own
+(interlude_workload.committed).
+
 Object generations: https://cloud.google.com/storage/docs/metadata#generation-number ; listing with a
 glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object-glob
 """
@@ -18,11 +22,14 @@ import asyncio
 import ctypes
 import ctypes.util
 import itertools
+import json
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
-from interlude.observe import StageFacts, _shared_client
+from interlude.hooks.gcs_json import GcsJson, shared_gcs
+from interlude.observe import StageFacts
+from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
 
 ROOT = "interlude"  # interlude_workload.layout.ROOT (not imported here: this module loads in the triggerer)
 # GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
@@ -68,25 +75,14 @@ def _int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def _as_listed(_iterator: Any, item: Mapping[str, Any]) -> Mapping[str, Any]:
-    return item
-
-
-def list_bucket(bucket: str, client: Any = None) -> dict[str, dict[str, Listed]]:
+def list_bucket(bucket: str, gcs: GcsJson | None = None) -> dict[str, dict[str, Listed]]:
     """Blocking: the bucket's stage objects, indexed by stage (one list call per glob and 1,000 objects).
 
-    Indexed as the pages arrive from the listing's JSON items, as listed: no ``Blob`` is built per object
-    (4,000 of them for 1,000 stages every interval: ~13 us each, a third of the listing thread's CPU), and only
-    one page's items exist at a time, not the whole bucket's. The storage client's iterator still makes the
-    calls, pages and retries; only its ``item_to_value`` (public in google.api_core's page iterators) is ours."""
-    client = client or _shared_client()
-
-    def pages(glob: str) -> Iterable[Mapping[str, Any]]:
-        listing = client.list_blobs(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS)
-        listing.item_to_value = _as_listed
-        return listing
-
-    return index_by_stage(itertools.chain.from_iterable(pages(glob) for glob in GLOBS))
+    Indexed as the pages arrive, from the listing's JSON items as listed (no object per item beyond the small
+    :class:`Listed`): only one page's items exist at a time, not the whole bucket's."""
+    gcs = gcs or shared_gcs()
+    pages = (gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS) for glob in GLOBS)
+    return index_by_stage(itertools.chain.from_iterable(itertools.chain.from_iterable(pages)))
 
 
 _LISTER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="interlude-bucket-list")
@@ -137,10 +133,10 @@ def _generations(objects: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 class StageFactsReader:
     """One stage's facts from the shared listing; downloads only what the listing shows has changed."""
 
-    def __init__(self, bucket: str, run_key: str, stage: str, client: Any = None) -> None:
+    def __init__(self, bucket: str, run_key: str, stage: str, gcs: GcsJson | None = None) -> None:
         from interlude_workload import layout
 
-        self.client = client
+        self.gcs = gcs
         self.bucket = bucket
         self.run_key = run_key
         self.stage = stage
@@ -168,18 +164,14 @@ class StageFactsReader:
         committed = self._committed(objects, verify=True) or 0
         return StageFacts(committed, self._read_progress(objects), self._read_ack(objects, request_id))
 
-    def _store_(self) -> Any:
-        """A store for this stage's downloads, built when one is needed and not held between polls (it holds a
-        ``Bucket`` with its ACL objects: a few KB per stage, for the rare poll that downloads)."""
-        from interlude_workload.checkpoints import CheckpointStore
-
-        return CheckpointStore(self.bucket, self.run_key, self.stage, client=self.client or _shared_client())
+    def _download(self, name: str) -> bytes | None:
+        """Blocking: one object by its full name (None: absent). Counted: the benchmark and tests read it."""
+        self.downloads += 1
+        return (self.gcs or shared_gcs()).download(self.bucket, name)
 
     def _committed(self, objects: StageObjects, verify: bool) -> int | None:
         """The highest committed step that verifies (0: none); None when verify is False and a step would
         need a download to decide."""
-        from interlude_workload.checkpoints import step_statuses
-
         verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}
         found = 0
         for status in reversed(step_statuses(objects.items())):
@@ -190,26 +182,55 @@ class StageFactsReader:
             if ok is None:
                 if not verify:
                     return None
-                self.downloads += 2
-                store = self._store_()
-                checkpoint, reason = store.verify(_as_blobs(status, store.bucket))
-                ok = checkpoint is not None
-                if not ok and (reason or "").startswith("could not read"):
+                ok = self._verify(status)
+                if ok is None:
                     continue  # a failed read is no verdict: try again next poll
             verdicts[key] = ok
             if ok:
                 found = status.step
                 break
-        self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
+        if verify:
+            self._verdicts = verdicts  # only the steps still listed: the cache never outgrows the stage
         return found
+
+    def _verify(self, status: Any) -> bool | None:
+        """Whether a listed committed step verifies (CheckpointStore.verify's metadata check: two downloads);
+        None when it could not be read (gone since the listing, or GCS did not answer)."""
+        if MANIFEST not in status.objects:
+            return False  # "COMMITTED present but manifest.json missing"
+        try:
+            manifest = self._download(status.objects[MANIFEST].name)
+            marker = self._download(status.objects[COMMITTED].name)
+        except Exception:  # noqa: BLE001 - as CheckpointStore.verify: "could not read", no verdict
+            return None
+        if manifest is None or marker is None:
+            return None
+        return check_committed(status, self.stage, manifest, marker)[0] is not None
+
+    def _json(self, relative: str) -> tuple[bool, dict[str, Any] | None]:
+        """(read, content) of one of the stage's small JSON objects: (True, None) when it is absent or not a
+        JSON object, (False, None) when GCS did not answer: the caller keeps what it knew and reads again at
+        the next poll (an unanswered read is not "no progress")."""
+        try:
+            raw = self._download(self.prefix + relative)
+        except Exception:  # noqa: BLE001 - no answer is not an answer
+            return False, None
+        if raw is None:
+            return True, None
+        try:
+            value = json.loads(raw)
+        except ValueError:  # a torn write elsewhere: treat as absent, as CheckpointStore._get_json does
+            return True, None
+        return True, value if isinstance(value, dict) else None
 
     def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
         blob = objects.get(PROGRESS)
         if blob is None:
             self._progress = (None, {})
         elif blob.generation != self._progress[0]:
-            self.downloads += 1
-            self._progress = (blob.generation, self._store_().read_progress() or {})
+            read, progress = self._json(PROGRESS)
+            if read:
+                self._progress = (blob.generation, progress or {})
         return self._progress[1]
 
     def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
@@ -217,8 +238,10 @@ class StageFactsReader:
         if blob is None or request_id is None:
             return None
         if self._ack is None or self._ack[:2] != (request_id, blob.generation):
-            self.downloads += 1
-            self._ack = (request_id, blob.generation, self._store_().checkpoint_for_request(request_id))
+            read, ack = self._json(_ack_name(request_id))
+            if not read:
+                return self._ack[2] if self._ack is not None and self._ack[0] == request_id else None
+            self._ack = (request_id, blob.generation, int(ack["step"]) if ack and "step" in ack else None)
         return self._ack[2]
 
     def with_new_progress(self, facts: StageFacts) -> StageFacts:
@@ -226,8 +249,8 @@ class StageFactsReader:
         The look of the short phase before a window where each moment counts (StageTrigger's quick watch): a hold
         must be seen within a fraction of its length, and a listing plus the downloads of the new step it shows
         took about as long as the hold itself."""
-        self.downloads += 1
-        return with_progress(facts, self._store_().read_progress())
+        read, progress = self._json(PROGRESS)
+        return with_progress(facts, progress if read else None)
 
 
 def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> StageFacts:
@@ -241,19 +264,6 @@ def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> Stag
     if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
         committed = max(committed, held)
     return StageFacts(committed, dict(progress), facts.request_ack_step)
-
-
-def _as_blobs(status: Any, bucket: Any) -> Any:
-    """The listed step as blobs the store can verify: downloads by name, sizes and CRC32C as listed."""
-    from interlude_workload.checkpoints import StepStatus
-
-    objects = {}
-    for name, listed in status.objects.items():
-        blob = bucket.blob(listed.name)
-        # The listing's metadata, as list_blobs would have set it (the payload check reads size and crc32c).
-        blob._properties.update({"size": listed.size, "crc32c": listed.crc32c, "timeCreated": listed.time_created})
-        objects[name] = blob
-    return StepStatus(step=status.step, committed=status.committed, objects=objects)
 
 
 def _ack_name(request_id: str | None) -> str:

@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 import json as jsonlib
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import google.auth.transport.requests
 import httpx
-import requests
-from google.auth.credentials import Credentials
-from google.auth.transport.requests import AuthorizedSession
+
+if TYPE_CHECKING:
+    from google.auth.credentials import Credentials
 
 from interlude.hooks._retry import RetryPolicy, acall_with_retries, call_with_retries
 from interlude.hooks.errors import TransientError, error_from_http
@@ -44,6 +43,8 @@ class RestClient:
     """Blocking JSON-over-HTTP calls through ``google.auth``'s ``AuthorizedSession``."""
 
     def __init__(self, credentials: Credentials, policy: RetryPolicy, timeout: float = DEFAULT_TIMEOUT):
+        from google.auth.transport.requests import AuthorizedSession
+
         self._session = AuthorizedSession(credentials)
         self._policy = policy
         self._timeout = timeout
@@ -63,6 +64,8 @@ class RestClient:
 
         Raises the matching :class:`~interlude.hooks.errors.CloudError` subclass for an error answer.
         """
+
+        import requests
 
         def once() -> dict[str, Any]:
             log.debug("%s %s", method, url)
@@ -95,6 +98,9 @@ class AsyncRestClient:
 
     The access token comes from the same ``google.auth`` credentials; refreshing them is a blocking
     HTTP call, so it runs in a worker thread (``asyncio.to_thread``), once for concurrent callers.
+    The refresh goes through google.auth's urllib3 transport, imported only then: anonymous credentials (the
+    local cloud's) never refresh and import nothing, and urllib3 costs the trigger runner ~1 MB where the
+    requests transport costs ~6 MB (benchmarks/README.md, issue 16).
     """
 
     def __init__(self, credentials: Credentials, policy: RetryPolicy, timeout: float = DEFAULT_TIMEOUT):
@@ -126,7 +132,7 @@ class AsyncRestClient:
             assert self._refresh_lock is not None
             async with self._refresh_lock:
                 if not creds.valid:
-                    await asyncio.to_thread(creds.refresh, google.auth.transport.requests.Request())
+                    await asyncio.to_thread(_refresh, creds)
         headers: dict[str, str] = {}
         creds.apply(headers)
         return headers
@@ -140,8 +146,23 @@ class AsyncRestClient:
         json: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Async :meth:`RestClient.request`: same retries, same exceptions, same return value."""
+        resp = await self._send(method, url, params=params, json=json)
+        body = _decode(resp.content, resp.text)
+        return body if isinstance(body, dict) else {}
 
-        async def once() -> dict[str, Any]:
+    async def get_bytes(self, url: str, *, params: dict[str, Any] | None = None) -> bytes:
+        """GET a body as bytes (a media download), with :meth:`request`'s retries and exceptions."""
+        return (await self._send("GET", url, params=params)).content
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: dict[str, Any] | None = None,
+    ) -> httpx.Response:
+        async def once() -> httpx.Response:
             client = self._http()
             headers = await self._auth_headers()
             log.debug("%s %s", method, url)
@@ -149,10 +170,9 @@ class AsyncRestClient:
                 resp = await client.request(method, url, params=params, json=json, headers=headers)
             except httpx.TransportError as exc:
                 raise TransientError(f"{method} {url} failed: {exc!r}", None, "UNAVAILABLE") from exc
-            body = _decode(resp.content, resp.text)
             if resp.status_code >= 400:
-                raise error_from_http(resp.status_code, body)
-            return body if isinstance(body, dict) else {}
+                raise error_from_http(resp.status_code, _decode(resp.content, resp.text))
+            return resp
 
         return await acall_with_retries(once, self._policy, f"{method} {url}")
 
@@ -167,3 +187,13 @@ class AsyncRestClient:
             if not token:
                 return items
             query["pageToken"] = token
+
+
+def _refresh(credentials: Credentials) -> None:
+    """Blocking: a token refresh through google.auth's urllib3 transport (imported here, see AsyncRestClient).
+    https://googleapis.dev/python/google-auth/latest/reference/google.auth.transport.urllib3.html"""
+    import urllib3
+    from google.auth.transport.urllib3 import Request
+
+    with urllib3.PoolManager() as http:
+        credentials.refresh(Request(http))

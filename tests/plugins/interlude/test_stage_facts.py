@@ -1,18 +1,21 @@
 """Stage facts from one shared bucket listing: the same answers as each stage's own reads, for a
-fraction of the GCS calls, counted by a proxy in front of the real GCS emulator."""
+fraction of the GCS calls, counted by a proxy in front of the real GCS emulator; read over the JSON API with
+httpx (no google-cloud-storage in the trigger runner)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from interlude.hooks.gcs_json import new_gcs
 from interlude.observe import read_stage_facts
 from interlude.stage_facts import StageFactsReader, list_bucket
 from interlude_workload.checkpoints import CheckpointStore
-from interlude_workload.gcs import storage_client
 from interlude_workload.testing import GcsEmulator
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "benchmarks"))
@@ -41,12 +44,12 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     bucket: str, proxy: CountingProxy
 ) -> None:
     _seed(bucket)
-    client = storage_client(emulator=proxy.endpoint)
-    readers = [StageFactsReader(bucket, f"run{i:02d}", "train", client=client) for i in range(STAGES)]
+    gcs = new_gcs(proxy.endpoint)
+    readers = [StageFactsReader(bucket, f"run{i:02d}", "train", gcs=gcs) for i in range(STAGES)]
     expected = [read_stage_facts(bucket, f"run{i:02d}", "train", "req1" if i == 0 else None) for i in range(STAGES)]
 
     def poll() -> list:
-        index = list_bucket(bucket, client=client)
+        index = list_bucket(bucket, gcs=gcs)
         return [r.read(r.objects(index), "req1" if i == 0 else None) for i, r in enumerate(readers)]
 
     before = proxy.snapshot()
@@ -83,6 +86,51 @@ def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> Non
     assert reader.needs_io(objects, None)
     assert reader.read(objects, None).committed_step == 10 == store.latest().checkpoint.step
     assert not reader.needs_io(objects, None)  # both verdicts are remembered for these generations
+    assert reader.downloads == 4  # manifest + COMMITTED of step 20 (rejected), then of step 10
+
+
+def test_an_absent_or_unanswered_download_is_told_apart(bucket: str) -> None:
+    """A progress.json gone since the listing is "no progress"; a GCS that does not answer leaves the last
+    progress as it was (read again at the next poll), never an empty one."""
+    store = CheckpointStore(bucket, "run", "train")
+    store.write_progress({"step": 7, "state": "running"})
+    reader = StageFactsReader(bucket, "run", "train")
+    objects = reader.objects(list_bucket(bucket))
+    assert reader.read(objects, None).progress["step"] == 7
+    newer = {**objects, "progress.json": objects["progress.json"]._replace(generation=-1)}
+    reader.gcs = new_gcs("http://127.0.0.1:9")  # nothing listens on the discard port
+    assert reader.read(newer, None).progress["step"] == 7
+    assert reader.needs_io(newer, None)  # not taken as read: the next poll downloads it again
+    reader.gcs = None
+    store.bucket.blob(store.base + "progress.json").delete()
+    assert reader.read(newer, None).progress == {}
+
+
+def test_the_trigger_runner_reads_gcs_without_the_storage_client(bucket: str) -> None:
+    """The stage trigger's whole GCS path (listing, downloads, verification) in a fresh interpreter never
+    imports google-cloud-storage, google.api_core, grpc or requests (~22 MB of the trigger runner's memory)."""
+    _seed(bucket)
+    script = f"""
+import asyncio, sys
+from interlude.triggers.stage import StageTrigger
+import interlude.hooks.tpu_async, interlude.hooks.compute_async  # what the trigger imports when it starts
+from interlude.stage_facts import StageFactsReader, list_bucket_async
+
+async def main():
+    reader = StageFactsReader({bucket!r}, "run00", "train")
+    objects = reader.objects(await list_bucket_async({bucket!r}))
+    facts = await asyncio.to_thread(reader.read, objects, "req1")
+    assert facts.committed_step == 10 and facts.request_ack_step == 10 and facts.progress["step"] == 10, facts
+
+asyncio.run(main())
+heavy = ("grpc", "requests", "google.cloud.storage", "google.api_core")
+print("HEAVY", sorted(m for m in sys.modules if m.startswith(heavy) and m.split(".")[0] != "requests_toolbelt"))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ), timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "HEAVY []" in out.stdout, out.stdout
 
 
 def test_the_triggers_listing_runs_in_one_thread_of_its_own_and_agrees(bucket: str) -> None:
