@@ -36,17 +36,23 @@ RUN_KEY={run_key}
 if [ -n "${{INTERLUDE_LOG_DIR:-}}" ]; then LOG_DIR="$INTERLUDE_LOG_DIR"
 elif [ -n "${{INTERLUDE_MACHINE_ID:-}}" ]; then LOG_DIR="$PWD"
 else LOG_DIR={log_dir}; fi
-mkdir -p "$LOG_DIR" 2>/dev/null && [ -w "$LOG_DIR" ] || LOG_DIR="$PWD"
+{{ [ -d "$LOG_DIR" ] || mkdir -p "$LOG_DIR" 2>/dev/null; }} && [ -w "$LOG_DIR" ] || LOG_DIR="$PWD"
 LOG="$LOG_DIR"/{log_name}
-say() {{ echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) startup: $*" | tee -a "$LOG"; }}
+# Builtins only (printf's strftime, EPOCHREALTIME): no date or tee process before the workload starts (each is
+# a fork and an exec in the time between a boot and training again).
+say() {{
+  local line; TZ=UTC0 printf -v line '%(%Y-%m-%dT%H:%M:%SZ)T startup: %s' -1 "$*"; echo "$line"; echo "$line" >>"$LOG"
+}}
 # One id per boot (the script runs once per boot): the kernel's on a real VM; a fresh one on the local
 # cloud, whose machines share the host's kernel. The control plane tells boots apart by it.
 if [ -z "${{INTERLUDE_BOOT_ID:-}}" ]; then
   if [ -z "${{INTERLUDE_MACHINE_ID:-}}" ] && [ -r /proc/sys/kernel/random/boot_id ]; then
-    INTERLUDE_BOOT_ID=$(cat /proc/sys/kernel/random/boot_id)
-  else INTERLUDE_BOOT_ID="$(date -u +%Y%m%dT%H%M%S)-$$-$RANDOM$RANDOM"; fi
+    read -r INTERLUDE_BOOT_ID </proc/sys/kernel/random/boot_id
+  else TZ=UTC0 printf -v INTERLUDE_BOOT_ID '%(%Y%m%dT%H%M%S)T-%s-%s%s' -1 "$$" "$RANDOM" "$RANDOM"; fi
 fi
-INTERLUDE_BOOT_STARTED_AT=$(date +%s.%N 2>/dev/null || date +%s)
+INTERLUDE_BOOT_STARTED_AT=${{EPOCHREALTIME:-}}
+INTERLUDE_BOOT_STARTED_AT=${{INTERLUDE_BOOT_STARTED_AT/,/.}}  # a locale's decimal comma
+[ -n "$INTERLUDE_BOOT_STARTED_AT" ] || INTERLUDE_BOOT_STARTED_AT=$(date +%s.%N 2>/dev/null || date +%s)
 export INTERLUDE_BOOT_ID INTERLUDE_BOOT_STARTED_AT
 say "begin: boot $INTERLUDE_BOOT_ID"
 # Guest attributes (instance/guest-attributes/interlude/KEY on the metadata server): what the control plane
@@ -65,9 +71,13 @@ u.urlopen(u.Request(sys.argv[1], sys.stdin.buffer.read(), {{"Metadata-Flavor": "
 # The control plane reads the end line on the serial console (and the same words as the guest attribute
 # interlude/startup): the workload is not running any more.
 last_words() {{ echo "startup: begin: boot $INTERLUDE_BOOT_ID"; tail -n 12 "$LOG" | cut -c1-300; }}
-# This boot's begin replaces the last boot's last words at once: they must never be read as this boot's.
-echo "startup: begin: boot $INTERLUDE_BOOT_ID" | guest startup
-trap 'rc=$?; say "end (exit $rc) boot $INTERLUDE_BOOT_ID"; last_words | guest startup' EXIT
+# This boot's begin replaces the last boot's last words at once: they must never be read as this boot's. It is
+# sent in the background (the workload need not wait for the metadata server, up to curl's 5 s), and the end
+# waits for it, so the begin never lands after the end.
+echo "startup: begin: boot $INTERLUDE_BOOT_ID" | guest startup &
+begin_sent=$!
+ended() {{ say "end (exit $1) boot $INTERLUDE_BOOT_ID"; wait "$begin_sent" 2>/dev/null; last_words | guest startup; }}
+trap 'ended $?' EXIT
 {exports}
 if ! command -v "$PYTHON" >/dev/null 2>&1; then say "no $PYTHON on PATH"; exit 127; fi
 # Start at once; only a start that fails makes us ask whether the package is there at all (one interpreter

@@ -64,14 +64,14 @@ def test_sigterm_ends_a_long_pause_without_the_handler_taking_a_lock() -> None:
     assert agent.stopping and time.monotonic() - started < 5.0
 
 
-def _agent(bucket: str, run_key: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def _agent(bucket: str, run_key: str, log: Path, *extra: str, **env: str) -> subprocess.Popen[bytes]:
     from .trainer_proc import trainer_env
 
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "interlude_workload.agent", "--bucket", bucket, "--run-key", run_key,
              "--idle-poll", "0.2", *extra],
-            env=trainer_env(),
+            env=trainer_env(**env),
             stdout=out,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
@@ -177,3 +177,48 @@ def test_a_warm_trainers_exit_code_reaches_the_agent(bucket: str, tmp_path: Path
     assert CheckpointStore(bucket, "codes", "train").latest().checkpoint.step == 20  # type: ignore[union-attr]
     progress = CheckpointStore(bucket, "codes", "finetune").read_progress() or {}
     assert progress.get("state") == "failed" and "exited 2" in str(progress.get("error")), progress
+
+
+IMPORTED = re.compile(r"^import '([\w.]+)' # ", re.MULTILINE)  # python -v: a module loaded (not one refused)
+
+
+def test_the_agent_and_its_trainer_import_no_optional_module_the_workload_does_not_use(
+    bucket: str, tmp_path: Path
+) -> None:
+    """Every import is paid again after each maintenance, before training again (interlude_workload.lean). The
+    interpreter itself lists what the agent and its forked trainer load (PYTHONVERBOSE, on stderr):
+    google-cloud-storage and numpy, but not gRPC, requests' charset detection or OpenTelemetry (traces off); the
+    stage still trains to its final step."""
+    from interlude_workload.plan import StagePlan, write_plan
+
+    write_plan(bucket, "lean", StagePlan(order=0, stage="train", steps=20, checkpoint_every=10, seed=1))
+    log = tmp_path / "agent.log"
+    agent = _agent(bucket, "lean", log, PYTHONVERBOSE="1", ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES="")
+    try:
+        deadline = time.monotonic() + 120
+        while "final digest" not in log.read_text():
+            assert agent.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.2)
+    finally:
+        assert _stop(agent) == 0, log.read_text()[-3000:]
+    text = log.read_text()
+    imported = set(IMPORTED.findall(text))
+    assert {"google.cloud.storage", "numpy", "interlude_workload.train"} <= imported, sorted(imported)[:50]
+    for skipped in ("grpc", "chardet", "charset_normalizer", "opentelemetry"):
+        assert skipped not in imported, skipped
+    assert "RequestsDependencyWarning" not in text, text[-3000:]
+
+
+def test_opentelemetry_stays_importable_when_storage_is_asked_for_traces_or_metrics() -> None:
+    """The variables google-cloud-storage reads to record traces / metrics keep OpenTelemetry importable."""
+    code = "from interlude_workload import lean; lean.skip_optional_imports(); import opentelemetry.trace"
+    for env in ({}, {"ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES": "true"}, {"GCP_STORAGE_PYTHON_ENABLE_OTEL_METRICS": "1"}):
+        clean = {k: v for k, v in os.environ.items() if k not in lean_env()}
+        done = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True)
+        assert (done.returncode == 0) == bool(env), (env, done.stderr[-500:])
+
+
+def lean_env() -> tuple[str, ...]:
+    from interlude_workload.lean import TELEMETRY_ENV
+
+    return TELEMETRY_ENV

@@ -116,3 +116,60 @@ def test_periodic_only_reaches_the_trainer_as_its_own_flag() -> None:
     common = {"bucket": "b", "run_key": "k", "stage": "train", "steps": 10, "checkpoint_every": 5}
     assert "--periodic-only" not in trainer_args(**common)
     assert parse_args(trainer_args(**common, periodic_only=True)).periodic_only
+
+
+def test_a_slow_metadata_server_does_not_delay_the_start_and_the_end_still_lands_after_the_begin(
+    tmp_path: Path,
+) -> None:
+    """The begin guest attribute goes in the background (nothing but bash builtins runs before the workload
+    starts: the time between a boot and training again); the end waits for it, so the control plane never
+    reads the begin after the end. The boot's start time and the log's stamps are what they were (epoch
+    seconds; UTC whatever the machine's time zone)."""
+    import threading
+    import time
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from interlude_workload.startup import render_agent
+
+    answered: list[tuple[float, str]] = []
+
+    class SlowMetadata(BaseHTTPRequestHandler):
+        def do_PUT(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"])).decode()
+            if "end (exit" not in body:
+                time.sleep(1.0)  # the begin: a metadata server that answers late
+            answered.append((time.time(), body))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *_args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowMetadata)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    started = tmp_path / "started"
+    stub = tmp_path / "python3"  # the "workload": says when it started and with what, and ends at once
+    stub.write_text(f'#!/bin/bash\necho "$EPOCHREALTIME $INTERLUDE_BOOT_STARTED_AT $INTERLUDE_BOOT_ID" > {started}\n')
+    stub.chmod(0o755)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "TZ": "Asia/Tokyo",
+        "INTERLUDE_LOG_DIR": str(tmp_path),
+        "INTERLUDE_MACHINE_ID": "m",
+        "INTERLUDE_METADATA_URL": f"http://127.0.0.1:{server.server_address[1]}/computeMetadata/v1",
+    }
+    before = time.time()
+    try:
+        run = subprocess.run(
+            ["bash", "-c", render_agent(bucket="b", run_key="k", python=str(stub))],
+            env=env, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+    assert run.returncode == 0, run.stdout + run.stderr
+    workload_at, boot_started_at, boot = started.read_text().split()
+    assert before <= float(boot_started_at) <= float(workload_at) < answered[0][0], (before, answered)
+    assert [body.startswith(f"startup: begin: boot {boot}") for _, body in answered] == [True, True]
+    assert "end (exit 0)" not in answered[0][1] and f"end (exit 0) boot {boot}" in answered[1][1], answered
+    stamp = run.stdout.split(" startup: begin: boot ", 1)[0]
+    assert abs(time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%SZ")) - time.mktime(time.gmtime(before))) < 30

@@ -1,0 +1,35 @@
+"""The restore probe end to end at toy size: one checkout, one start each way, as a user runs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "restore_probe.py"
+LINE = re.compile(r"^(agent|boot)\s+this\s+-> training: median\s+([\d.]+) ms .*CPU median\s+([\d.]+) ms$", re.M)
+
+
+def test_one_start_each_way_reaches_training_and_leaves_no_workload_behind(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--starts", "1", f"this={ROOT}"],
+        capture_output=True, text=True, timeout=300, env={**_env(), "TMPDIR": str(tmp_path)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    found = {mode: (float(took), float(cpu)) for mode, took, cpu in LINE.findall(done.stdout)}
+    assert set(found) == {"agent", "boot"}, done.stdout
+    for took, cpu in found.values():
+        assert 0 < took < 60_000 and cpu >= 0, done.stdout
+    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(
+        p.info["cmdline"] or [])]  # fmt: skip
+    assert not left, left
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "STORAGE_EMULATOR_HOST"}
