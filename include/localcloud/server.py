@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from interlude_localcloud import discovery
+from interlude_localcloud import discovery, partial
 from interlude_localcloud.cloud import Cloud
 from interlude_localcloud.errors import ApiError, injected_fault, invalid
 
@@ -220,6 +220,7 @@ class _Handler(BaseHTTPRequestHandler):
         req = Request(
             method, path, params, query, body, dict(self.headers.items()), int_enums, route.doc, self._client_gone, raw
         )
+        selection = self._selection(query) if route.doc else None  # a malformed one is refused before acting
         resp = route.handler(req)
         if resp.raw is not None:
             self._send(resp.status, resp.raw, resp.headers.pop("Content-Type", "text/plain"), resp.headers)
@@ -229,7 +230,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._check_response(route.doc, resp.schema, out)
             if int_enums:
                 out = discovery.enums_to_numbers(route.doc, resp.schema, out)
+            if selection is not None:
+                try:
+                    partial.check(route.doc, resp.schema, selection)
+                except partial.FieldsError as e:
+                    raise invalid(str(e)) from e
+                out = partial.select(out, selection)
         self._send_json(resp.status, out, resp.headers)
+
+    @staticmethod
+    def _selection(query: dict[str, str]) -> partial.Selection | None:
+        """The ``fields`` system parameter of a Google API call (interlude_localcloud.partial), or a 400."""
+        if "fields" not in query:
+            return None
+        try:
+            return partial.parse(query["fields"])
+        except partial.FieldsError as e:
+            raise invalid(str(e)) from e
 
     @staticmethod
     def _request_body(route: Any, raw: bytes) -> Any:

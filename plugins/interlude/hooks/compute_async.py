@@ -39,10 +39,13 @@ class AsyncComputeHook(InterludeGoogleAsyncHook):
         """Like :meth:`ComputeHook.get_instance`."""
         return await self.get_or_none(f"{await self.instances_url(zone)}/{name}")
 
-    async def list_instances(self, zone: str, filter: str | None = None) -> list[dict[str, Any]]:
-        """Like :meth:`ComputeHook.list_instances`."""
+    async def list_instances(
+        self, zone: str, filter: str | None = None, fields: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Like :meth:`ComputeHook.list_instances`; ``fields`` asks for a partial response."""
         rest = await self.async_rest()
-        return await rest.list_all(await self.instances_url(zone), "items", {"filter": filter} if filter else None)
+        params = {k: v for k, v in (("filter", filter), ("fields", fields)) if v}
+        return await rest.list_all(await self.instances_url(zone), "items", params or None)
 
     async def serial_port_output(self, zone: str, name: str, start: int) -> dict[str, Any]:
         """The instance's serial port 1 output from byte ``start`` (``contents``, ``next``)

@@ -53,10 +53,10 @@ class AsyncTpuHook(InterludeGoogleAsyncHook):
             for entry in (attrs.get("queryValue") or {}).get("items") or []
         ]
 
-    async def list_nodes(self, zone: str) -> list[dict[str, Any]]:
-        """Like :meth:`TpuHook.list_nodes`."""
+    async def list_nodes(self, zone: str, fields: str | None = None) -> list[dict[str, Any]]:
+        """Like :meth:`TpuHook.list_nodes`; ``fields`` asks for a partial response (e.g. ``observe.list_fields``)."""
         rest = await self.async_rest()
-        return await rest.list_all(await self.url(f"{zone}/nodes"), "nodes")
+        return await rest.list_all(await self.url(f"{zone}/nodes"), "nodes", {"fields": fields} if fields else None)
 
     async def get_queued_resource(self, zone: str, qr_id: str) -> dict[str, Any] | None:
         """Like :meth:`TpuHook.get_queued_resource`."""

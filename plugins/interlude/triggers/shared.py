@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from interlude.observe import watched_fields
+from interlude.observe import MACHINE_FIELDS, watched_fields
 
 T = TypeVar("T")
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -45,7 +45,8 @@ def _failed(task: asyncio.Task[Any]) -> bool:
 
 class ZoneListCache:
     """One list call per (api, endpoint, zone) and interval, indexed by short name once per fetch (not
-    scanned by every watcher), each machine narrowed to the fields a watcher reads (``MACHINE_FIELDS``)."""
+    scanned by every watcher). The fetch asks the API for the fields a watcher reads (``observe.list_fields``);
+    an API that sends more is narrowed here, so a list held by a thousand watchers stays small either way."""
 
     def __init__(self) -> None:
         self._shared: SharedCalls[dict[str, dict[str, Any]]] = SharedCalls()
@@ -58,6 +59,9 @@ class ZoneListCache:
         self, key: tuple[str, ...], fetch: _ListFn, max_age: float, not_before: float = 0.0
     ) -> dict[str, dict[str, Any]]:
         async def fetch_indexed() -> dict[str, dict[str, Any]]:
-            return {item.get("name", "").rsplit("/", 1)[-1]: watched_fields(item) for item in await fetch()}
+            return {
+                item.get("name", "").rsplit("/", 1)[-1]: item if item.keys() <= MACHINE_FIELDS else watched_fields(item)
+                for item in await fetch()
+            }
 
         return await self._shared.get(key, fetch_indexed, max_age, not_before)

@@ -110,3 +110,18 @@ def test_googles_own_exit_status_line_counts_too() -> None:
 )
 def test_running_booting_or_shutting_down_is_not_a_failure(serial: str) -> None:
     assert startup_failure(serial) is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc", "schema"), [("tpu_node", "tpu.v2", "ListNodesResponse"), ("gce_vm", "compute.v1", "InstanceList")]
+)
+def test_a_watchers_zone_list_asks_only_for_fields_google_declares(kind: str, doc: str, schema: str) -> None:
+    """Google refuses a ``fields`` naming an undeclared field (400): checked against the API's discovery document.
+    And every field the machine view reads is asked for (a field left out would read as absent: no notice)."""
+    from interlude.observe import WATCH_FIELDS, list_fields
+    from interlude_localcloud import partial
+
+    selection = partial.parse(list_fields(kind))
+    partial.check(doc, schema, selection)
+    items = selection["nodes" if kind == "tpu_node" else "items"]
+    assert items is not None and set(items) == set(WATCH_FIELDS[kind]) and "nextPageToken" in selection
