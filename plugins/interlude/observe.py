@@ -6,6 +6,7 @@ same way, and so the folding of Google's many states into READY / DOWN / GONE is
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -82,6 +83,7 @@ WATCH_FIELDS: dict[str, tuple[str, ...]] = {
 MACHINE_FIELDS = frozenset(WATCH_FIELDS["tpu_node"] + WATCH_FIELDS["gce_vm"])
 
 
+@functools.cache
 def list_fields(kind: str) -> str:
     """The ``fields`` a watcher's zone list asks for (a partial response,
     https://cloud.google.com/compute/docs/api/how-tos/performance): the fields it reads and the page token. A

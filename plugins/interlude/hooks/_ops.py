@@ -45,16 +45,6 @@ def client_call(fn: Callable[[], T], policy: RetryPolicy, what: str) -> T:
     return call_with_retries(once, policy, what)
 
 
-def message_to_dict(message: Any) -> dict[str, Any]:
-    """A proto-plus message as Google's JSON: camelCase keys, enum names, unset fields left out."""
-    return type(message).to_dict(
-        message,
-        preserving_proto_field_name=False,
-        use_integers_for_enums=False,
-        always_print_fields_with_no_presence=False,
-    )
-
-
 def dict_to_message(message_type: type[M], body: dict[str, Any]) -> M:
     """Build a proto-plus request message from a camelCase (or snake_case) JSON body.
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from interlude.observe import MACHINE_FIELDS, watched_fields
+from interlude.observe import watched_fields
 
 T = TypeVar("T")
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
@@ -59,9 +59,6 @@ class ZoneListCache:
         self, key: tuple[str, ...], fetch: _ListFn, max_age: float, not_before: float = 0.0
     ) -> dict[str, dict[str, Any]]:
         async def fetch_indexed() -> dict[str, dict[str, Any]]:
-            return {
-                item.get("name", "").rsplit("/", 1)[-1]: item if item.keys() <= MACHINE_FIELDS else watched_fields(item)
-                for item in await fetch()
-            }
+            return {item.get("name", "").rsplit("/", 1)[-1]: watched_fields(item) for item in await fetch()}
 
         return await self._shared.get(key, fetch_indexed, max_age, not_before)
