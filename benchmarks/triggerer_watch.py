@@ -45,6 +45,7 @@ sys.path.insert(0, str(HERE))
 
 from counting_proxy import CountingProxy, classify_api, classify_gcs  # noqa: E402
 from deferred_seed import write_dag  # noqa: E402
+from progress_writer import ProgressWriter  # noqa: E402
 
 from interlude.dev import TRIGGERER_ENV, LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
 
@@ -102,6 +103,7 @@ def seed_gcs(cloud: LocalCloud, placements: list[dict[str, str]], state: str) ->
     """Each stage's GCS facts as a training stage has them: progress.json and one committed checkpoint."""
     if state == "none":
         return
+    state = "checkpoint" if state == "training" else state
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
@@ -299,6 +301,7 @@ class Bench:
     proxies: list[CountingProxy]
     placements: list[dict[str, str]]
     main_plugins: Path | None = None  # the exported plugins/ of --main-ref, for the "main" design
+    writer: ProgressWriter | None = None  # --gcs-state training: every stage's progress rewritten each poll
 
 
 def setup(args: argparse.Namespace, work: Path, cloud: LocalCloud) -> Bench:
@@ -467,15 +470,19 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
         log(f"all {polled} triggers polled once after {ramp:.1f} s; warming up {warm_up:.0f} s")
         time.sleep(warm_up)
         log(f"measuring for {args.seconds:.0f} s")
+        written = writes(bench)
         a, b, memory = window(bench, triggerer, args.seconds)
+        written = writes(bench) - written
         steady = None
         if args.steady_at:
             time.sleep(max(0.0, t_polled + args.steady_at - time.monotonic()))
             log(
                 f"steady state: measuring for {args.steady_seconds:.0f} s, {args.steady_at:.0f} s after the first polls"
             )
+            swritten = writes(bench)
             sa, sb, smemory = window(bench, triggerer, args.steady_seconds)
             steady = figures(args, sa, sb, smemory, idle, idle_cpu, triggerer.pid)
+            steady["progress_writes_per_min"] = round((writes(bench) - swritten) * 60 / (sb.t - sa.t), 1)
             steady["window_start_s"] = round(sa.t - t_polled, 1)
         states = dict(
             db_query(
@@ -491,6 +498,7 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
         )
         result["task_instance_states"] = states
         result["window_start_s"] = round(a.t - t_polled, 1)
+        result["progress_writes_per_min"] = round(written * 60 / (b.t - a.t), 1)
         if steady is not None:
             steady.update({k: result[k] for k in ("design", "triggers_polled", "triggers_assigned", "ramp_up_s")})
             steady["task_instance_states"] = states
@@ -499,6 +507,11 @@ def measure(bench: Bench, args: argparse.Namespace, design: str, index: int) -> 
     finally:
         stop_process_group(triggerer)
         retire_run(bench.home, run_id)
+
+
+def writes(bench: Bench) -> int:
+    """Progress rewrites so far (0 without a writer)."""
+    return bench.writer.writes if bench.writer is not None else 0
 
 
 def figures(
@@ -580,8 +593,14 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         if MAIN in args.design:
             bench.main_plugins = export_tree(args.main_ref, work / "tree-main")
             log(f"design {MAIN!r}: interlude from git ref {args.main_ref!r} ({bench.main_plugins})")
+        if args.gcs_state == "training":
+            keys = [p["run_key"] for p in bench.placements]
+            bench.writer = ProgressWriter(cloud.gcs_endpoint, cloud.project, BUCKET, keys, args.poll_interval).start()
+            log(f"rewriting {len(keys)} stages' progress.json once per {args.poll_interval:g} s each")
         return [measure(bench, args, design, i) for i, design in enumerate(args.design)]
     finally:
+        if bench is not None and bench.writer is not None:
+            bench.writer.stop()
         for proxy in bench.proxies if bench is not None else []:
             proxy.stop()
         if cloud is not None:
@@ -618,6 +637,7 @@ ROWS: list[tuple[str, Any]] = [
     ("GCS calls/min", lambda r: f"{r['gcs_calls_per_min']:g}"),
     ("- of which lists", lambda r: f"{r['gcs_lists_per_min']:g}"),
     ("GCS calls per trigger per min", lambda r: f"{r['gcs_calls_per_trigger_per_min']:g}"),
+    ("progress rewrites/min (training)", lambda r: f"{r.get('progress_writes_per_min', 0):g}"),
 ]
 
 
@@ -660,9 +680,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--gcs-state",
-        choices=("none", "progress", "checkpoint"),
+        choices=("none", "progress", "checkpoint", "training"),
         default="checkpoint",
-        help="what each stage has in GCS: nothing, progress.json, or progress + a checkpoint",
+        help="what each stage has in GCS: nothing, progress.json, or progress + a checkpoint (quiet stages: the "
+        "startup-script looks), or training: progress + a checkpoint and every progress.json rewritten once per "
+        "poll interval, as running workloads do (benchmarks/progress_writer.py)",
     )
     p.add_argument("--idle-seconds", type=float, default=10.0, help="window for the idle triggerer's CPU")
     p.add_argument(

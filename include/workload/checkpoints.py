@@ -406,7 +406,15 @@ class CheckpointStore:
 
     # ----------------------------------------------------------------- progress and logs
     def write_progress(self, progress: Mapping[str, Any]) -> None:
-        self._put_json("progress.json", progress)
+        """progress.json, its JSON copied into the object's custom metadata when short enough: a watcher's
+        bucket listing then carries the progress itself, and a thousand training stages rewriting theirs
+        every second cost it no download each (``layout.PROGRESS_METADATA_KEY``). Content and metadata go up
+        in one upload, so they are one generation."""
+        body = json.dumps(progress, sort_keys=True)
+        blob = self.bucket.blob(self.base + "progress.json")
+        if len(body) <= layout.PROGRESS_METADATA_MAX:
+            blob.metadata = {layout.PROGRESS_METADATA_KEY: body}
+        blob.upload_from_string(body.encode(), content_type="application/json", retry=DEFAULT_RETRY)
 
     def read_progress(self) -> dict[str, Any] | None:
         return self._get_json("progress.json")

@@ -97,3 +97,13 @@ def drill_marker(run_key: str, stage: str) -> str:
 
 def uri(bucket: str, name: str) -> str:
     return f"gs://{bucket}/{name}"
+
+
+PROGRESS_METADATA_KEY = "interlude-progress"
+"""progress.json's custom metadata key holding a copy of its JSON, so a bucket listing carries every stage's
+progress and a watcher needs no download per stage and poll (interlude.stage_facts)."""
+
+PROGRESS_METADATA_MAX = 4096
+"""Longest copy kept in the metadata (bytes of JSON). GCS allows 8 KiB of custom metadata per object
+(https://cloud.google.com/storage/quotas#objects); a longer progress (a long error, large user metrics) goes
+without the copy and is downloaded instead."""

@@ -4,9 +4,12 @@ Why: a triggerer watching a thousand stages used to read each stage's facts itse
 object, and two downloads to re-verify the same COMMITTED marker every time). Here every watcher in the
 process shares one listing of the bucket's ``interlude/`` tree per interval, narrowed with ``matchGlob`` to
 the objects the facts come from (step directories, control acks, progress.json; not logs or events), and
-each stage's reader downloads only what changed since its last look, by object generation: progress.json
-when it was rewritten, a committed step's manifest and COMMITTED once per generation (a marker is never
-re-verified while it is unchanged), an ack once. A calm stage then costs no GCS call of its own.
+each stage's reader downloads only what changed since its last look, by object generation: a committed step's
+manifest and COMMITTED once per generation (a marker is never re-verified while it is unchanged), an ack once.
+progress.json is rewritten about every second by a training stage, so it is not downloaded at all: the workload
+copies its JSON into the object's custom metadata (``layout.PROGRESS_METADATA_KEY``), which the listing returns;
+only a progress too long for the copy (or written without it) is downloaded. A stage, calm or training, then
+costs no GCS call of its own.
 
 The reads go over GCS's JSON API with httpx (interlude.hooks.gcs_json: no google-cloud-storage, google.api_core
 or grpc in the trigger runner); the checks that make a step committed are the checkpoint contract's own
@@ -30,11 +33,16 @@ from typing import Any, NamedTuple
 from interlude.hooks.gcs_json import GcsJson, shared_gcs
 from interlude.observe import StageFacts
 from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
+from interlude_workload.layout import PROGRESS_METADATA_KEY
 
 ROOT = "interlude"  # interlude_workload.layout.ROOT (not imported here: this module loads in the triggerer)
 # GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
 GLOBS = (f"{ROOT}/*/*/{{step-*,control}}/**", f"{ROOT}/*/*/progress.json")
-FIELDS = "items(name,generation,size,crc32c,timeCreated),nextPageToken"
+# What each glob's listing returns (a partial response): progress.json's also its custom metadata (the copy).
+FIELDS = (
+    "items(name,generation,size,crc32c,timeCreated),nextPageToken",
+    "items(name,generation,metadata),nextPageToken",
+)
 PROGRESS = "progress.json"
 
 
@@ -47,6 +55,7 @@ class Listed(NamedTuple):
     size: int | None
     crc32c: str | None
     time_created: str | None  # RFC 3339, as listed (parsed only by the few blobs a download rebuilds)
+    progress: str | None = None  # progress.json's JSON as copied into its metadata (None: no copy)
 
 
 StageObjects = Mapping[str, Listed]  # name relative to the stage prefix -> what the listing said
@@ -64,7 +73,12 @@ def index_by_stage(items: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Li
             # timeCreated stays the raw string: parsing 4,000 timestamps per listing with strptime was half of the
             # listing thread's CPU, for a value only a download ever reads.
             listed = Listed(
-                name, _int(item.get("generation")), _int(item.get("size")), item.get("crc32c"), item.get("timeCreated")
+                name,
+                _int(item.get("generation")),
+                _int(item.get("size")),
+                item.get("crc32c"),
+                item.get("timeCreated"),
+                (item.get("metadata") or {}).get(PROGRESS_METADATA_KEY),
             )
             out.setdefault(f"{parts[0]}/{parts[1]}/{parts[2]}/", {})[parts[3]] = listed
     return out
@@ -81,7 +95,10 @@ def list_bucket(bucket: str, gcs: GcsJson | None = None) -> dict[str, dict[str, 
     Indexed as the pages arrive, from the listing's JSON items as listed (no object per item beyond the small
     :class:`Listed`): only one page's items exist at a time, not the whole bucket's."""
     gcs = gcs or shared_gcs()
-    pages = (gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=FIELDS) for glob in GLOBS)
+    pages = (
+        gcs.list_pages(bucket, prefix=f"{ROOT}/", match_glob=glob, fields=fields)
+        for glob, fields in zip(GLOBS, FIELDS, strict=True)
+    )
     return index_by_stage(itertools.chain.from_iterable(itertools.chain.from_iterable(pages)))
 
 
@@ -152,7 +169,7 @@ class StageFactsReader:
     def needs_io(self, objects: StageObjects, request_id: str | None) -> bool:
         """Whether :meth:`read` would download anything (else it is cheap enough for the event loop)."""
         progress = objects.get(PROGRESS)
-        if progress is not None and progress.generation != self._progress[0]:
+        if progress is not None and progress.generation != self._progress[0] and progress.progress is None:
             return True
         ack = objects.get(_ack_name(request_id)) if request_id else None
         if ack is not None and (self._ack is None or self._ack[:2] != (request_id, ack.generation)):
@@ -215,20 +232,14 @@ class StageFactsReader:
             raw = self._download(self.prefix + relative)
         except Exception:  # noqa: BLE001 - no answer is not an answer
             return False, None
-        if raw is None:
-            return True, None
-        try:
-            value = json.loads(raw)
-        except ValueError:  # a torn write elsewhere: treat as absent, as CheckpointStore._get_json does
-            return True, None
-        return True, value if isinstance(value, dict) else None
+        return (True, None) if raw is None else _parse(raw)
 
     def _read_progress(self, objects: StageObjects) -> dict[str, Any]:
         blob = objects.get(PROGRESS)
         if blob is None:
             self._progress = (None, {})
         elif blob.generation != self._progress[0]:
-            read, progress = self._json(PROGRESS)
+            read, progress = _parse(blob.progress) if blob.progress is not None else self._json(PROGRESS)
             if read:
                 self._progress = (blob.generation, progress or {})
         return self._progress[1]
@@ -264,6 +275,16 @@ def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> Stag
     if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
         committed = max(committed, held)
     return StageFacts(committed, dict(progress), facts.request_ack_step)
+
+
+def _parse(raw: str | bytes) -> tuple[bool, dict[str, Any] | None]:
+    """(True, the JSON object) of a read; (True, None) when it is not a JSON object (a torn write elsewhere:
+    treated as absent, as CheckpointStore._get_json does)."""
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return True, None
+    return True, value if isinstance(value, dict) else None
 
 
 def _ack_name(request_id: str | None) -> str:

@@ -55,16 +55,17 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     before = proxy.snapshot()
     assert poll() == expected
     first = proxy.snapshot() - before
-    # One list per glob for the whole bucket; per stage: progress + manifest + COMMITTED (+ the one ack).
+    # One list per glob for the whole bucket; per stage: manifest + COMMITTED (+ the one ack). The progress comes
+    # with the listing (its copy in the object's metadata).
     assert first["gcs.list_objects"] == 2
-    assert first["gcs.download"] == STAGES * 3 + 1
+    assert first["gcs.download"] == STAGES * 2 + 1
 
     before = proxy.snapshot()
     assert poll() == expected
     second = proxy.snapshot() - before
     assert dict(second) == {"gcs.list_objects": 2}  # nothing changed: no stage makes a call of its own
 
-    # A new progress and a new committed step are seen at the next listing, and only they are downloaded.
+    # A new progress and a new committed step are seen at the next listing; only the step is downloaded.
     store = CheckpointStore(bucket, "run03", "train")
     store.write_progress({"step": 20, "state": "running", "boot_id": "b"})
     store.write(20, {"model.bin": b"\1" * 64})
@@ -73,7 +74,48 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     third = proxy.snapshot() - before
     assert facts[3].committed_step == 20 and facts[3].progress["step"] == 20
     assert facts[:3] == expected[:3] and facts[4:] == expected[4:]
-    assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 3}
+    assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 2}
+
+
+def test_training_stages_progress_costs_no_download_and_agrees_with_the_content(
+    bucket: str, proxy: CountingProxy
+) -> None:
+    """A training stage rewrites progress.json about every second: each poll sees a new generation of every
+    stage's progress. The listing carries it (the metadata copy the workload writes), so a poll of many
+    training stages is the listing alone, and what it reads equals the object's content read on its own."""
+    stores = [CheckpointStore(bucket, f"run{i:02d}", "train") for i in range(STAGES)]
+    gcs = new_gcs(proxy.endpoint)
+    readers = [StageFactsReader(bucket, f"run{i:02d}", "train", gcs=gcs) for i in range(STAGES)]
+    for step in (1, 2, 3):
+        for i, store in enumerate(stores):
+            store.write_progress({"step": step * 100 + i, "state": "running", "loss": 1 / step, "boot_id": "b"})
+        before = proxy.snapshot()
+        index = list_bucket(bucket, gcs=gcs)
+        facts = [r.read(r.objects(index), None) for r in readers]
+        assert dict(proxy.snapshot() - before) == {"gcs.list_objects": 2}
+        assert [f.progress for f in facts] == [store.read_progress() for store in stores]
+        assert [f.progress["step"] for f in facts] == [step * 100 + i for i in range(STAGES)]
+
+
+def test_progress_without_the_metadata_copy_is_downloaded(bucket: str, proxy: CountingProxy) -> None:
+    """Too long for the copy (a long error), or written by a workload without it: read from the content."""
+    from interlude_workload.layout import PROGRESS_METADATA_MAX
+
+    long = CheckpointStore(bucket, "long", "train")
+    long.write_progress({"step": 7, "state": "failed", "error": "x" * PROGRESS_METADATA_MAX})
+    plain = CheckpointStore(bucket, "plain", "train")
+    plain.bucket.blob(plain.base + "progress.json").upload_from_string(b'{"step": 9}', content_type="application/json")
+    gcs = new_gcs(proxy.endpoint)
+    index = list_bucket(bucket, gcs=gcs)
+    assert all(o.progress is None for stage in index.values() for o in stage.values())
+    before = proxy.snapshot()
+    got = [
+        StageFactsReader(bucket, run, "train", gcs=gcs).read(index[f"interlude/{run}/train/"], None)
+        for run in ("long", "plain")
+    ]
+    assert dict(proxy.snapshot() - before) == {"gcs.download": 2}
+    assert [f.progress for f in got] == [long.read_progress(), {"step": 9}]
+    assert got[0].progress["error"] == "x" * PROGRESS_METADATA_MAX
 
 
 def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> None:
@@ -97,7 +139,8 @@ def test_an_absent_or_unanswered_download_is_told_apart(bucket: str) -> None:
     reader = StageFactsReader(bucket, "run", "train")
     objects = reader.objects(list_bucket(bucket))
     assert reader.read(objects, None).progress["step"] == 7
-    newer = {**objects, "progress.json": objects["progress.json"]._replace(generation=-1)}
+    # A newer generation listed without the metadata copy (a progress too long for it): it must be downloaded.
+    newer = {**objects, "progress.json": objects["progress.json"]._replace(generation=-1, progress=None)}
     reader.gcs = new_gcs("http://127.0.0.1:9")  # nothing listens on the discard port
     assert reader.read(newer, None).progress["step"] == 7
     assert reader.needs_io(newer, None)  # not taken as read: the next poll downloads it again
