@@ -94,3 +94,30 @@ def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_after_and_a_git_r
     assert work is not None
     assert not Path(work.group(1)).exists()
     assert _processes_mentioning(work.group(1)) == []
+
+
+def test_training_stages_rewriting_their_progress_cost_the_shared_design_no_download() -> None:
+    """``--gcs-state training``: every stage's progress.json rewritten between two polls, as running workloads
+    do. The per-stage design downloads each new progress; the shared listing carries it (the metadata copy the
+    workload writes), so no stage makes a GCS call of its own. Calls counted by the benchmark's proxy."""
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        *("--machines", "20", "--seconds", "8", "--poll-interval", "2", "--idle-seconds", "2", "--settle", "1"),
+        *("--gcs-state", "training", "--startup-timeout", "60", "--design", "before,after"),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
+    before, after = json.loads(line.removeprefix("RESULT "))["designs"]
+    for result in (before, after):
+        assert result["triggers_polled"] == 20 and result["task_instance_states"] == {"deferred": 20}
+        # Every stage rewritten about once per poll interval (2 s) during the window: ~600 a minute.
+        assert result["progress_writes_per_min"] >= 0.5 * 20 * 60 / 2, result["progress_writes_per_min"]
+    # Before: each trigger reads its stage itself (every third poll while calm: progress, manifest, COMMITTED);
+    # after: the listings alone, although every listing shows 20 new progress generations.
+    assert before["calls_per_min"].get("gcs.download", 0) >= 0.5 * 20 * (60 / 2) / 3
+    assert after["calls_per_min"].get("gcs.download", 0) == 0
+    assert 0 < after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
+    work = re.search(r"work dir (\S+)", proc.stderr)
+    assert work is not None and _processes_mentioning(work.group(1)) == []
