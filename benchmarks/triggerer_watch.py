@@ -735,6 +735,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown design(s) {unknown}; choose from {list(DESIGNS)}")
     if args.steady_at and args.steady_at < args.poll_interval + args.warm_up + args.seconds:
         p.error("--steady-at must come after the first window (poll interval + --warm-up + --seconds)")
+    # SIGTERM (a `kill`, a timeout) unwinds like Ctrl-C: the finally blocks stop the triggerer's process group, the
+    # proxies and the local cloud. Without it the triggerer (its own session) outlived the benchmark and kept
+    # polling beside the next run's measurement.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     results = run(args)
     print(report(results))
     print("RESULT " + json.dumps({"designs": results}), flush=True)

@@ -121,3 +121,30 @@ def test_training_stages_rewriting_their_progress_cost_the_shared_design_no_down
     assert 0 < after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
     work = re.search(r"work dir (\S+)", proc.stderr)
     assert work is not None and _processes_mentioning(work.group(1)) == []
+
+
+def test_a_sigterm_mid_run_stops_everything_the_benchmark_started() -> None:
+    """A benchmark stopped with `kill` leaves no triggerer, trigger runner, proxy or local cloud behind (they run
+    in sessions of their own, so only the benchmark's own cleanup can stop them)."""
+    cmd = [
+        sys.executable,
+        str(SCRIPT),
+        *("--machines", "5", "--seconds", "120", "--poll-interval", "2", "--idle-seconds", "1", "--settle", "1"),
+        *("--startup-timeout", "60", "--design", "after"),
+    ]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if "measuring for" in line:
+            break
+    else:
+        pytest.fail("".join(lines)[-3000:])
+    work = re.search(r"work dir (\S+)", "".join(lines))
+    assert work is not None
+    assert _processes_mentioning(work.group(1))  # the triggerer and the local cloud are up
+    proc.terminate()
+    assert proc.wait(timeout=120) == 128 + 15
+    assert _processes_mentioning(work.group(1)) == []
+    assert not Path(work.group(1)).exists()
