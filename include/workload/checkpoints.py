@@ -308,9 +308,13 @@ class CheckpointStore:
         )
         return WriteResult(checkpoint=checkpoint, written=True)
 
-    def _upload(self, name: str, data: bytes, content_type: str) -> storage.Blob:
+    def _upload(
+        self, name: str, data: bytes, content_type: str, metadata: Mapping[str, str] | None = None
+    ) -> storage.Blob:
         # Re-uploading the same bytes is harmless here (uncommitted prefix, one writer), so retry freely.
         blob = self.bucket.blob(name)
+        if metadata:
+            blob.metadata = dict(metadata)
         blob.upload_from_string(data, content_type=content_type, retry=DEFAULT_RETRY)
         return blob
 
@@ -411,10 +415,8 @@ class CheckpointStore:
         every second cost it no download each (``layout.PROGRESS_METADATA_KEY``). Content and metadata go up
         in one upload, so they are one generation."""
         body = json.dumps(progress, sort_keys=True)
-        blob = self.bucket.blob(self.base + "progress.json")
-        if len(body) <= layout.PROGRESS_METADATA_MAX:
-            blob.metadata = {layout.PROGRESS_METADATA_KEY: body}
-        blob.upload_from_string(body.encode(), content_type="application/json", retry=DEFAULT_RETRY)
+        copy = {layout.PROGRESS_METADATA_KEY: body} if len(body) <= layout.PROGRESS_METADATA_MAX else None
+        self._upload(self.base + "progress.json", body.encode(), "application/json", metadata=copy)
 
     def read_progress(self) -> dict[str, Any] | None:
         return self._get_json("progress.json")

@@ -33,9 +33,8 @@ from typing import Any, NamedTuple
 from interlude.hooks.gcs_json import GcsJson, shared_gcs
 from interlude.observe import StageFacts
 from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
-from interlude_workload.layout import PROGRESS_METADATA_KEY
+from interlude_workload.layout import PROGRESS_METADATA_KEY, ROOT
 
-ROOT = "interlude"  # interlude_workload.layout.ROOT (not imported here: this module loads in the triggerer)
 # GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
 GLOBS = (f"{ROOT}/*/*/{{step-*,control}}/**", f"{ROOT}/*/*/progress.json")
 # What each glob's listing returns (a partial response): progress.json's also its custom metadata (the copy).
