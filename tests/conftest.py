@@ -15,13 +15,17 @@ from interlude_workload.testing import GcsEmulator, running_gcs_emulator
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Cache bytecode in this session and every process it starts, whatever the environment says.
+    """Cache bytecode in this session and every process it starts, whatever the environment says; run
+    `airflow dags test` warm.
 
     With PYTHONDONTWRITEBYTECODE=1 each `airflow dags test`, stack component, local cloud and trainer
     compiles Airflow, FastAPI and the Google clients from source again: ~12 s of every `dags test`.
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
+    # Each `airflow dags test` is a child forked from a warm Airflow (plugins/interlude/warm_cli.py), not a
+    # cold start: ~11 of its ~16 CPU-s. INTERLUDE_WARM_AIRFLOW=0 runs each as a new process instead.
+    os.environ.setdefault("INTERLUDE_WARM_AIRFLOW", "1")
 
 
 # With pytest-xdist, tests/xdist_scheduling.py decides which tests run together on one worker (the stack's

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from interlude import warm_cli
 from interlude_workload import layout
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,9 +216,7 @@ def dags_test(
 ) -> DagTestResult:
     """`airflow dags test` with conf; output to log_path. The run's state is read from Airflow's own
     closing line ("DagRun Finished: ... state=..."), which says more than the exit code."""
-    cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
-    with open(log_path, "w") as out:
-        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+    rc = warm_cli.run_airflow(["dags", "test", dag_id, "--conf", json.dumps(conf)], env, log_path, timeout)
     text = log_path.read_text(errors="replace")
     found = [m for m in _FINISHED.finditer(text) if m["dag"] == dag_id]
     last = found[-1] if found else None

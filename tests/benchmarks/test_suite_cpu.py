@@ -18,6 +18,11 @@ VENV_BIN = str(Path(sys.executable).parent)
     [
         (f"{VENV_BIN}/python {VENV_BIN}/airflow dags test interlude_training --conf {{}}", "airflow dags test"),
         (f"{VENV_BIN}/python {VENV_BIN}/airflow db migrate", "airflow db migrate"),
+        ("airflow dags test interlude_training --conf {}", "airflow dags test"),  # forked by the warm server
+        (
+            f"{VENV_BIN}/python -m interlude.warm_cli /tmp/interlude-warm-x/sock",
+            "airflow dags test: warm server (imports once per worker)",
+        ),
         ("airflow api_server -- host:127.0.0.1 port:42073", "stack: api-server"),
         (f"{VENV_BIN}/python {VENV_BIN}/airflow scheduler", "stack: scheduler"),
         (f"{VENV_BIN}/python {VENV_BIN}/airflow dag-processor", "stack: dag-processor"),

@@ -119,15 +119,13 @@ def dags_test(
     run_after: the same run id every time (the CLI names runs after the wall clock)."""
     import json
     import sqlite3
-    import subprocess
-    import sys
+
+    from interlude import warm_cli
 
     if run_at:
-        cmd = [sys.executable, "-c", _TEST_AT, dag_id, json.dumps(conf), run_at]
+        rc = warm_cli.run_airflow([dag_id, json.dumps(conf), run_at], env, log_path, timeout, python_c=_TEST_AT)
     else:
-        cmd = [str(Path(sys.executable).parent / "airflow"), "dags", "test", dag_id, "--conf", json.dumps(conf)]
-    with open(log_path, "w") as out:
-        rc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        rc = warm_cli.run_airflow(["dags", "test", dag_id, "--conf", json.dumps(conf)], env, log_path, timeout)
     text = log_path.read_text(errors="replace")
     db = Path(env["AIRFLOW_HOME"]) / "airflow.db"
     with sqlite3.connect(db) as conn:

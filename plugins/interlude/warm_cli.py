@@ -1,0 +1,363 @@
+"""A warm `airflow` CLI for development runs: Airflow imported once, a forked child per command.
+
+Why: an `airflow dags test` pays ~16 CPU-s on the 2-core machine even when its DAG only plans, and most of
+it is the same work every time: importing Airflow and its CLI (~3.5 CPU-s) and building the in-process
+Execution API, whose Cadwyn app generates a router per API version on its first request (~3 CPU-s).
+The suite runs ~50 of them. Here a server does that work once, then forks a child per command; the child
+is a real process (its own pid, killable, reaped by the server) that runs Airflow's own CLI entry point
+(`airflow.__main__.main`) with the caller's argv, environment, working directory and log file.
+
+What a child gets, so that it behaves as a fresh `airflow` process would:
+- the caller's environment, exactly (os.environ is replaced) and its working directory;
+- stdin from /dev/null, stdout and stderr to the caller's log file;
+- Airflow's settings re-derived from that environment: AIRFLOW_HOME, and the three options whose defaults
+  are made from it (the metadata DB, the log folders) pinned to that home unless the caller set them,
+  then `settings.configure_vars()` and `settings.configure_orm()` (the server never opens the DB).
+Every other option is read through `conf`, which consults the environment on each read, so per-run
+`AIRFLOW__...` variables apply. The server imports only Airflow itself and third-party libraries, never
+Interlude's DAGs or operators, which read their settings when the child parses the DAG.
+
+Used when $INTERLUDE_WARM_AIRFLOW is 1 (tests/conftest.py sets it for the suite): `run_airflow` then starts one
+server for the calling process on first use. Otherwise `run_airflow` starts a new `airflow` process.
+
+Protocol (one Unix socket, mode 0600, in a private directory): a client sends one JSON line
+`{"argv", "env", "cwd", "log"}`, the server answers `{"pid": N}` once the child runs and `{"rc": N}` when it
+exits (-signal when killed). A client that hangs up early has its child's process group killed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+SWITCH_ENV = "INTERLUDE_WARM_AIRFLOW"
+_AIRFLOW = str(Path(sys.executable).parent / "airflow")
+# Options whose defaults are made from AIRFLOW_HOME (Airflow's config.yml: "{AIRFLOW_HOME}/..."); dags_folder
+# and plugins_folder are always set by Interlude's environments.
+_HOME_DEFAULTS = {
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:///{home}/airflow.db",
+    "AIRFLOW__LOGGING__BASE_LOG_FOLDER": "{home}/logs",
+    "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": "{home}/logs/dag_processor",
+}
+
+
+def warm_up() -> None:
+    """Import what every `airflow` command pays for, and build the in-process Execution API's routes.
+
+    Nothing here connects to the metadata DB or starts a thread: a fork copies one thread only.
+    """
+    import airflow.__main__
+    import airflow.cli.commands.dag_command
+    import airflow.sdk.execution_time.task_runner  # noqa: F401
+    import google.cloud.storage  # noqa: F401 - what Interlude's hooks and the workload's store use
+    import numpy  # noqa: F401 - the workload's data module, imported by the training DAG's first task
+    from airflow.sdk.execution_time.supervisor import in_process_api_server
+
+    app = in_process_api_server().app
+    app._cadwyn_initialize()  # what its first request does: a router per Execution API version
+    if threading.active_count() != 1:
+        raise RuntimeError(f"warming up started threads: {threading.enumerate()}")
+
+
+def _child(request: Mapping[str, Any]) -> None:
+    """Runs in the forked child: become the caller's `airflow` process and exit with its code."""
+    code = 1
+    try:
+        os.setsid()
+        null = os.open(os.devnull, os.O_RDONLY)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.chdir(request["cwd"])
+        env = dict(request["env"])
+        home = env.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
+        for name, value in _HOME_DEFAULTS.items():
+            env.setdefault(name, value.format(home=home))
+        from setproctitle import setproctitle  # Airflow's own dependency: `ps` shows the command, not the server
+
+        program = f"{sys.executable} -c" if request.get("python_c") else "airflow"
+        setproctitle(" ".join([program, *request["argv"]]))  # before the environment changes: it moves it
+        os.environ.clear()
+        os.environ.update(env)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        import airflow.configuration
+        from airflow import settings
+
+        airflow.configuration.AIRFLOW_HOME = settings.AIRFLOW_HOME = home
+        # `main()` writes this home's airflow.cfg (with new secret keys) when it is missing, as a new process does.
+        airflow.configuration.AIRFLOW_CONFIG = airflow.configuration.get_airflow_config(home)
+        settings.configure_vars()
+        settings.prepare_syspath_for_config_and_plugins()
+        settings.configure_orm()
+        try:
+            if request.get("python_c"):
+                sys.argv = ["-c", *request["argv"]]
+                exec(compile(request["python_c"], "<string>", "exec"), {"__name__": "__main__"})
+            else:
+                from airflow.__main__ import main
+
+                sys.argv = ["airflow", *request["argv"]]
+                main()
+            code = 0
+        except SystemExit as exit_:  # as the interpreter does: None is 0, a message is printed and is 1
+            if exit_.code is not None and not isinstance(exit_.code, int):
+                print(exit_.code, file=sys.stderr)
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except BaseException:  # noqa: BLE001 - anything: print it to the caller's log, exit non-zero
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            atexit._run_exitfuncs()  # Airflow's own (the ORM's dispose, which checkpoints SQLite's WAL)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+@dataclass
+class _Running:
+    """One client connection and, once its request arrived, the child running it."""
+
+    conn: socket.socket
+    pid: int = 0
+    buffer: bytes = b""
+
+
+class _Server:
+    """The server's loop state: a listener, the open connections, the children by pid. Single-threaded."""
+
+    def __init__(self, listener: socket.socket):
+        self.listener = listener
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ)
+        self.by_conn: dict[socket.socket, _Running] = {}
+        self.by_pid: dict[int, _Running] = {}
+
+    def step(self, timeout: float) -> None:
+        for key, _ in self.sel.select(timeout=timeout):
+            if key.fileobj is self.listener:
+                conn, _addr = self.listener.accept()
+                self.by_conn[conn] = _Running(conn)
+                self.sel.register(conn, selectors.EVENT_READ)
+            else:
+                self._read(self.by_conn[key.fileobj])  # type: ignore[index]
+        self._reap()
+
+    def _read(self, running: _Running) -> None:
+        data = running.conn.recv(1 << 20)
+        if not data:  # the caller hung up: its child goes too
+            self._close(running)
+            if running.pid:
+                _kill_group(running.pid)
+            return
+        running.buffer += data
+        if running.pid or b"\n" not in running.buffer:
+            return
+        request = json.loads(running.buffer.split(b"\n", 1)[0])
+        pid = os.fork()
+        if pid == 0:
+            self.listener.close()
+            for conn in self.by_conn:
+                conn.close()
+            _child(request)
+        running.pid = pid
+        self.by_pid[pid] = running
+        running.conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+    def _reap(self) -> None:
+        while self.by_pid:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            running = self.by_pid.pop(pid, None)
+            if running is None or running.conn not in self.by_conn:
+                continue
+            try:
+                running.conn.sendall(json.dumps({"rc": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+            except OSError:
+                pass
+            self._close(running)
+
+    def _close(self, running: _Running) -> None:
+        self.sel.unregister(running.conn)
+        running.conn.close()
+        del self.by_conn[running.conn]
+
+    def kill_all(self) -> None:
+        for pid in list(self.by_pid):
+            _kill_group(pid)
+
+
+def serve(path: str) -> None:
+    """Warm up, then fork a child per request until SIGTERM or until the process that started it is gone;
+    every child still running is then killed."""
+    warm_up()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        listener.bind(path + ".new")
+    finally:
+        os.umask(old)
+    listener.listen(16)
+    os.rename(path + ".new", path)  # the name appears only once it accepts: clients wait for it
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, stop)
+    server = _Server(listener)
+    parent = os.getppid()
+    try:
+        while not stopping and os.getppid() == parent:
+            server.step(timeout=0.05)
+    finally:
+        server.kill_all()
+        listener.close()
+        Path(path).unlink(missing_ok=True)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+class WarmProcess:
+    """A command run by a warm server: a pid, `wait(timeout)` and `kill()`, like `subprocess.Popen`."""
+
+    def __init__(self, path: str, request: Mapping[str, Any]):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(path)
+        self._sock.sendall(json.dumps(request).encode() + b"\n")
+        self._reader = self._sock.makefile("rb")
+        self.pid = int(json.loads(self._reader.readline())["pid"])
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            self._sock.settimeout(timeout)
+            try:
+                line = self._reader.readline()
+            except TimeoutError:
+                raise subprocess.TimeoutExpired(["airflow"], timeout or 0) from None
+            if not line:
+                raise RuntimeError("the warm Airflow server went away")
+            self.returncode = int(json.loads(line)["rc"])
+            self._sock.close()
+        return self.returncode
+
+    def kill(self) -> None:
+        _kill_group(self.pid)
+
+
+class WarmServer:
+    """One warm server for this process: started on first use, stopped by `stop()` or at exit.
+
+    Its Airflow home is a new private directory with no airflow.cfg, as every per-run home starts.
+    """
+
+    def __init__(self, env: Mapping[str, str]):
+        self.dir = Path(tempfile.mkdtemp(prefix="interlude-warm-"))
+        self.path = str(self.dir / "sock")
+        (self.dir / "home").mkdir()
+        server_env = {**env, "AIRFLOW_HOME": str(self.dir / "home")}
+        with open(self.dir / "server.log", "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "interlude.warm_cli", self.path],
+                env=server_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 180
+        while not os.path.exists(self.path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"the warm Airflow server did not start: {self.dir / 'server.log'}")
+            time.sleep(0.05)
+
+    def start(self, request: Mapping[str, Any]) -> WarmProcess:
+        return WarmProcess(self.path, request)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_SERVER: WarmServer | None = None
+
+
+def enabled() -> bool:
+    """$INTERLUDE_WARM_AIRFLOW=1 (the test suite sets it): Airflow commands go through a warm server."""
+    return os.environ.get(SWITCH_ENV) == "1"
+
+
+def server(env: Mapping[str, str]) -> WarmServer:
+    global _SERVER
+    if _SERVER is None or _SERVER.proc.poll() is not None:
+        _SERVER = WarmServer(env)
+        atexit.register(stop_server)
+    return _SERVER
+
+
+def stop_server() -> None:
+    global _SERVER
+    if _SERVER is not None:
+        _SERVER.stop()
+        _SERVER = None
+
+
+def run_airflow(
+    argv: Sequence[str], env: Mapping[str, str], log: Path, timeout: float | None, python_c: str | None = None
+) -> int:
+    """`airflow <argv>` (or `python -c python_c <argv>`) with env, output to log; its exit code.
+
+    Through this process's warm server when enabled(), else a new process: the same command either way.
+    Raises subprocess.TimeoutExpired after killing it, as `subprocess.run` does.
+    """
+    if not enabled():
+        cmd = [sys.executable, "-c", python_c, *argv] if python_c else [_AIRFLOW, *argv]
+        with open(log, "w") as out:
+            return subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+    request = {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(), "log": str(log), "python_c": python_c}
+    proc = server(env).start(request)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])

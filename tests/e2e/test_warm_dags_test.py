@@ -1,0 +1,41 @@
+"""The suite runs `airflow dags test` forked from a warm Airflow (interlude.warm_cli): the same run must come out
+of it as out of a new `airflow` process, or every end-to-end test would be testing something else."""
+
+from __future__ import annotations
+
+import configparser
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from interlude import warm_cli
+
+if TYPE_CHECKING:  # the fixtures' types; conftest is not importable as a module under importlib mode
+    from tests.e2e.conftest import RunDag
+
+
+def _fernet_key(home: Path) -> str:
+    """The key in the airflow.cfg Airflow wrote into the run's own home: a new process writes one, new keys."""
+    parser = configparser.ConfigParser(interpolation=None)
+    assert parser.read(home / "airflow.cfg"), f"no airflow.cfg in {home}"
+    return parser.get("core", "fernet_key")
+
+
+def test_a_warm_dags_test_runs_as_a_new_process_does(
+    run_dag: RunDag, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(warm_cli.SWITCH_ENV, "0")
+    cold = run_dag("default", {"plan_only": True})
+    monkeypatch.setenv(warm_cli.SWITCH_ENV, "1")
+    warm = run_dag("default", {"plan_only": True})
+
+    assert (cold.state, cold.exit_code) == ("success", 0), cold.log[-3000:]
+    assert (warm.state, warm.exit_code) == (cold.state, cold.exit_code), warm.log[-3000:]
+    assert warm.states == cold.states
+    plan = "Plan only: would provision v6e-8 in us-central1-a with runtime v2-alpha-tpuv6e"
+    assert plan in cold.log and plan in warm.log
+    assert warm.machines() == cold.machines() == []
+    # Each run used and configured its own home (run_dag read each run's state from that home's DB).
+    keys = {_fernet_key(tmp_path / "airflow-1"), _fernet_key(tmp_path / "airflow-2")}
+    assert len(keys) == 2 and "" not in keys, keys
