@@ -79,7 +79,7 @@ def _child(request: Mapping[str, Any]) -> None:
     try:
         os.setsid()
         null = os.open(os.devnull, os.O_RDONLY)
-        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        log = os.open(request["log"], os.O_WRONLY | os.O_CREAT, 0o644)  # the caller made it empty
         os.dup2(null, 0)
         os.dup2(log, 1)
         os.dup2(log, 2)
@@ -151,10 +151,23 @@ class _Server:
         self.sel.register(listener, selectors.EVENT_READ)
         self.by_conn: dict[socket.socket, _Running] = {}
         self.by_pid: dict[int, _Running] = {}
+        # A child's exit wakes the loop (SIGCHLD through Python's wakeup fd): it sleeps, not polls, between.
+        self.wakeup, self._wakeup_w = socket.socketpair()
+        for end in (self.wakeup, self._wakeup_w):
+            end.setblocking(False)
+        signal.set_wakeup_fd(self._wakeup_w.fileno())
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sel.register(self.wakeup, selectors.EVENT_READ)
 
     def step(self, timeout: float) -> None:
         for key, _ in self.sel.select(timeout=timeout):
-            if key.fileobj is self.listener:
+            if key.fileobj is self.wakeup:
+                while True:
+                    try:
+                        self.wakeup.recv(4096)
+                    except BlockingIOError:
+                        break
+            elif key.fileobj is self.listener:
                 conn, _addr = self.listener.accept()
                 self.by_conn[conn] = _Running(conn)
                 self.sel.register(conn, selectors.EVENT_READ)
@@ -175,9 +188,10 @@ class _Server:
         request = json.loads(running.buffer.split(b"\n", 1)[0])
         pid = os.fork()
         if pid == 0:
-            self.listener.close()
-            for conn in self.by_conn:
-                conn.close()
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for end in (self.listener, self.wakeup, self._wakeup_w, *self.by_conn):
+                end.close()
             _child(request)
         running.pid = pid
         self.by_pid[pid] = running
@@ -232,8 +246,8 @@ def serve(path: str) -> None:
     server = _Server(listener)
     parent = os.getppid()
     try:
-        while not stopping and os.getppid() == parent:
-            server.step(timeout=0.05)
+        while not stopping and os.getppid() == parent:  # checked at least once a second
+            server.step(timeout=1.0)
     finally:
         server.kill_all()
         listener.close()
@@ -248,27 +262,55 @@ def _kill_group(pid: int) -> None:
 
 
 class WarmProcess:
-    """A command run by a warm server: a pid, `wait(timeout)` and `kill()`, like `subprocess.Popen`."""
+    """A command run by a warm server: a pid, `poll()`, `wait(timeout)` and `kill()`, like `subprocess.Popen`."""
 
     def __init__(self, path: str, request: Mapping[str, Any]):
+        # The log exists (empty) once this returns, as with a Popen writing to a file the caller opened.
+        with open(request["log"], "w"):
+            pass
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(path)
         self._sock.sendall(json.dumps(request).encode() + b"\n")
-        self._reader = self._sock.makefile("rb")
-        self.pid = int(json.loads(self._reader.readline())["pid"])
+        self._buffer = b""
+        first = self._line(None)
+        if first is None:
+            raise RuntimeError("the warm Airflow server went away")
+        self.pid = int(first["pid"])
         self.returncode: int | None = None
+
+    def _line(self, timeout: float | None) -> dict[str, Any] | None:
+        """The server's next message; None if it hung up. TimeoutError when none came within timeout."""
+        self._sock.settimeout(timeout)
+        while b"\n" not in self._buffer:
+            data = self._sock.recv(4096)
+            if not data:
+                return None
+            self._buffer += data
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return dict(json.loads(line))
+
+    def _finish(self, timeout: float | None) -> None:
+        message = self._line(timeout)
+        if message is None:
+            raise RuntimeError("the warm Airflow server went away")
+        self.returncode = int(message["rc"])
+        self._sock.close()
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self._finish(0)
+            except (TimeoutError, BlockingIOError):
+                return None
+        return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
         if self.returncode is None:
-            self._sock.settimeout(timeout)
             try:
-                line = self._reader.readline()
+                self._finish(timeout)
             except TimeoutError:
                 raise subprocess.TimeoutExpired(["airflow"], timeout or 0) from None
-            if not line:
-                raise RuntimeError("the warm Airflow server went away")
-            self.returncode = int(json.loads(line)["rc"])
-            self._sock.close()
+        assert self.returncode is not None
         return self.returncode
 
     def kill(self) -> None:
@@ -338,25 +380,39 @@ def stop_server() -> None:
         _SERVER = None
 
 
-def run_airflow(
-    argv: Sequence[str], env: Mapping[str, str], log: Path, timeout: float | None, python_c: str | None = None
-) -> int:
-    """`airflow <argv>` (or `python -c python_c <argv>`) with env, output to log; its exit code.
-
-    Through this process's warm server when enabled(), else a new process: the same command either way.
-    Raises subprocess.TimeoutExpired after killing it, as `subprocess.run` does.
-    """
+def start_airflow(
+    argv: Sequence[str], env: Mapping[str, str], log: Path, python_c: str | None = None
+) -> WarmProcess | subprocess.Popen[bytes]:
+    """Start `airflow <argv>` (or `python -c python_c <argv>`) with env, output to log: through this process's
+    warm server when enabled(), else as a new process. Either has pid, poll(), wait(timeout) and kill()."""
     if not enabled():
         cmd = [sys.executable, "-c", python_c, *argv] if python_c else [_AIRFLOW, *argv]
         with open(log, "w") as out:
-            return subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=timeout).returncode
+            return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     request = {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(), "log": str(log), "python_c": python_c}
-    proc = server(env).start(request)
+    return server(env).start(request)
+
+
+def run_airflow(
+    argv: Sequence[str], env: Mapping[str, str], log: Path, timeout: float | None, python_c: str | None = None
+) -> int:
+    """start_airflow, then its exit code; after timeout it is killed and subprocess.TimeoutExpired raised, as
+    `subprocess.run` does."""
+    proc = start_airflow(argv, env, log, python_c)
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
         raise
+
+
+def airflow_output(argv: Sequence[str], env: Mapping[str, str], timeout: float | None = 300) -> tuple[int, str]:
+    """`airflow <argv>` as run_airflow runs it; its exit code and its output (stdout and stderr together)."""
+    with tempfile.TemporaryDirectory(prefix="interlude-cli-") as tmp:
+        log = Path(tmp) / "out.log"
+        code = run_airflow(argv, env, log, timeout)
+        return code, log.read_text(errors="replace")
 
 
 if __name__ == "__main__":

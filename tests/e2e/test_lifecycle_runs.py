@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from interlude import dev, naming
+from interlude import dev, naming, warm_cli
 from interlude.assets import EXTRA_URI, FINETUNED_CHECKPOINT
 
 pytestmark = pytest.mark.e2e
@@ -287,7 +287,8 @@ def test_stockout_at_provisioning_walks_the_tree_again(tmp_path: Path, airflow_d
 
 
 def _airflow(env: dict[str, str], *args: str) -> None:
-    subprocess.run([str(Path(sys.executable).parent / "airflow"), *args], env=env, check=True, capture_output=True)
+    code, output = warm_cli.airflow_output(args, env)
+    assert code == 0, output[-3000:]
 
 
 def _checkpoint_asset_events(env: dict[str, str]) -> tuple[list[tuple[Any, ...]], list[str]]:
@@ -371,15 +372,9 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
     for dag_id in ("interlude_training", "interlude_sweeper"):
         _airflow(env, "dags", "pause", dag_id)  # only the Asset's consumer may start
     serving_run = _scheduled_serving_run(env, tmp_path / "scheduler.log")
-    resolved = subprocess.run(
-        [str(Path(sys.executable).parent / "airflow"), "tasks", "test", "interlude_serving", "resolve", serving_run],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert f"Checkpoint from the triggering Asset event: {committed.uri}" in resolved.stdout, resolved.stdout[-3000:]
-    assert "invalid serving parameters" not in resolved.stdout + resolved.stderr
+    _code, resolved = warm_cli.airflow_output(["tasks", "test", "interlude_serving", "resolve", serving_run], env)
+    assert f"Checkpoint from the triggering Asset event: {committed.uri}" in resolved, resolved[-3000:]
+    assert "invalid serving parameters" not in resolved
 
 
 def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: Path) -> None:

@@ -8,10 +8,9 @@ pool. Then the other node goes away, the queued resource gets the capacity and t
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlude import dev
+from interlude import dev, warm_cli
 from tests.faults.support import BASE, BUCKET, DAG_ID, dags_test, tpu_hook
 
 pytestmark = pytest.mark.e2e
@@ -64,51 +63,42 @@ def test_waiting_queued_resource_defers_provision_and_frees_the_pool(cloud, airf
     tpu.create_node(ZONE, "someone-else", {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"})
     conf = {**BASE, "zones": [ZONE], "model_profile": "maxtext-tpu-only", "poll_seconds": 0.5}
     db = Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db"
-    cmd = [
-        str(Path(sys.executable).parent / "airflow"),
-        "dags",
-        "test",
-        DAG_ID,
-        "--conf",
-        __import__("json").dumps(conf),
-    ]
     log_path = tmp_path / "dags-test.log"
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, env=airflow_env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 300
-            seen: dict[str, object] = {}
-            while time.monotonic() < deadline and proc.poll() is None:
-                # Airflow's execution API logs the task's own report of deferring (`dags test` then runs
-                # the trigger inline and shows the task QUEUED until it resumes; the stack shows DEFERRED).
-                deferred = DEFERRED.search(log_path.read_text(errors="replace"))
-                waiting = [
-                    e
-                    for e in cloud.admin.events()
-                    if e["event"] == "queued_resource_state" and e.get("state") == "WAITING_FOR_RESOURCES"
-                ]
-                if deferred and waiting and proc.poll() is None:
-                    pool = _read(db, "SELECT pool FROM task_instance WHERE task_id = 'provision'")
-                    held = _read(
-                        db,
-                        "SELECT task_id, state FROM task_instance WHERE pool = ? AND state IN "
-                        "('running', 'queued', 'deferred', 'scheduled')",
-                        POOL,
-                    )
-                    seen = {"pool": pool[0][0] if pool else None, "held": held, "waiting": True}
-                    break
-                time.sleep(0.5)
-            assert seen, f"provision never showed DEFERRED; log tail:\n{log_path.read_text()[-3000:]}"
-            assert seen["waiting"], seen
-            assert seen["held"] == [], f"accelerator pool slots held while provision waits: {seen}"
-            assert seen["pool"] == "default_pool", seen  # deferred tasks hold no slot there
-            tpu.delete_node(ZONE, "someone-else")  # the capacity frees: the queued resource gets it
-            proc.wait(timeout=400)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            tpu.delete_node(ZONE, "someone-else")
+    proc = warm_cli.start_airflow(["dags", "test", DAG_ID, "--conf", json.dumps(conf)], airflow_env, log_path)
+    try:
+        deadline = time.monotonic() + 300
+        seen: dict[str, object] = {}
+        while time.monotonic() < deadline and proc.poll() is None:
+            # Airflow's execution API logs the task's own report of deferring (`dags test` then runs
+            # the trigger inline and shows the task QUEUED until it resumes; the stack shows DEFERRED).
+            deferred = DEFERRED.search(log_path.read_text(errors="replace"))
+            waiting = [
+                e
+                for e in cloud.admin.events()
+                if e["event"] == "queued_resource_state" and e.get("state") == "WAITING_FOR_RESOURCES"
+            ]
+            if deferred and waiting and proc.poll() is None:
+                pool = _read(db, "SELECT pool FROM task_instance WHERE task_id = 'provision'")
+                held = _read(
+                    db,
+                    "SELECT task_id, state FROM task_instance WHERE pool = ? AND state IN "
+                    "('running', 'queued', 'deferred', 'scheduled')",
+                    POOL,
+                )
+                seen = {"pool": pool[0][0] if pool else None, "held": held, "waiting": True}
+                break
+            time.sleep(0.5)
+        assert seen, f"provision never showed DEFERRED; log tail:\n{log_path.read_text()[-3000:]}"
+        assert seen["waiting"], seen
+        assert seen["held"] == [], f"accelerator pool slots held while provision waits: {seen}"
+        assert seen["pool"] == "default_pool", seen  # deferred tasks hold no slot there
+        tpu.delete_node(ZONE, "someone-else")  # the capacity frees: the queued resource gets it
+        proc.wait(timeout=400)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        tpu.delete_node(ZONE, "someone-else")
     text = log_path.read_text()
     assert "state=success" in text.rsplit("DagRun Finished", 1)[-1], text[-4000:]
 

@@ -10,22 +10,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from interlude import naming, provisioning
+from interlude import naming, provisioning, warm_cli
 from tests.faults.support import BUCKET, DAG_ID, ZONES, dags_test, left_in_cloud
 
 pytestmark = pytest.mark.e2e
 
 
 def _airflow(env: dict[str, str], *args: str) -> None:
-    cmd = [str(Path(sys.executable).parent / "airflow"), *args]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    code, output = warm_cli.airflow_output(args, env)
+    assert code == 0, output[-3000:]
 
 
 def _machine_of(run_id: str, zone: str) -> dict:

@@ -76,9 +76,9 @@ def _gone(pid: int, within: float = 10.0) -> bool:
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (ProcessLookupError, FileNotFoundError):
             return True
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         if state == "Z":  # dead, not yet reaped by its parent
             return True
         time.sleep(0.05)
@@ -122,15 +122,17 @@ def test_kill_timeout_and_hang_up_each_end_the_child(
     # kill(): the child is gone and its exit says SIGKILL.
     proc = server.start(_request(SLEEP, [str(tmp_path / "a.pid")], env, tmp_path / "a.log", cwd=tmp_path))
     _wait_for(tmp_path / "a.pid")
+    assert proc.poll() is None
     proc.kill()
     assert proc.wait(30) == -signal.SIGKILL
+    assert proc.poll() == -signal.SIGKILL
     assert _gone(proc.pid)
 
     # A timeout through run_airflow kills it too, as subprocess.run does.
     monkeypatch.setenv(warm_cli.SWITCH_ENV, "1")
     monkeypatch.setattr(warm_cli, "_SERVER", server)  # this module's server, not a second warm-up
     with pytest.raises(subprocess.TimeoutExpired):
-        warm_cli.run_airflow([str(tmp_path / "b.pid")], env, tmp_path / "b.log", timeout=3, python_c=SLEEP)
+        warm_cli.run_airflow([str(tmp_path / "b.pid")], env, tmp_path / "b.log", timeout=15, python_c=SLEEP)
     assert _gone(int((tmp_path / "b.pid").read_text()))
 
     # A caller that is killed takes its child with it (the server sees the connection close).
