@@ -55,17 +55,35 @@ _HOME_DEFAULTS = {
 }
 
 
+# What every `airflow dags test` imports, read off a profile of one: Airflow, its CLI and task runner, what it
+# imports on its way to the DB (alembic), the clients Interlude's hooks use and the Google provider's base hook
+# module (no operator module: those read `[operators]` settings into their defaults at import).
+WARM_MODULES = (
+    "airflow.__main__",
+    "airflow.cli.commands.dag_command",
+    "airflow.sdk.execution_time.task_runner",
+    "alembic.autogenerate",
+    "alembic.runtime.migration",
+    "google.cloud.storage",
+    "google.cloud.tpu_v2",
+    "airflow.providers.google.common.hooks.base_google",
+    "numpy",  # the workload's data module, imported by the training DAG's first task
+)
+
+
 def warm_up() -> None:
     """Import what every `airflow` command pays for, and build the in-process Execution API's routes.
 
     Nothing here connects to the metadata DB or starts a thread: a fork copies one thread only.
     """
-    import airflow.__main__
-    import airflow.cli.commands.dag_command
-    import airflow.sdk.execution_time.task_runner  # noqa: F401
-    import google.cloud.storage  # noqa: F401 - what Interlude's hooks and the workload's store use
-    import numpy  # noqa: F401 - the workload's data module, imported by the training DAG's first task
+    import importlib
+
+    for name in WARM_MODULES:
+        importlib.import_module(name)
+    from airflow._shared.observability.metrics.stats import _get_registry
     from airflow.sdk.execution_time.supervisor import in_process_api_server
+
+    _get_registry()  # the metric names, read from Airflow's YAML on the first metric of each process
 
     app = in_process_api_server().app
     app._cadwyn_initialize()  # what its first request does: a router per Execution API version
