@@ -10,19 +10,19 @@ is a real process (its own pid, killable, reaped by the server) that runs Airflo
 What a child gets, so that it behaves as a fresh `airflow` process would:
 - the caller's environment, exactly (os.environ is replaced) and its working directory;
 - stdin from /dev/null, stdout and stderr to the caller's log file;
-- Airflow's settings re-derived from that environment: AIRFLOW_HOME, and the three options whose defaults
-  are made from it (the metadata DB, the log folders) pinned to that home unless the caller set them,
-  then `settings.configure_vars()` and `settings.configure_orm()` (the server never opens the DB).
-Every other option is read through `conf`, which consults the environment on each read, so per-run
-`AIRFLOW__...` variables apply. The server imports only Airflow itself and third-party libraries, never
-Interlude's DAGs or operators, which read their settings when the child parses the DAG.
+- Airflow's configuration rebuilt from that environment (`_reconfigure_airflow`): AIRFLOW_HOME and the
+  defaults expanded from it (the metadata DB, the log folders), the home's airflow.cfg, the ORM (the server
+  never opens the DB). `conf` reads the environment on each read, so per-run `AIRFLOW__...` variables apply.
+The server imports only Airflow itself and third-party libraries (WARM_MODULES), never Interlude's DAGs or
+operators, which read their settings when the child parses the DAG.
 
 Used when $INTERLUDE_WARM_AIRFLOW is 1 (tests/conftest.py sets it for the suite): `run_airflow` then starts one
 server for the calling process on first use. Otherwise `run_airflow` starts a new `airflow` process.
 
 Protocol (one Unix socket, mode 0600, in a private directory): a client sends one JSON line
-`{"argv", "env", "cwd", "log"}`, the server answers `{"pid": N}` once the child runs and `{"rc": N}` when it
-exits (-signal when killed). A client that hangs up early has its child's process group killed.
+`{"argv", "env", "cwd", "log", "python_c"}`, the server answers `{"pid": N}` once the child runs and
+`{"rc": N, "cpu": seconds}` when it exits (rc -signal when killed; cpu its user + system time, the kernel's count).
+A client that hangs up early has its child's process group killed.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from base64 import b64encode
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +47,6 @@ from typing import Any
 
 SWITCH_ENV = "INTERLUDE_WARM_AIRFLOW"
 _AIRFLOW = str(Path(sys.executable).parent / "airflow")
-# Options whose defaults are made from AIRFLOW_HOME (Airflow's config.yml: "{AIRFLOW_HOME}/..."); dags_folder
-# and plugins_folder are always set by Interlude's environments.
-_HOME_DEFAULTS = {
-    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "sqlite:///{home}/airflow.db",
-    "AIRFLOW__LOGGING__BASE_LOG_FOLDER": "{home}/logs",
-    "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": "{home}/logs/dag_processor",
-}
 
 
 # What every `airflow dags test` imports, read off a profile of one: Airflow, its CLI and task runner, what it
@@ -91,6 +85,34 @@ def warm_up() -> None:
         raise RuntimeError(f"warming up started threads: {threading.enumerate()}")
 
 
+def _reconfigure_airflow() -> None:
+    """Airflow's configuration again, from this environment, as `import airflow` made it in the server.
+
+    Both parsers (core's and the Task SDK's) are rebuilt in place, since modules hold them by name: their
+    defaults are expanded from AIRFLOW_HOME (the metadata DB, the log folders) and a home's airflow.cfg is read
+    if it has one. `main()` then writes a missing airflow.cfg with new keys, as a new process does. Then the
+    settings made from them: folders, sys.path, the ORM (the server never opened the DB). Logging keeps the
+    server's set-up: the same for every caller (to stdout, here the caller's log).
+    """
+    import airflow.configuration as core
+    import airflow.sdk.configuration as sdk
+    from airflow import settings
+
+    core.AIRFLOW_HOME = settings.AIRFLOW_HOME = core.get_airflow_home()
+    core.AIRFLOW_CONFIG = core.get_airflow_config(core.AIRFLOW_HOME)
+    core.SECRET_KEY = b64encode(os.urandom(16)).decode("utf-8")  # per process, as at import
+    vars(core.conf).clear()
+    vars(core.conf).update(vars(core.initialize_config()))
+    core.secrets_backend_list = core.initialize_secrets_backends()
+    core.conf.validate()
+    if "conf" in vars(sdk):  # made lazily; a later first use makes it from this environment anyway
+        vars(sdk.conf).clear()
+        vars(sdk.conf).update(vars(sdk.initialize_config()))
+    settings.configure_vars()
+    settings.prepare_syspath_for_config_and_plugins()
+    settings.configure_orm()
+
+
 def _child(request: Mapping[str, Any]) -> None:
     """Runs in the forked child: become the caller's `airflow` process and exit with its code."""
     code = 1
@@ -103,9 +125,6 @@ def _child(request: Mapping[str, Any]) -> None:
         os.dup2(log, 2)
         os.chdir(request["cwd"])
         env = dict(request["env"])
-        home = env.get("AIRFLOW_HOME") or os.path.expanduser("~/airflow")
-        for name, value in _HOME_DEFAULTS.items():
-            env.setdefault(name, value.format(home=home))
         from setproctitle import setproctitle  # Airflow's own dependency: `ps` shows the command, not the server
 
         program = f"{sys.executable} -c" if request.get("python_c") else "airflow"
@@ -114,15 +133,7 @@ def _child(request: Mapping[str, Any]) -> None:
         os.environ.update(env)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        import airflow.configuration
-        from airflow import settings
-
-        airflow.configuration.AIRFLOW_HOME = settings.AIRFLOW_HOME = home
-        # `main()` writes this home's airflow.cfg (with new secret keys) when it is missing, as a new process does.
-        airflow.configuration.AIRFLOW_CONFIG = airflow.configuration.get_airflow_config(home)
-        settings.configure_vars()
-        settings.prepare_syspath_for_config_and_plugins()
-        settings.configure_orm()
+        _reconfigure_airflow()
         try:
             if request.get("python_c"):
                 sys.argv = ["-c", *request["argv"]]
@@ -218,7 +229,7 @@ class _Server:
     def _reap(self) -> None:
         while self.by_pid:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, usage = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -227,7 +238,8 @@ class _Server:
             if running is None or running.conn not in self.by_conn:
                 continue
             try:
-                running.conn.sendall(json.dumps({"rc": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                done = {"rc": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
+                running.conn.sendall(json.dumps(done).encode() + b"\n")
             except OSError:
                 pass
             self._close(running)
@@ -295,6 +307,7 @@ class WarmProcess:
             raise RuntimeError("the warm Airflow server went away")
         self.pid = int(first["pid"])
         self.returncode: int | None = None
+        self.cpu_seconds: float | None = None
 
     def _line(self, timeout: float | None) -> dict[str, Any] | None:
         """The server's next message; None if it hung up. TimeoutError when none came within timeout."""
@@ -312,6 +325,7 @@ class WarmProcess:
         if message is None:
             raise RuntimeError("the warm Airflow server went away")
         self.returncode = int(message["rc"])
+        self.cpu_seconds = float(message["cpu"])  # the kernel's count for the child (user + system), at its exit
         self._sock.close()
 
     def poll(self) -> int | None:

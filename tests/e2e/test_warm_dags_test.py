@@ -15,11 +15,19 @@ if TYPE_CHECKING:  # the fixtures' types; conftest is not importable as a module
     from tests.e2e.conftest import RunDag
 
 
-def _fernet_key(home: Path) -> str:
-    """The key in the airflow.cfg Airflow wrote into the run's own home: a new process writes one, new keys."""
+SECRETS = {("core", "fernet_key"), ("api_auth", "jwt_secret"), ("api", "secret_key")}
+
+
+def _config(home: Path) -> dict[tuple[str, str], str]:
+    """The airflow.cfg Airflow wrote into the run's own home (a new process writes one when there is none), with
+    the home's path written as <home>."""
     parser = configparser.ConfigParser(interpolation=None)
     assert parser.read(home / "airflow.cfg"), f"no airflow.cfg in {home}"
-    return parser.get("core", "fernet_key")
+    return {
+        (section, key): value.replace(str(home), "<home>")
+        for section in parser.sections()
+        for key, value in parser.items(section)
+    }
 
 
 def test_a_warm_dags_test_runs_as_a_new_process_does(
@@ -36,6 +44,13 @@ def test_a_warm_dags_test_runs_as_a_new_process_does(
     plan = "Plan only: would provision v6e-8 in us-central1-a with runtime v2-alpha-tpuv6e"
     assert plan in cold.log and plan in warm.log
     assert warm.machines() == cold.machines() == []
-    # Each run used and configured its own home (run_dag read each run's state from that home's DB).
-    keys = {_fernet_key(tmp_path / "airflow-1"), _fernet_key(tmp_path / "airflow-2")}
-    assert len(keys) == 2 and "" not in keys, keys
+    # Each run used its own home (run_dag read each run's state from that home's DB) and wrote the same
+    # airflow.cfg there, paths made from that home (a later cold command in the home reads it), with keys of
+    # its own.
+    cold_cfg, warm_cfg = _config(tmp_path / "airflow-1"), _config(tmp_path / "airflow-2")
+    assert warm_cfg[("database", "sql_alchemy_conn")] == "sqlite:///<home>/airflow.db"
+    assert {k: v for k, v in warm_cfg.items() if k not in SECRETS} == {
+        k: v for k, v in cold_cfg.items() if k not in SECRETS
+    }
+    for key in SECRETS & set(cold_cfg):
+        assert warm_cfg[key] and warm_cfg[key] != cold_cfg[key], key

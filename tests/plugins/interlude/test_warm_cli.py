@@ -108,6 +108,21 @@ def test_a_child_is_the_callers_process_with_its_own_airflow_home(server: warm_c
     assert seen["cmdline"].startswith(f"{sys.executable} -c 3 a b")  # what `ps` shows: the command
 
 
+def test_the_cpu_a_child_reports_is_what_it_spent(server: warm_cli.WarmServer, tmp_path: Path) -> None:
+    """The server's figure (wait4 at the child's exit) against the child's own count of what it burnt."""
+    burn = (
+        "import sys, time\n"
+        "end = time.process_time() + 1.0\n"
+        "while time.process_time() < end: pass\n"
+        "open(sys.argv[1], 'w').write(str(time.process_time()))\n"
+    )
+    own = tmp_path / "own.txt"
+    proc = server.start(_request(burn, [str(own)], _airflow_env(tmp_path), tmp_path / "burn.log", cwd=tmp_path))
+    assert proc.wait(120) == 0
+    assert proc.cpu_seconds is not None
+    assert float(own.read_text()) <= proc.cpu_seconds < float(own.read_text()) + 0.5
+
+
 def test_an_uncaught_error_is_in_the_log_and_fails_the_command(server: warm_cli.WarmServer, tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     proc = server.start(_request("raise ValueError('boom 42')", [], _airflow_env(tmp_path), log, cwd=tmp_path))
