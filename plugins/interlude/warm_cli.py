@@ -215,6 +215,8 @@ class _Server:
         if running.pid or b"\n" not in running.buffer:
             return
         request = json.loads(running.buffer.split(b"\n", 1)[0])
+        sys.stdout.flush()  # nothing of the server's buffered output may reach the child's log
+        sys.stderr.flush()
         pid = os.fork()
         if pid == 0:
             signal.set_wakeup_fd(-1)
