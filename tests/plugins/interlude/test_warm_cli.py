@@ -1,5 +1,6 @@
-"""interlude.warm_cli: a forked child is the caller's process (environment, directory, Airflow home, exit code,
-log), really killed on kill, timeout or hang-up, and the server goes when the process that started it goes.
+"""interlude.warm_cli and its server (interlude.warm_server): a forked child is the caller's process
+(environment, directory, Airflow home, exit code, log), really killed on kill, timeout or hang-up, and the
+server goes when the process that started it goes.
 
 The children here run Python code (`python -c`) through the same path as `airflow dags test`; the end-to-end
 comparison of a warm and a cold `dags test` is tests/e2e/test_warm_dags_test.py.
