@@ -143,10 +143,10 @@ def server(env: Mapping[str, str]) -> WarmServer:
     global _SERVER
     if _SERVER is None or _SERVER.proc.poll() is not None:
         _SERVER = WarmServer(env)
-        atexit.register(stop_server)
     return _SERVER
 
 
+@atexit.register
 def stop_server() -> None:
     global _SERVER
     if _SERVER is not None:
