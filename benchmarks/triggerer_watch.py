@@ -47,7 +47,14 @@ from counting_proxy import CountingProxy, classify_api, classify_gcs  # noqa: E4
 from deferred_seed import write_dag  # noqa: E402
 from progress_writer import ProgressWriter  # noqa: E402
 
-from interlude.dev import TRIGGERER_ENV, LocalCloud, airflow_env, ensure_bucket, start_localcloud  # noqa: E402
+from interlude.dev import (  # noqa: E402
+    TRIGGERER_ENV,
+    LocalCloud,
+    airflow_env,
+    ensure_airflow_db,
+    ensure_bucket,
+    start_localcloud,
+)
 
 DAG_ID = "interlude_bench_watch"
 RUN_ID = "bench"
@@ -141,11 +148,16 @@ def prepare_airflow(env: dict[str, str], n: int) -> None:
     """Fresh SQLite metadata DB and the benchmark DAG serialized into it (what a dag-processor does)."""
     write_dag(Path(env["AIRFLOW__CORE__DAGS_FOLDER"]), DAG_ID, n)
     home = Path(env["AIRFLOW_HOME"])
-    for cmd in (["db", "migrate"], ["dags", "reserialize"]):
-        with open(home / "setup.log", "a") as out:
-            subprocess.run(
-                [airflow_bin(), *cmd], env=env, check=True, stdout=out, stderr=subprocess.STDOUT, timeout=300
-            )
+    ensure_airflow_db(env, home / "setup.log")  # `db migrate`, or a copy of the test suite's migrated DB
+    with open(home / "setup.log", "a") as out:
+        subprocess.run(
+            [airflow_bin(), "dags", "reserialize"],
+            env=env,
+            check=True,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        )
 
 
 def _raise_nofile() -> None:

@@ -65,7 +65,8 @@ def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`airflow db migrate` once per run (~3-7 CPU-s warm, ~12 cold); every Airflow home of every test
     copies the result instead of migrating its own. Under pytest-xdist the workers share one template
     (pytest-xdist's recipe: a file lock in the directory all workers' temp dirs share), so four workers
-    migrate once, not four times. Tests only ever copy it."""
+    migrate once, not four times. Tests only ever copy it; so do the benchmarks and demos a test that asks for
+    this fixture starts (`dev.DB_TEMPLATE_ENV`)."""
     from filelock import FileLock
 
     from interlude import dev
@@ -78,8 +79,11 @@ def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
             home.mkdir(exist_ok=True)
             (home / "airflow.db").unlink(missing_ok=True)  # a worker's failed migration left half a database
             env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+            env.pop(dev.DB_TEMPLATE_ENV, None)  # this is the migration the others copy
             dev.ensure_airflow_db(env)
             (home / "migrated").touch()
+    # The benchmarks and demos that tests start (as processes or in this one) copy it too (dev.ensure_airflow_db).
+    os.environ[dev.DB_TEMPLATE_ENV] = str(home / "airflow.db")
     return home / "airflow.db"
 
 

@@ -30,6 +30,9 @@ from typing import Any
 from interlude.warm_server import kill_group
 
 SWITCH_ENV = "INTERLUDE_WARM_AIRFLOW"
+# The socket of the warm server this process started, for the processes it starts (a benchmark or demo a test
+# runs): they send their commands there rather than warm up a server of their own (~8-10 CPU-s each).
+SOCKET_ENV = "INTERLUDE_WARM_SOCKET"
 _AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
 
@@ -140,10 +143,24 @@ def enabled() -> bool:
 
 
 def server(env: Mapping[str, str]) -> WarmServer:
+    """This process's warm server, started on first use; its socket is named in SOCKET_ENV for the processes
+    this one starts."""
     global _SERVER
     if _SERVER is None or _SERVER.proc.poll() is not None:
         _SERVER = WarmServer(env)
+        os.environ[SOCKET_ENV] = _SERVER.path
     return _SERVER
+
+
+def _start_warm(request: Mapping[str, Any], env: Mapping[str, str]) -> WarmProcess:
+    """Through the server an ancestor named in SOCKET_ENV while it answers, else through this process's own."""
+    inherited = os.environ.get(SOCKET_ENV)
+    if _SERVER is None and inherited:
+        try:
+            return WarmProcess(inherited, request)
+        except OSError:  # gone (its starter exited): this process warms up its own
+            pass
+    return server(env).start(request)
 
 
 @atexit.register
@@ -164,7 +181,7 @@ def start_airflow(
         with open(log, "w") as out:
             return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT)
     request = {"argv": list(argv), "env": dict(env), "cwd": os.getcwd(), "log": str(log), "python_c": python_c}
-    return server(env).start(request)
+    return _start_warm(request, env)
 
 
 def run_airflow(

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "badput.py"
 STEPS = 300
 
-pytestmark = pytest.mark.e2e
+# The Airflow homes it makes copy the suite's migrated DB (dev.DB_TEMPLATE_ENV) instead of migrating their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("airflow_db_template")]
 
 
 def test_three_rows_uninterrupted_interlude_and_naive() -> None:

@@ -13,7 +13,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "dags_test_cost.py"
 
-pytestmark = pytest.mark.e2e
+# The Airflow homes it makes copy the suite's migrated DB (dev.DB_TEMPLATE_ENV) instead of migrating their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("airflow_db_template")]
 
 
 def test_one_cold_and_one_warm_plan_only_run_side_by_side() -> None:

@@ -20,7 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "triggerer_watch.py"
 
-pytestmark = pytest.mark.e2e
+# The Airflow homes it makes copy the suite's migrated DB (dev.DB_TEMPLATE_ENV) instead of migrating their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("airflow_db_template")]
 
 
 def _processes_mentioning(text: str) -> list[str]:

@@ -23,7 +23,8 @@ sys.path.insert(0, str(ROOT / "include" / "scripts"))
 
 import demo_serve  # noqa: E402 - a script beside demo.py, not a package
 
-pytestmark = pytest.mark.e2e
+# The Airflow homes it makes copy the suite's migrated DB (dev.DB_TEMPLATE_ENV) instead of migrating their own.
+pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("airflow_db_template")]
 
 BUCKET = "interlude-demo"
 

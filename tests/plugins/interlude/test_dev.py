@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,3 +53,24 @@ def test_processes_it_starts_may_cache_bytecode(tmp_path: Path, monkeypatch: pyt
         assert "PYTHONDONTWRITEBYTECODE" not in dev.airflow_env(tmp_path / "home", cloud)
     finally:
         cloud.stop()
+
+
+def test_a_new_home_copies_the_named_template_and_a_home_with_a_db_keeps_it(tmp_path: Path) -> None:
+    """The template's bytes, not a migration (which would write a real SQLite DB), end up in the new home."""
+    template = tmp_path / "template.db"
+    template.write_bytes(b"not a database: a copy, not a migration")
+    home = tmp_path / "home"
+    dev.ensure_airflow_db({"AIRFLOW_HOME": str(home), dev.DB_TEMPLATE_ENV: str(template)})
+    assert (home / "airflow.db").read_bytes() == template.read_bytes()
+
+    (home / "airflow.db").write_bytes(b"the home's own")
+    dev.ensure_airflow_db({"AIRFLOW_HOME": str(home), dev.DB_TEMPLATE_ENV: str(template)})
+    assert (home / "airflow.db").read_bytes() == b"the home's own"
+
+
+def test_a_named_template_that_is_missing_means_a_real_migration(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "AIRFLOW_HOME": str(home), dev.DB_TEMPLATE_ENV: str(tmp_path / "gone.db")}
+    dev.ensure_airflow_db(env, log=tmp_path / "migrate.log")
+    with sqlite3.connect(home / "airflow.db") as db:
+        assert db.execute("SELECT version_num FROM alembic_version").fetchone()  # Airflow's schema, migrated

@@ -205,3 +205,45 @@ def _wait_for(path: Path, within: float = 60.0) -> None:
     while not path.exists() or not path.read_text():
         assert time.monotonic() < deadline, f"{path} never written"
         time.sleep(0.05)
+
+
+# A process a test starts (a benchmark, a demo) runs its Airflow commands through the warm server named in
+# SOCKET_ENV: the child it gets is forked by that server, not by a server of its own.
+VIA_INHERITED = """
+import json, sys
+from pathlib import Path
+from interlude import warm_cli
+log = Path(sys.argv[1])
+proc = warm_cli.start_airflow([], json.loads(sys.argv[2]), log, python_c="import os; print(os.getppid())")
+code = proc.wait(120)
+parent = int(log.read_text().split()[-1])
+cmdline = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\\0", b" ").decode()
+print(json.dumps({"code": code, "parent": parent, "parent_cmdline": cmdline}))
+"""
+
+
+def _via_inherited(socket_path: str, tmp_path: Path) -> dict[str, object]:
+    env = {**os.environ, warm_cli.SWITCH_ENV: "1", warm_cli.SOCKET_ENV: socket_path}
+    done = subprocess.run(
+        [sys.executable, "-c", VIA_INHERITED, str(tmp_path / "child.log"), json.dumps(_airflow_env(tmp_path / "home"))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+def test_a_process_started_here_uses_the_server_named_in_its_environment(
+    server: warm_cli.WarmServer, tmp_path: Path
+) -> None:
+    seen = _via_inherited(server.path, tmp_path)
+    assert seen["code"] == 0 and seen["parent"] == server.proc.pid, seen
+
+
+def test_a_named_server_that_is_gone_means_a_server_of_its_own(tmp_path: Path) -> None:
+    seen = _via_inherited(str(tmp_path / "no-such-socket"), tmp_path)
+    assert seen["code"] == 0, seen
+    assert "-m interlude.warm_server" in str(seen["parent_cmdline"]), seen  # forked by a warm server...
+    assert str(tmp_path) not in str(seen["parent_cmdline"])  # ...not listening on the missing socket's path
