@@ -10,7 +10,8 @@ of its descendants is read, and the last reading of each process counts. A proce
 interval may be missed (its CPU then goes to nobody: the total is a lower bound).
 
 Run: `.venv/bin/python benchmarks/suite_cpu.py -- -n 4 --dist loadgroup` (the whole suite as `make test`
-runs it, ~20 min), or any pytest arguments after `--` for a subset. `--json` prints the table as JSON.
+runs it, ~15 min), or any pytest arguments after `--` for a subset. `--json` prints the table as JSON.
+`--by-test N` also prints the N tests and files that cost most (benchmarks/suite_cpu_by_test.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -120,9 +122,9 @@ def sample(root: int, seen: dict[int, tuple[str, float]]) -> None:
             seen[pid] = (cmdline or (old[0] if old else "?"), cpu)
 
 
-def run(pytest_args: list[str], interval: float) -> tuple[list[Row], float, int]:
+def run(pytest_args: list[str], interval: float, env: dict[str, str] | None = None) -> tuple[list[Row], float, int]:
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", *pytest_args], cwd=ROOT, env=env)
     seen: dict[int, tuple[str, float]] = {}
     while proc.poll() is None:
         sample(proc.pid, seen)
@@ -130,17 +132,71 @@ def run(pytest_args: list[str], interval: float) -> tuple[list[Row], float, int]
     return table(seen), time.monotonic() - started, proc.returncode
 
 
+@dataclass
+class CpuOfTest:
+    """One test's CPU (benchmarks/suite_cpu_by_test.py): its process's own, the processes it reaped, its warm
+    `airflow` children's."""
+
+    test: str
+    worker: str
+    seconds: float
+    own: float
+    reaped: float
+    warm: float
+
+    @property
+    def cpu(self) -> float:
+        return self.own + self.reaped + self.warm
+
+
+def read_by_test(directory: Path) -> list[CpuOfTest]:
+    """Every test's row, most CPU first."""
+    rows = [
+        CpuOfTest(**{k: v for k, v in json.loads(line).items() if k != "started"})
+        for path in sorted(directory.glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    return sorted(rows, key=lambda r: -r.cpu)
+
+
+def by_file(tests: list[CpuOfTest]) -> list[tuple[str, float]]:
+    cpu: dict[str, float] = defaultdict(float)
+    for t in tests:
+        cpu[t.test.split("::", 1)[0]] += t.cpu
+    return sorted(cpu.items(), key=lambda item: -item[1])
+
+
+def print_by_test(tests: list[CpuOfTest], top: int) -> None:
+    print(f"\nCPU by test ({sum(t.cpu for t in tests) / 60:.1f} CPU-min in {len(tests)} tests; a fixture's processes")
+    print("count for the test after which it is torn down: a stack's for the last test of its shard)")
+    print(f"{'CPU-s':>7} {'own':>6} {'reaped':>7} {'warm':>6} {'wall-s':>7}  test")
+    for t in tests[:top]:
+        print(f"{t.cpu:>7.1f} {t.own:>6.1f} {t.reaped:>7.1f} {t.warm:>6.1f} {t.seconds:>7.0f}  {t.test}")
+    print(f"\n{'CPU-s':>7}  file")
+    for path, cpu in by_file(tests)[:top]:
+        print(f"{cpu:>7.1f}  {path}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--interval", type=float, default=0.25, help="seconds between readings")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--by-test", type=int, default=0, metavar="N", help="also the N tests and files costing most")
     parser.add_argument("pytest_args", nargs=argparse.REMAINDER, help="after --: the arguments pytest gets")
     args = parser.parse_args(argv)
     pytest_args = [a for a in args.pytest_args if a != "--"] or ["-q"]
-    rows, wall, rc = run(pytest_args, args.interval)
+    with tempfile.TemporaryDirectory(prefix="suite-cpu-by-test-") as tmp:
+        env = None
+        if args.by_test:
+            path = os.pathsep.join(filter(None, [str(ROOT / "benchmarks"), os.environ.get("PYTHONPATH", "")]))
+            env = {**os.environ, "PYTHONPATH": path, "SUITE_CPU_BY_TEST_DIR": tmp}
+            pytest_args = ["-p", "suite_cpu_by_test", *pytest_args]
+        rows, wall, rc = run(pytest_args, args.interval, env)
+        tests = read_by_test(Path(tmp)) if args.by_test else []
     total = sum(r.cpu_seconds for r in rows)
     if args.json:
-        print(json.dumps({"wall_seconds": wall, "returncode": rc, "rows": [r.__dict__ for r in rows]}))
+        result = {"wall_seconds": wall, "returncode": rc, "rows": [r.__dict__ for r in rows]}
+        print(json.dumps({**result, "tests": [{**t.__dict__, "cpu": t.cpu} for t in tests[: args.by_test]]}))
         return rc
     print(f"\npytest {' '.join(pytest_args)}: exit {rc}, {wall / 60:.1f} min wall, {total / 60:.1f} CPU-min seen")
     print(f"{'kind':<52} {'procs':>6} {'CPU-min':>8} {'share':>6} {'CPU-s/proc':>11}")
@@ -148,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         share = r.cpu_seconds / total if total else 0.0
         per = r.cpu_seconds / r.processes
         print(f"{r.kind:<52} {r.processes:>6} {r.cpu_seconds / 60:>8.2f} {share:>6.1%} {per:>11.1f}")
+    if tests:
+        print_by_test(tests, args.by_test)
     return rc
 
 

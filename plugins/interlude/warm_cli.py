@@ -39,6 +39,10 @@ _AIRFLOW = str(Path(sys.executable).parent / "airflow")
 class WarmProcess:
     """A command run by a warm server: a pid, `poll()`, `wait(timeout)` and `kill()`, like `subprocess.Popen`."""
 
+    # CPU of every warm child this process saw finish: the kernel's count, which getrusage(RUSAGE_CHILDREN) here
+    # cannot see (the server reaps them). benchmarks/suite_cpu.py --by-test adds it to each test's own.
+    finished_cpu_seconds = 0.0
+
     def __init__(self, path: str, request: Mapping[str, Any]):
         # The log exists (empty) once this returns, as with a Popen writing to a file the caller opened.
         with open(request["log"], "w"):
@@ -71,6 +75,7 @@ class WarmProcess:
             raise RuntimeError("the warm Airflow server went away")
         self.returncode = int(message["rc"])
         self.cpu_seconds = float(message["cpu"])  # the kernel's count for the child (user + system), at its exit
+        WarmProcess.finished_cpu_seconds += self.cpu_seconds
         self._sock.close()
 
     def poll(self) -> int | None:

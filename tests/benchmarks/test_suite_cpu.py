@@ -69,3 +69,33 @@ def test_a_child_process_cpu_is_seen(tmp_path: Path, capsys: pytest.CaptureFixtu
     seen = sum(r["cpu_seconds"] for r in out["rows"] if r["kind"] == OTHER)
     assert 0.7 * own <= seen <= own + 0.1, (seen, own, out)
     assert any(r["kind"].startswith("pytest") and r["cpu_seconds"] > 0 for r in out["rows"])
+
+
+def test_by_test_puts_a_child_process_cpu_on_the_test_that_started_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tests: one starts a process that burns ~1 CPU-s and writes its own rusage, one does nothing. --by-test
+    gives the first at least most of that process's count and the second next to none."""
+    report = tmp_path / "self.txt"
+    burn = (
+        "import resource, time\n"
+        "end = time.process_time() + 1.0\n"
+        "while time.process_time() < end: pass\n"
+        "r = resource.getrusage(resource.RUSAGE_SELF)\n"
+        f"open({str(report)!r}, 'w').write(str(r.ru_utime + r.ru_stime))\n"
+    )
+    target = tmp_path / "test_two.py"
+    target.write_text(
+        "import subprocess, sys\n"
+        f"def test_burn():\n    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
+        "def test_idle():\n    pass\n"
+    )
+    assert main(["--json", "--by-test", "5", "--", "-q", "-p", "no:cacheprovider", str(target)]) == 0
+    tests = {
+        t["test"].split("::")[-1]: t for t in json.loads(capsys.readouterr().out.strip().splitlines()[-1])["tests"]
+    }
+    own = float(report.read_text())
+    assert own >= 0.9
+    assert set(tests) == {"test_burn", "test_idle"}, tests
+    assert own * 0.9 <= tests["test_burn"]["reaped"] <= tests["test_burn"]["cpu"], tests["test_burn"]
+    assert tests["test_idle"]["cpu"] < 0.3, tests["test_idle"]

@@ -118,10 +118,13 @@ def test_the_cpu_a_child_reports_is_what_it_spent(server: warm_cli.WarmServer, t
         "open(sys.argv[1], 'w').write(str(time.process_time()))\n"
     )
     own = tmp_path / "own.txt"
+    before = warm_cli.WarmProcess.finished_cpu_seconds
     proc = server.start(_request(burn, [str(own)], _airflow_env(tmp_path), tmp_path / "burn.log", cwd=tmp_path))
     assert proc.wait(120) == 0
     assert proc.cpu_seconds is not None
     assert float(own.read_text()) <= proc.cpu_seconds < float(own.read_text()) + 0.5
+    # ...and it is added to this process's total of warm children (what suite_cpu.py --by-test reads)
+    assert warm_cli.WarmProcess.finished_cpu_seconds - before == pytest.approx(proc.cpu_seconds)
 
 
 def test_an_uncaught_error_is_in_the_log_and_fails_the_command(server: warm_cli.WarmServer, tmp_path: Path) -> None:
