@@ -47,17 +47,22 @@ def test_each_process_gets_its_kind(cmdline: str, kind: str) -> None:
     assert kind_of(cmdline) == kind
 
 
-def test_a_child_process_cpu_is_seen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """A test that starts a process burning ~1 CPU-s, which writes its own rusage: the table holds at least
-    most of it under that process's kind."""
-    report = tmp_path / "self.txt"
-    burn = (
+def _burn(report: Path) -> str:
+    """Python code that burns ~1 CPU-s, then writes its own count (user + system) to `report`."""
+    return (
         "import resource, time\n"
         "end = time.process_time() + 1.0\n"
         "while time.process_time() < end: pass\n"
         "r = resource.getrusage(resource.RUSAGE_SELF)\n"
         f"open({str(report)!r}, 'w').write(str(r.ru_utime + r.ru_stime))\n"
     )
+
+
+def test_a_child_process_cpu_is_seen(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A test that starts a process burning ~1 CPU-s, which writes its own rusage: the table holds at least
+    most of it under that process's kind."""
+    report = tmp_path / "self.txt"
+    burn = _burn(report)
     target = tmp_path / "test_burn.py"
     target.write_text(
         f"import subprocess, sys\ndef test_burn():\n    subprocess.run([sys.executable, '-c', {burn!r}], check=True)\n"
@@ -77,13 +82,7 @@ def test_by_test_puts_a_child_process_cpu_on_the_test_that_started_it(
     """Two tests: one starts a process that burns ~1 CPU-s and writes its own rusage, one does nothing. --by-test
     gives the first at least most of that process's count and the second next to none."""
     report = tmp_path / "self.txt"
-    burn = (
-        "import resource, time\n"
-        "end = time.process_time() + 1.0\n"
-        "while time.process_time() < end: pass\n"
-        "r = resource.getrusage(resource.RUSAGE_SELF)\n"
-        f"open({str(report)!r}, 'w').write(str(r.ru_utime + r.ru_stime))\n"
-    )
+    burn = _burn(report)
     target = tmp_path / "test_two.py"
     target.write_text(
         "import subprocess, sys\n"
