@@ -351,6 +351,7 @@ def write_airflow_cfg(
     password_file: Path,
     db_password: str,
     max_machines: int = 2,
+    reparse_seconds: int = 30,
 ) -> Path:
     """The one airflow.cfg every component reads (same secrets, same database, same broker); mode 0600."""
     db = f"postgresql+psycopg2://airflow:{db_password}@127.0.0.1:{pg_port}/airflow"
@@ -390,7 +391,8 @@ def write_airflow_cfg(
             "trigger_log_server_port": free_port(),
         },
         "scheduler": {"standalone_dag_processor": "True"},
-        "dag_processor": {"refresh_interval": 30},
+        # Each DAG file is parsed again every `reparse_seconds` (Airflow's default 30 s: an edited DAG shows soon).
+        "dag_processor": {"refresh_interval": 30, "min_file_process_interval": reparse_seconds},
         # A killed triggerer's triggers move to a live one after the health threshold: keep it short locally.
         "triggerer": {"capacity": 1000, "job_heartbeat_sec": 2, "triggerer_health_check_threshold": 10},
         # Machines alive at once (interlude.machine_slots): the same number as the accelerator pool's slots.
@@ -588,8 +590,12 @@ def up(
     localcloud_port: int = 0,
     bucket: str = "interlude-local",
     timeout: float = 180.0,
+    reparse_seconds: int = 30,
 ) -> dict[str, Any]:
-    """Start everything; return (and write) the state. On failure, stop what was started and raise."""
+    """Start everything; return (and write) the state. On failure, stop what was started and raise.
+
+    `reparse_seconds`: how often the dag-processor parses each DAG file again (the test suite, which never edits
+    one under a running stack, sets it long: each pass of the three files cost ~1.5 CPU-s)."""
     from interlude import dev
 
     var_dir = var_dir.resolve()
@@ -663,6 +669,7 @@ def up(
             password_file=password_file,
             db_password=db_password(var_dir),
             max_machines=pool_slots,
+            reparse_seconds=reparse_seconds,
         )
         env = component_env(state)
         log("airflow db migrate")

@@ -200,7 +200,9 @@ def _start_stack() -> tuple[Stack, Callable[[], None]]:
                     os.environ[key] = value
 
     try:
-        state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)))
+        # DAG files are never edited under a running stack here: parsed once at start, not every 30 s (~2 CPU-s a
+        # minute of the stack's life).
+        state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)), reparse_seconds=3600)
         from interlude import dev
 
         cloud = dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud")  # type: ignore[arg-type]
