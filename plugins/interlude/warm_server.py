@@ -65,8 +65,9 @@ def warm_up() -> None:
     _get_registry()  # the metric names, read from Airflow's YAML on the first metric of each process
 
     # SQLAlchemy configures the ORM's mappers (relationships, join conditions) on the first query of each
-    # process: ~0.7 CPU-s of every warm `dags test` (py-spy). It depends on the model classes only, not on
-    # the database or the configuration, so it is done once here, with every model imported first.
+    # process (py-spy: 14 % of a warm `dags test`'s samples; a warm plan-only run 2.89 -> 2.65 CPU-s without it).
+    # It depends on the model classes only, not on the database or the configuration: done once here, with
+    # every model imported first.
     from airflow.models import import_all_models
     from sqlalchemy.orm import configure_mappers
 
