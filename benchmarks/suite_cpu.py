@@ -139,6 +139,7 @@ class CpuOfTest:
 
     test: str
     worker: str
+    started: float  # wall clock (time.time()) at the test's start: a worker's rows in order are its timeline
     seconds: float
     own: float
     reaped: float
@@ -152,7 +153,7 @@ class CpuOfTest:
 def read_by_test(directory: Path) -> list[CpuOfTest]:
     """Every test's row, most CPU first."""
     rows = [
-        CpuOfTest(**{k: v for k, v in json.loads(line).items() if k != "started"})
+        CpuOfTest(**json.loads(line))
         for path in sorted(directory.glob("*.jsonl"))
         for line in path.read_text().splitlines()
     ]
