@@ -27,7 +27,7 @@ from urllib.parse import quote
 
 import httpx
 
-from interlude.hooks._rest import DEFAULT_TIMEOUT, _decode, _refresh
+from interlude.hooks._rest import DEFAULT_TIMEOUT, _decode, _refresh, shared_ssl_context
 from interlude.hooks._retry import RetryPolicy, call_with_retries
 from interlude.hooks.errors import NotFoundError, TransientError, error_from_http
 
@@ -48,7 +48,7 @@ class GcsJson:
     def __init__(self, credentials: Any, base: str, timeout: float = DEFAULT_TIMEOUT) -> None:
         self._credentials = credentials
         self._base = base.rstrip("/")
-        self._http = httpx.Client(timeout=timeout)
+        self._http = httpx.Client(timeout=timeout, verify=shared_ssl_context())
         self._token_lock = threading.Lock()
 
     def _headers(self) -> dict[str, str]:

@@ -127,6 +127,25 @@ def test_the_cpu_a_child_reports_is_what_it_spent(server: warm_cli.WarmServer, t
     assert warm_cli.WarmProcess.finished_cpu_seconds - before == pytest.approx(proc.cpu_seconds)
 
 
+def test_a_childs_start_and_full_collection_copy_little_of_the_servers_heap(
+    server: warm_cli.WarmServer, tmp_path: Path
+) -> None:
+    """The kernel's count of the child's page faults (each a page copied or mapped since the fork) through its
+    start (Airflow's configuration rebuilt) and a full collection, against the server's resident pages: the
+    server's objects are frozen, so the child's collector does not write to them (without `gc.freeze` in the
+    server: 34,000 faults, ~45 % of its pages; with it: ~5,700)."""
+    faults = (
+        "import gc, resource, sys\n"
+        "gc.collect()\n"
+        "open(sys.argv[1], 'w').write(str(resource.getrusage(resource.RUSAGE_SELF).ru_minflt))\n"
+    )
+    out = tmp_path / "faults.txt"
+    resident_pages = int(Path(f"/proc/{server.proc.pid}/statm").read_text().split()[1])
+    proc = server.start(_request(faults, [str(out)], _airflow_env(tmp_path), tmp_path / "gc.log", cwd=tmp_path))
+    assert proc.wait(60) == 0, (tmp_path / "gc.log").read_text()
+    assert int(out.read_text()) < resident_pages * 0.2, (int(out.read_text()), resident_pages)
+
+
 def test_an_uncaught_error_is_in_the_log_and_fails_the_command(server: warm_cli.WarmServer, tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     proc = server.start(_request("raise ValueError('boom 42')", [], _airflow_env(tmp_path), log, cwd=tmp_path))
