@@ -54,15 +54,17 @@ def load(doc: str) -> dict[str, Any]:
 
 
 _PROTO_TYPES = {"tpu": "google.cloud.tpu_v2.types", "container": "google.cloud.container_v1.types"}
+ENUM_NUMBERS_FILE = Path(__file__).with_name("enum_numbers.json")
 
 
-@functools.cache
-def _proto_enum_numbers(family: str = "tpu") -> dict[tuple[str, str], dict[str, int]]:
+def proto_enum_numbers(family: str) -> dict[tuple[str, str], dict[str, int]]:
     """(message name, json field name) -> {enum name: proto number}, from the installed protos
     (tpu_v2, container_v1).
 
     Discovery lists enum names in order but proto numbers have gaps (Node.State STOPPED=8), so the
-    numbers must come from the proto descriptors.
+    numbers must come from the proto descriptors. Importing the client package costs a local cloud ~0.5 CPU-s,
+    so the server reads the same table from ENUM_NUMBERS_FILE instead (tests/include/localcloud/test_discovery.py
+    checks that file against this function, so a client upgrade that renumbers an enum fails there).
     """
     import importlib
 
@@ -84,6 +86,27 @@ def _proto_enum_numbers(family: str = "tpu") -> dict[tuple[str, str], dict[str, 
                 visit(pb().DESCRIPTOR)
             except (TypeError, AttributeError):
                 continue
+    return table
+
+
+def enum_numbers_document() -> dict[str, dict[str, dict[str, int]]]:
+    """ENUM_NUMBERS_FILE's content: family -> "Message.jsonField" -> {enum name: proto number}."""
+    return {
+        family: {
+            f"{message}.{field}": numbers for (message, field), numbers in sorted(proto_enum_numbers(family).items())
+        }
+        for family in sorted(_PROTO_TYPES)
+    }
+
+
+@functools.cache
+def _proto_enum_numbers(family: str) -> dict[tuple[str, str], dict[str, int]]:
+    """proto_enum_numbers(family), as shipped in ENUM_NUMBERS_FILE."""
+    shipped: dict[str, dict[str, int]] = json.loads(ENUM_NUMBERS_FILE.read_text()).get(family, {})
+    table: dict[tuple[str, str], dict[str, int]] = {}
+    for key, numbers in shipped.items():
+        message, field = key.split(".", 1)
+        table[(message, field)] = numbers
     return table
 
 

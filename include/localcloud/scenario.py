@@ -162,4 +162,4 @@ def load(path_or_name: str | Path) -> Scenario:
     p = Path(path_or_name)
     if not p.exists():
         p = SCENARIO_DIR / (str(path_or_name).removesuffix(".yaml") + ".yaml")
-    return parse(yaml.safe_load(p.read_text()) or {})
+    return parse(yaml.load(p.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {})  # libyaml's

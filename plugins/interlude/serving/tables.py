@@ -126,7 +126,7 @@ def parse_table(data: Mapping[str, Any]) -> ServingTable:
 @functools.lru_cache(maxsize=4)
 def _load(path: str) -> ServingTable:
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.load(Path(path).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml's
     except OSError as exc:
         raise ServingTableError(f"cannot read the serving table {path}: {exc}") from exc
     if not isinstance(data, Mapping):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from interlude_localcloud import discovery
 
 
@@ -27,6 +29,17 @@ def test_valid_node_passes_in_both_encodings() -> None:
     assert numbered["state"] == 2 and numbered["acceleratorConfig"]["type"] == 11
     assert discovery.validate("tpu.v2", "Node", numbered, int_enums=True) == []
     assert discovery.enums_to_names("tpu.v2", "Node", numbered) == node
+
+
+def test_the_shipped_enum_numbers_are_the_installed_protos_numbers() -> None:
+    """The server reads enum numbers from a file (importing the client packages costs each cloud ~0.5 CPU-s); a
+    client upgrade that renumbers or adds an enum fails here. To write the file again:
+    `cd include && python -c "import json; from interlude_localcloud import discovery as d;
+    d.ENUM_NUMBERS_FILE.write_text(json.dumps(d.enum_numbers_document(), indent=1, sort_keys=True) + chr(10))"`"""
+    assert json.loads(discovery.ENUM_NUMBERS_FILE.read_text()) == discovery.enum_numbers_document()
+    for family in ("tpu", "container"):
+        assert discovery._proto_enum_numbers(family) == discovery.proto_enum_numbers(family)
+    assert discovery.proto_enum_numbers("tpu")[("Node", "state")]["STOPPED"] == 8  # a gap discovery order misses
 
 
 def test_proto_numbers_have_gaps_that_discovery_order_misses() -> None:
