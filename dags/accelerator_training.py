@@ -47,6 +47,11 @@ resumes from its latest committed checkpoint. Checkpoints live under
 # alive at once are capped by `[interlude] max_machines` (interlude.machine_slots: provision to teardown).
 ACCELERATOR_POOL = "interlude_accelerators"
 
+# MULTIPLE_OUTPUTS: the tasks returning a dict say multiple_outputs=False. Airflow infers True from a `dict` return
+# annotation and then pushes one XCom per key beside return_value; every reader here pulls return_value whole, so
+# those rows were written for nobody: ~65 Execution API calls and XCom rows per run (resolve_run alone: one per
+# param), three quarters of a run's XCom writes and a fifth of the api-server's requests (the stack's access log).
+
 
 def _on_failure(context: Any) -> None:
     from interlude.callbacks import on_task_failure
@@ -68,7 +73,7 @@ with DAG(
     params={name: Param(default, **schema) for name, (default, schema) in RunSpec.form_schema().items()},
 ) as dag:
 
-    @task
+    @task(multiple_outputs=False)  # see MULTIPLE_OUTPUTS
     def resolve_run() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -93,13 +98,13 @@ with DAG(
 
     with TaskGroup("choose", tooltip="Capacity per zone, then the decision tree's leaf (in tree order)") as choose:
 
-        @task
+        @task(multiple_outputs=False)
         def evaluate_capacity() -> dict[str, Any]:
             from interlude import lifecycle
 
             return lifecycle.evaluate_capacity(run_spec())
 
-        @task
+        @task(multiple_outputs=False)
         def decide(report: dict[str, Any]) -> dict[str, Any]:
             from interlude import lifecycle
 
@@ -116,7 +121,7 @@ with DAG(
 
             lifecycle.fail_stuck(pulled("choose.decide"))
 
-        @task
+        @task(multiple_outputs=False)
         def conversion() -> dict[str, Any]:
             decision = pulled("choose.decide")
             conv = decision.get("conversion") or {}
@@ -155,7 +160,7 @@ with DAG(
             )
             leaf >> approval_required.override(task_id=f"{name}_needs_approval")() >> approve
 
-    @task(trigger_rule="none_failed_min_one_success")
+    @task(trigger_rule="none_failed_min_one_success", multiple_outputs=False)
     def validate_runtime() -> dict[str, Any]:
         from interlude import lifecycle
 
@@ -182,7 +187,7 @@ with DAG(
             raise AirflowSkipException("resolve_run did not succeed: nothing of this run can exist")
         return lifecycle.teardown(run_spec())
 
-    @task
+    @task(multiple_outputs=False)
     def run_report() -> dict[str, Any]:
         from interlude import lifecycle
         from interlude.relocate import current_machine

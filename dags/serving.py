@@ -68,7 +68,7 @@ with DAG(
     params={name: Param(default, **schema) for name, (default, schema) in ServeSpec.form_schema().items()},
 ) as dag:
 
-    @task
+    @task(multiple_outputs=False)  # one XCom, return_value: see accelerator_training.MULTIPLE_OUTPUTS
     def resolve() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -90,7 +90,7 @@ with DAG(
         spec = ServeSpec.from_dict(get_current_context()["ti"].xcom_pull(task_ids="resolve"))
         return "delete" if spec.action == "delete" else "plan"
 
-    @task
+    @task(multiple_outputs=False)
     def plan() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
