@@ -9,7 +9,7 @@ How: pytest runs as a child; every `--interval` seconds the CPU (utime + stime f
 of its descendants is read, and the last reading of each process counts. A process that lives less than one
 interval may be missed (its CPU then goes to nobody: the total is a lower bound).
 
-Run: `.venv/bin/python benchmarks/suite_cpu.py -- -n 4 --dist loadgroup` (the whole suite as `make test`
+Run: `.venv/bin/python benchmarks/suite_cpu.py -- -n 6 --dist loadgroup` (the whole suite as `make test`
 runs it, ~15 min), or any pytest arguments after `--` for a subset. `--json` prints the table as JSON.
 `--by-test N` also prints the N tests and files that cost most (benchmarks/suite_cpu_by_test.py).
 """
