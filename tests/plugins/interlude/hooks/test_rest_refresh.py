@@ -14,18 +14,19 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from http.server import ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from tests.plugins.interlude.hooks.json_http import JsonHandler
+
 JWT_BEARER = "urn:ietf:params:oauth:grant-type:jwt-bearer"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     grants: list[str] = []
 
     def do_POST(self) -> None:  # the token endpoint
@@ -36,17 +37,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # the API
         self._json(200, {"authorization": self.headers.get("Authorization")})
-
-    def _json(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
