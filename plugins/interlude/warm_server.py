@@ -258,9 +258,9 @@ def serve(path: str) -> None:
     warm_up()
     # Every object made so far into the collector's permanent generation, so a child's collections never visit
     # them: a full collection in a fork writes to every object it visits, and the kernel then copies each page
-    # the server's heap is on. Measured with benchmarks/dags_test_cost.py and interleaved full runs: a child's
-    # start (before argv runs) 0.45 -> 0.05 CPU-s; a warm plan-only run 3.6 -> 2.4 CPU-s; a lifecycle run of
-    # train and fine-tune 5.0 -> 4.4. https://docs.python.org/3/library/gc.html#gc.freeze
+    # the server's heap is on. Measured with runs interleaved in one script, each on a fresh server with and
+    # without it: a child's start (before argv runs) 0.45 -> 0.05 CPU-s; a warm plan-only `dags test` 3.6 -> 2.4
+    # CPU-s; a lifecycle run of train and fine-tune 5.0 -> 4.4. https://docs.python.org/3/library/gc.html#gc.freeze
     gc.freeze()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
