@@ -149,29 +149,61 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             if step % 10 == 0 or reason:
                 ckpt.log(f"step {step}/{args.steps} loss {loss:.5f}")
             if reason:
-                arrays, json_state = state.to_payload()
-                extra = {"seed": args.seed, "data_date": args.data_date, "reason": reason}
-                if step >= args.steps:
-                    digest = weights_digest(state.params)
-                    extra["weights_sha256"] = digest
-                    extra["train_accuracy"] = model.accuracy(state.params, x, y)
-                metrics = {
-                    "loss": loss,
-                    **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {}),
-                }
-                ckpt.commit(step, arrays, json_state, metrics=metrics, extra=extra, reason=reason)
+                _commit(ckpt, args, state, x, y, step, loss, reason)
             if ckpt.stop_requested:
-                ckpt.log(f"stopped by SIGTERM after committing step {step}")
-                ckpt.close("stopped")
-                return EXIT_SIGTERM
+                return _stop(ckpt, args, state, x, y, step, loss, held=False)
             ckpt.wait_while_held()
             if ckpt.stop_requested:
-                ckpt.log(f"stopped by SIGTERM while holding at committed step {step}")
-                ckpt.close("stopped")
-                return EXIT_SIGTERM
+                return _stop(ckpt, args, state, x, y, step, loss, held=True)
         ckpt.log(f"final digest {weights_digest(state.params)}")
         ckpt.close("done")
     return 0
+
+
+def _commit(
+    ckpt: Checkpointer,
+    args: argparse.Namespace,
+    state: model.TrainState,
+    x: np.ndarray,
+    y: np.ndarray,
+    step: int,
+    loss: float,
+    reason: str,
+) -> None:
+    """Commit ``step``; the final step's checkpoint also carries the weights' digest and training accuracy."""
+    arrays, json_state = state.to_payload()
+    extra: dict[str, object] = {"seed": args.seed, "data_date": args.data_date, "reason": reason}
+    if step >= args.steps:
+        extra["weights_sha256"] = weights_digest(state.params)
+        extra["train_accuracy"] = model.accuracy(state.params, x, y)
+    metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
+    ckpt.commit(step, arrays, json_state, metrics=metrics, extra=extra, reason=reason)
+
+
+def _stop(
+    ckpt: Checkpointer,
+    args: argparse.Namespace,
+    state: model.TrainState,
+    x: np.ndarray,
+    y: np.ndarray,
+    step: int,
+    loss: float,
+    *,
+    held: bool,
+) -> int:
+    """Exit on SIGTERM with ``step`` committed.
+
+    A signal can land between any two lines: after step_finished had decided there was nothing to commit,
+    or just before wait_while_held. The step is then committed here, before the exit, all the same (SIGTERM
+    means "commit, then exit"; stop_requested stays true once set, so no later window is left).
+    """
+    if ckpt.last_committed_step != step:
+        _commit(ckpt, args, state, x, y, step, loss, "sigterm")
+        held = False
+    where = "while holding at committed" if held else "after committing"
+    ckpt.log(f"stopped by SIGTERM {where} step {step}")
+    ckpt.close("stopped")
+    return EXIT_SIGTERM
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from interlude_workload.checkpoints import COMMITTED, CheckpointStore
 
 from .trainer_proc import digest_of, run_trainer, start_trainer, trainer_cmd, wait_for_text
@@ -84,6 +86,36 @@ def test_sigterm_commits_current_step_and_resume_is_bit_identical(bucket: str, t
     ]
     assert resumed[: len(stopped_steps)] == stopped_steps  # zero steps recomputed after SIGTERM
     assert digest_of(output) == reference
+
+
+# A trainer whose own SIGTERM arrives at one exact point: just after the SDK decided what step 5 needs
+# (nothing: it is not a checkpoint step), or just as the loop asks whether to hold. The signal is real (os.kill
+# of the trainer itself); only its moment is chosen, where a service manager's could land by chance.
+_SIGTERM_AT = """
+import os, signal, sys
+from interlude_workload import sdk, train
+original = getattr(sdk.Checkpointer, {method!r})
+calls = []
+def at_step_5(self, *args, **kwargs):  # both are called once a step, from step 1 on
+    result = original(self, *args, **kwargs)
+    calls.append(1)
+    if len(calls) == 5:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return result
+setattr(sdk.Checkpointer, {method!r}, at_step_5)
+sys.exit(train.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("method", ["step_finished", "wait_while_held"])
+def test_a_sigterm_after_the_commit_decision_still_commits_the_step_it_stops_at(bucket: str, method: str) -> None:
+    cmd = trainer_cmd(bucket, f"late-{method}", steps=STEPS, every=50)
+    cmd[1:3] = ["-c", _SIGTERM_AT.format(method=method)]
+    done = run_trainer(cmd)
+    assert done.returncode == 143, done.stdout + done.stderr
+    assert "stopped by SIGTERM after committing step 5" in done.stdout, done.stdout
+    latest = CheckpointStore(bucket, f"late-{method}", "train").latest(verify="full").checkpoint
+    assert latest is not None and latest.step == 5, latest
 
 
 def test_uncommitted_and_corrupt_checkpoints_are_never_resumed(bucket: str) -> None:
