@@ -26,6 +26,25 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each `airflow dags test` is a child forked from a warm Airflow (plugins/interlude/warm_cli.py), not a
     # cold start: ~11 of its ~16 CPU-s. INTERLUDE_WARM_AIRFLOW=0 runs each as a new process instead.
     os.environ.setdefault("INTERLUDE_WARM_AIRFLOW", "1")
+    if _is_xdist_controller(config) and not config.option.collectonly:
+        from interlude import warm_cli
+
+        # One warm server for the whole run, started by the controller while its workers start and collect; the
+        # workers (and what they start) fork their `airflow` children from it (SOCKET_ENV) instead of warming up
+        # one each (~7 CPU-s apiece).
+        if warm_cli.enabled() and not os.environ.get(warm_cli.SOCKET_ENV):
+            warm_cli.share_server(dict(os.environ))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _is_xdist_controller(config):
+        from interlude import warm_cli
+
+        warm_cli.stop_server()
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not os.environ.get("PYTEST_XDIST_WORKER")
 
 
 # With pytest-xdist, tests/xdist_scheduling.py decides which tests run together on one worker (the stack's

@@ -34,6 +34,8 @@ SWITCH_ENV = "INTERLUDE_WARM_AIRFLOW"
 # runs): they send their commands there rather than warm up a server of their own (~8-10 CPU-s each).
 SOCKET_ENV = "INTERLUDE_WARM_SOCKET"
 _AIRFLOW = str(Path(sys.executable).parent / "airflow")
+PID_FILE = "server.pid"
+STARTUP_SECONDS = 180.0
 
 
 class WarmProcess:
@@ -105,7 +107,7 @@ class WarmServer:
     Its Airflow home is a new private directory with no airflow.cfg, as every per-run home starts.
     """
 
-    def __init__(self, env: Mapping[str, str]):
+    def __init__(self, env: Mapping[str, str], wait: bool = True):
         self.dir = Path(tempfile.mkdtemp(prefix="interlude-warm-"))
         self.path = str(self.dir / "sock")
         (self.dir / "home").mkdir()
@@ -118,7 +120,14 @@ class WarmServer:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + 180
+        # Beside the socket, for the processes that inherit its name before it listens (_wait_while_starting).
+        (self.dir / PID_FILE).write_text(str(self.proc.pid))
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Return once the server listens; stop it and raise if it exits or takes over STARTUP_SECONDS."""
+        deadline = time.monotonic() + STARTUP_SECONDS
         while not os.path.exists(self.path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
@@ -157,14 +166,50 @@ def server(env: Mapping[str, str]) -> WarmServer:
     return _SERVER
 
 
+def share_server(env: Mapping[str, str]) -> WarmServer:
+    """Start this process's warm server without waiting for it, and name it in SOCKET_ENV for the processes
+    started from now on, which use it rather than a server each.
+
+    The test suite's xdist controller calls it before its workers start (tests/conftest.py): one warm-up for
+    the whole run, done while the workers collect, instead of one per worker (~7 CPU-s each). A process that
+    asks for a child before the server listens waits for it (_wait_while_starting).
+    """
+    global _SERVER
+    if _SERVER is None or _SERVER.proc.poll() is not None:
+        _SERVER = WarmServer(env, wait=False)
+        os.environ[SOCKET_ENV] = _SERVER.path
+    return _SERVER
+
+
+def _wait_while_starting(path: str) -> None:
+    """Wait while the server named by ``path`` is alive but not yet listening (its starter did not wait for
+    it); return at once when it listens, is gone or was never there, or after STARTUP_SECONDS."""
+    try:
+        pid = int((Path(path).parent / PID_FILE).read_text())
+    except (OSError, ValueError):
+        return
+    deadline = time.monotonic() + STARTUP_SECONDS
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        try:  # that pid still the server (not gone, not a new process that got its number)
+            if b"interlude.warm_server" not in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return
+        except OSError:
+            return
+        time.sleep(0.05)
+
+
 def _start_warm(request: Mapping[str, Any], env: Mapping[str, str]) -> WarmProcess:
-    """Through the server an ancestor named in SOCKET_ENV while it answers, else through this process's own."""
+    """Through the server an ancestor named in SOCKET_ENV while it answers (waiting for it while it starts),
+    else through this process's own."""
     inherited = os.environ.get(SOCKET_ENV)
     if _SERVER is None and inherited:
+        _wait_while_starting(inherited)
         try:
             return WarmProcess(inherited, request)
         except OSError:  # gone (its starter exited): this process warms up its own
             pass
+    if _SERVER is not None and _SERVER.proc.poll() is None:
+        _SERVER.wait_ready()  # started by share_server: it may still be warming up
     return server(env).start(request)
 
 

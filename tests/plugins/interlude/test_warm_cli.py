@@ -200,24 +200,33 @@ def test_the_socket_is_private_to_its_user(server: warm_cli.WarmServer) -> None:
     assert stat.S_IMODE(os.stat(server.path).st_mode) == 0o600
 
 
-def test_the_server_goes_when_the_process_that_started_it_is_killed(tmp_path: Path) -> None:
+def test_a_shared_server_is_waited_for_while_it_warms_up_and_goes_with_the_process_that_started_it(
+    tmp_path: Path,
+) -> None:
+    """What the suite's xdist controller does (tests/conftest.py): share_server returns before the server listens,
+    a process named to it (SOCKET_ENV) waits and gets its child from it, not from a server of its own; and the
+    server goes when its starter is killed."""
     starter = (
         "import os, sys, time\n"
         "from interlude import warm_cli\n"
-        "s = warm_cli.WarmServer(dict(os.environ))\n"
-        "print(s.proc.pid, s.dir, flush=True)\n"
+        "s = warm_cli.share_server(dict(os.environ))\n"
+        "print(s.proc.pid, s.dir, os.environ[warm_cli.SOCKET_ENV], flush=True)\n"
         "time.sleep(600)\n"
     )
     env = {**os.environ, **_airflow_env(tmp_path)}
+    env.pop(warm_cli.SOCKET_ENV, None)
     parent = subprocess.Popen([sys.executable, "-c", starter], env=env, stdout=subprocess.PIPE, text=True)
     try:
-        pid_text, server_dir = parent.stdout.readline().split()  # type: ignore[union-attr]
+        pid_text, server_dir, socket_path = parent.stdout.readline().split()  # type: ignore[union-attr]
         server_pid = int(pid_text)
-        assert not _gone(server_pid, within=0.5)
+        assert socket_path == str(Path(server_dir, "sock"))
+        assert not Path(socket_path).exists(), "share_server waited for the warm-up"  # Airflow takes seconds
+        seen = _via_inherited(socket_path, tmp_path)
+        assert seen["code"] == 0 and seen["parent"] == server_pid, seen
         parent.kill()  # SIGKILL: no atexit, no cleanup in the parent
         parent.wait()
         assert _gone(server_pid, within=15), "the warm server outlived the process that started it"
-        assert not Path(server_dir, "sock").exists()
+        assert not Path(socket_path).exists()
     finally:
         parent.kill()
 
