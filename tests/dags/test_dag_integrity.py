@@ -21,39 +21,48 @@ HEAVY = [
     "interlude.hooks.compute",
 ]
 
+# Every DAG file in one interpreter (one Airflow import, not one per file), each parsed by a DagBag of its own;
+# a heavy module counts against the file whose parse first imported it.
 PROBE = r"""
 import json, sys, time
 from airflow.dag_processing.dagbag import DagBag
-t = time.perf_counter()
-bag = DagBag(sys.argv[1])
-elapsed = time.perf_counter() - t
-print(json.dumps({
-    "seconds": elapsed,
-    "errors": {k: str(v) for k, v in bag.import_errors.items()},
-    "dags": {d.dag_id: {"doc_md": bool(d.doc_md and len(d.doc_md) > 200), "tags": sorted(d.tags or []),
-                        "tasks": len(d.tasks)} for d in bag.dags.values()},
-    "heavy": [m for m in json.loads(sys.argv[2]) if m in sys.modules],
-}))
+heavy = json.loads(sys.argv[1])
+results = {}
+for path in sys.argv[2:]:
+    before = set(sys.modules)
+    t = time.perf_counter()
+    bag = DagBag(path)
+    elapsed = time.perf_counter() - t
+    results[path] = {
+        "seconds": elapsed,
+        "errors": {k: str(v) for k, v in bag.import_errors.items()},
+        "dags": {d.dag_id: {"doc_md": bool(d.doc_md and len(d.doc_md) > 200), "tags": sorted(d.tags or []),
+                            "tasks": len(d.tasks)} for d in bag.dags.values()},
+        "heavy": [m for m in heavy if m in sys.modules and m not in before],
+    }
+print(json.dumps(results))
 """
 
 
-def _parse(tmp_path: Path, path: Path) -> dict:
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """What parsing each DAG file gave, in a new interpreter that never imported a heavy module before."""
     env = {
-        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW_HOME": str(tmp_path_factory.mktemp("dag-integrity-home")),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "PATH": "/usr/bin:/bin",
     }
     out = subprocess.run(
-        [sys.executable, "-c", PROBE, str(path), json.dumps(HEAVY)],
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), *map(str, DAG_FILES)],
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
 def test_there_are_dags() -> None:
@@ -61,8 +70,8 @@ def test_there_are_dags() -> None:
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
-def test_dag_file_imports_fast_and_light(tmp_path: Path, path: Path) -> None:
-    result = _parse(tmp_path, path)
+def test_dag_file_imports_fast_and_light(parsed: dict[str, dict], path: Path) -> None:
+    result = parsed[str(path)]
     print(f"{path.name}: parsed in {result['seconds'] * 1000:.0f} ms; dags {list(result['dags'])}")
     assert result["errors"] == {}
     assert result["dags"], f"{path.name} defines no DAG"
