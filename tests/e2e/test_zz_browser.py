@@ -104,10 +104,12 @@ def watch_run_in_grid(b: Browser, stack: Stack, run_id: str) -> str:
 
     The page is opened when there is an end to show, not kept open and reloaded through the run: a reload of
     the UI every few seconds cost chromium and the api-server more CPU than the run itself, and nothing was
-    asserted on the pages in between.
+    asserted on the pages in between. For the same reason the page the Trigger button left open (the DAG's,
+    which the UI refreshes itself while a run is active) is left for a blank one while the run goes.
     """
-    stack.api.wait_run(run_id, RUN_TIMEOUT)
     page = b.page
+    page.goto("about:blank")
+    stack.api.wait_run(run_id, RUN_TIMEOUT)
     url = f"{stack.state['base_url']}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}"
     page.goto(url)
     badge = page.get_by_test_id("header-card").get_by_test_id("state-badge")
