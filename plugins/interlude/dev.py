@@ -199,15 +199,13 @@ def ensure_airflow_db(env: dict[str, str], log: Path | None = None) -> None:
     if template and Path(template).is_file():
         shutil.copy(template, home / "airflow.db")
         return
-    with open(log, "a") if log else open(os.devnull, "w") as out:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
-            env=env,
-            check=True,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            timeout=300,
-        )
+    # A new `airflow` process, or a child of the test suite's warm server (warm_cli): the same command either way.
+    code, output = warm_cli.airflow_output(["db", "migrate"], env, timeout=300)
+    if log:
+        with open(log, "a") as out:
+            out.write(output)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, "airflow db migrate", output)
 
 
 @dataclass
