@@ -18,6 +18,7 @@ from typing import Any
 import requests
 
 from interlude_localcloud.gke.deployments import DEPLOYMENTS, PODS
+from interlude_localcloud.gke.loopback import loopback_session
 from interlude_localcloud.gke.policy import hpa
 from interlude_localcloud.gke.policy.manifests import parse_quantity
 from interlude_localcloud.gke.resources import RESOURCES
@@ -26,6 +27,10 @@ from interlude_localcloud.gke.store import Store
 
 HPAS = next(r for r in RESOURCES if r.plural == "horizontalpodautoscalers")
 SCRAPE_TIMEOUT = 1.0
+# The HPA controller syncs every 15 s (kube-controller-manager's --horizontal-pod-autoscaler-sync-period, default
+# 15s), in the scenario's scaled time; not on every tick of the cluster's loop, each of which scraped every pod.
+# https://kubernetes.io/docs/tasks/run-application/horizontal-pod-autoscale/#how-does-a-horizontalpodautoscaler-work
+SYNC_PERIOD_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,9 @@ def series_sum(text: str, series: str) -> float | None:
     return total if found else None
 
 
-def scrape(port: int, series: str) -> float | None:
+def scrape(port: int, series: str, http: requests.Session) -> float | None:
     try:
-        r = requests.get(f"http://127.0.0.1:{port}/metrics", timeout=SCRAPE_TIMEOUT)
+        r = http.get(f"http://127.0.0.1:{port}/metrics", timeout=SCRAPE_TIMEOUT)
         return series_sum(r.text, series) if r.ok else None
     except requests.RequestException:
         return None
@@ -96,8 +101,13 @@ class HpaController:
         self.store = store
         self.port_of = port_of  # pod uid -> its loopback port (None: not running)
         self.states: dict[str, hpa.HpaState] = {}
+        self.http = loopback_session()  # used by the cluster's reconcile thread only
+        self.synced_at = float("-inf")
 
     def reconcile(self, now: float) -> None:
+        if now - self.synced_at < SYNC_PERIOD_SECONDS:
+            return
+        self.synced_at = now
         hpas, _ = self.store.list(HPAS, None)
         for h in hpas:
             try:
@@ -123,7 +133,7 @@ class HpaController:
             samples.append(
                 hpa.PodSample(
                     p["metadata"]["name"],
-                    scrape(port, metric.series) if port else None,
+                    scrape(port, metric.series, self.http) if port else None,
                     phase if phase in ("Pending", "Running", "Failed") else "Unknown",
                 )
             )

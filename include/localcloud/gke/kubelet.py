@@ -38,6 +38,7 @@ from interlude_localcloud.gke.containers import (
     rewrite_ports,
     write_file,
 )
+from interlude_localcloud.gke.loopback import loopback_session
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store, now
@@ -86,6 +87,7 @@ class PodRunner:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"kubelet-{self.name}", daemon=True)
+        self._http = loopback_session()  # probes run in _thread only
         self.mounts: dict[str, str] = {}
         self.phase = "Pending"
         self._written: Any = None
@@ -312,7 +314,7 @@ class PodRunner:
         port = self.named_ports.get(port, port) if isinstance(port, str) else int(port)
         local = self.ports.get(int(port), int(port))
         try:
-            r = requests.get(
+            r = self._http.get(
                 f"http://127.0.0.1:{local}{get.get('path', '/')}", timeout=float(probe.get("timeoutSeconds", 1))
             )
             return 200 <= r.status_code < 400
