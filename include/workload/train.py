@@ -21,6 +21,7 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 
 import numpy as np  # noqa: E402
 
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         if ckpt.stop_requested:
             ckpt.close("stopped")
             return EXIT_SIGTERM
+        training = _Run(args, state, x, y)
         for step in range(start_step + 1, args.steps + 1):
             started = time.monotonic()
             loss = model.train_step(state, x, y)
@@ -149,48 +151,39 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             if step % 10 == 0 or reason:
                 ckpt.log(f"step {step}/{args.steps} loss {loss:.5f}")
             if reason:
-                _commit(ckpt, args, state, x, y, step, loss, reason)
+                _commit(ckpt, training, step, loss, reason)
             if ckpt.stop_requested:
-                return _stop(ckpt, args, state, x, y, step, loss, held=False)
+                return _stop(ckpt, training, step, loss, held=False)
             ckpt.wait_while_held()
             if ckpt.stop_requested:
-                return _stop(ckpt, args, state, x, y, step, loss, held=True)
+                return _stop(ckpt, training, step, loss, held=True)
         ckpt.log(f"final digest {weights_digest(state.params)}")
         ckpt.close("done")
     return 0
 
 
-def _commit(
-    ckpt: Checkpointer,
-    args: argparse.Namespace,
-    state: model.TrainState,
-    x: np.ndarray,
-    y: np.ndarray,
-    step: int,
-    loss: float,
-    reason: str,
-) -> None:
+@dataclass(frozen=True)
+class _Run:
+    """What a commit needs besides its step: the arguments, the training state (updated in place) and the data."""
+
+    args: argparse.Namespace
+    state: model.TrainState
+    x: np.ndarray
+    y: np.ndarray
+
+
+def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
     """Commit ``step``; the final step's checkpoint also carries the weights' digest and training accuracy."""
-    arrays, json_state = state.to_payload()
-    extra: dict[str, object] = {"seed": args.seed, "data_date": args.data_date, "reason": reason}
-    if step >= args.steps:
-        extra["weights_sha256"] = weights_digest(state.params)
-        extra["train_accuracy"] = model.accuracy(state.params, x, y)
+    arrays, json_state = run.state.to_payload()
+    extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
+    if step >= run.args.steps:
+        extra["weights_sha256"] = weights_digest(run.state.params)
+        extra["train_accuracy"] = model.accuracy(run.state.params, run.x, run.y)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
     ckpt.commit(step, arrays, json_state, metrics=metrics, extra=extra, reason=reason)
 
 
-def _stop(
-    ckpt: Checkpointer,
-    args: argparse.Namespace,
-    state: model.TrainState,
-    x: np.ndarray,
-    y: np.ndarray,
-    step: int,
-    loss: float,
-    *,
-    held: bool,
-) -> int:
+def _stop(ckpt: Checkpointer, run: _Run, step: int, loss: float, *, held: bool) -> int:
     """Exit on SIGTERM with ``step`` committed.
 
     A signal can land between any two lines: after step_finished had decided there was nothing to commit,
@@ -198,7 +191,7 @@ def _stop(
     means "commit, then exit"; stop_requested stays true once set, so no later window is left).
     """
     if ckpt.last_committed_step != step:
-        _commit(ckpt, args, state, x, y, step, loss, "sigterm")
+        _commit(ckpt, run, step, loss, "sigterm")
         held = False
     where = "while holding at committed" if held else "after committing"
     ckpt.log(f"stopped by SIGTERM {where} step {step}")

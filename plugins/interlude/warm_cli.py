@@ -7,8 +7,9 @@ A server (interlude.warm_server) does that work once, then forks a child per com
 process (its own pid and session, killable, reaped by the server) that runs Airflow's own CLI entry point
 (`airflow.__main__.main`) with the caller's argv, environment, working directory and log file.
 
-Used when $INTERLUDE_WARM_AIRFLOW is 1 (tests/conftest.py sets it for the suite): `start_airflow` then starts
-one server for the calling process on first use. Otherwise it starts a new `airflow` process: the same command
+Used when $INTERLUDE_WARM_AIRFLOW is 1 (tests/conftest.py sets it for the suite): `start_airflow` then uses the
+server named in $INTERLUDE_WARM_SOCKET (the suite's xdist controller shares one for the whole run, `share_server`),
+else starts one for the calling process on first use. Otherwise it starts a new `airflow` process: the same command
 either way.
 """
 
