@@ -49,22 +49,50 @@ STACK_TEST_SECONDS = {
 }
 
 
-# The longest units besides the stack (seconds in a `make test` on the loaded machine; rough is enough).
+# The longest units besides the stack (seconds each took in a six-worker run on the loaded machine, 2026-12-05,
+# rounded; rough is enough): handed out first, longest first, so no long unit starts in the last minutes.
 LONG_UNITS = {
-    "tests/e2e/test_serving_dag.py": 340.0,
-    "tests/faults/test_notice_policy.py::test_long_notice_trains_on_commits_before_the_window_and_idles_less_than_"
-    "checkpoint_at_notice": 300.0,
-    "tests/include/scripts/test_demo_serve.py::test_demo_serve_falls_back_scales_out_survives_maintenance_and_"
-    "leaves_nothing": 295.0,
-    "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive": 265.0,
-    "tests/faults/test_stage_watchdog.py::test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_"
-    "log_tail": 230.0,
-    "tests/e2e/test_lifecycle_runs.py::test_queued_resource_provisioning_for_a_profile_that_prefers_it": 200.0,
-    "tests/faults/test_sweeper_dag.py::test_sweeper_deletes_a_finished_runs_orphan_and_keeps_a_running_runs_"
-    "machine": 180.0,
-    "tests/faults/test_stage_drills.py::test_non_deferrable_stages_drill_and_finish_with_the_reference_weights": 165.0,
-    "tests/benchmarks/test_triggerer_watch_smoke.py::test_twenty_triggers_poll_in_a_real_triggerer_floor_before_"
-    "after_and_a_git_ref": 150.0,
+    "tests/benchmarks/test_triggerer_watch_smoke.py::test_twenty_triggers_poll_in_a_real_triggerer_floor_before"
+    "_after_and_a_git_ref": 175.0,
+    "tests/include/scripts/test_demo_serve.py::test_demo_serve_falls_back_scales_out_survives_maintenance_and_leaves"
+    "_nothing": 165.0,
+    "tests/faults/test_notice_policy.py::test_long_notice_trains_on_commits_before_the_window_and_idles_less_than"
+    "_checkpoint_at_notice": 85.0,
+    "tests/faults/test_stage_watchdog.py::test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the"
+    "_log_tail": 80.0,
+    "tests/e2e/test_serving_dag.py": 80.0,
+    "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive": 75.0,
+    "tests/benchmarks/test_triggerer_watch_smoke.py::test_training_stages_rewriting_their_progress_cost_the_shared"
+    "_design_no_download": 75.0,
+    "tests/e2e/test_serving_maintenance.py::test_a_tpu_node_maintenance_under_load_loses_no_request": 75.0,
+    "tests/e2e/test_warm_dags_test.py::test_a_warm_dags_test_runs_as_a_new_process_does": 65.0,
+    "tests/faults/test_failover.py::test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes": 60.0,
+    "tests/include/workload/test_agent.py": 60.0,
+    "tests/benchmarks/test_dags_test_cost_smoke.py::test_one_cold_and_one_warm_plan_only_run_side_by_side": 55.0,
+    "tests/faults/test_stage_watchdog.py::test_a_startup_script_that_ended_is_seen_restarted_once_then"
+    "_fails[maxtext-tpu-only-guest attributes (interlude/startup) tail]": 55.0,
+    "tests/faults/test_failover.py::test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint": 50.0,
+    "tests/faults/test_failover.py::test_stockout_where_it_ran_moves_the_run_to_another_zone": 50.0,
+    "tests/plugins/interlude/test_warm_cli.py": 50.0,
+    "tests/faults/test_stage_watchdog.py::test_api_outage_longer_than_the_hooks_retries_is_ridden_out": 50.0,
+    "tests/e2e/test_lifecycle_runs.py::test_scheduled_maintenance_in_both_stages_loses_nothing": 45.0,
+    "tests/faults/test_stage_drills.py::test_non_deferrable_stages_drill_and_finish_with_the_reference_weights": 45.0,
+    "tests/faults/test_stage_watchdog.py::test_a_startup_script_that_ended_is_seen_restarted_once_then"
+    "_fails[cuda-kernels-gpu-only-serial console tail]": 45.0,
+    "tests/include/localcloud/gke/test_runtime.py": 45.0,
+    "tests/faults/test_down_budget.py::test_a_gpu_vm_in_a_long_normal_maintenance_is_waited_for_not_recreated": 40.0,
+    "tests/e2e/test_serving_stockout.py::test_with_gkes_tpu_delay_interludes_fallback_has_a_gpu_replica_ready_within"
+    "_minutes": 35.0,
+    "tests/benchmarks/test_triggerer_watch_smoke.py::test_a_sigterm_mid_run_stops_everything_the_benchmark"
+    "_started": 35.0,
+    "tests/e2e/test_lifecycle_runs.py::test_crash_without_notice_resumes_from_the_last_periodic_checkpoint": 35.0,
+    "tests/faults/test_stage_drills.py::test_drill_in_both_stages_records_the_held_step_and_a_real_downtime": 35.0,
+    "tests/e2e/test_lifecycle_runs.py::test_spot_preemption_resumes_from_the_last_periodic_checkpoint": 35.0,
+    "tests/e2e/test_lifecycle_runs.py::test_gpu_drill_gets_its_notice_first_and_loses_nothing": 35.0,
+    "tests/faults/test_down_budget.py::test_a_gpu_vm_google_reports_gone_is_reprovisioned_without_waiting_the"
+    "_budget": 35.0,
+    "tests/faults/test_provision_defers.py": 30.0,
+    "tests/include/localcloud/test_maintenance.py": 30.0,
 }
 
 
