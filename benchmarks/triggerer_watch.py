@@ -152,11 +152,7 @@ def prepare_airflow(env: dict[str, str], n: int) -> None:
     ensure_airflow_db(env, home / "setup.log")  # `db migrate`, or a copy of the test suite's migrated DB
     # A new `airflow` process, or a child of the test suite's warm server when run by a test (warm_cli): setup,
     # not measured.
-    code, output = warm_cli.airflow_output(["dags", "reserialize"], env, timeout=300)
-    with open(home / "setup.log", "a") as out:
-        out.write(output)
-    if code != 0:
-        raise subprocess.CalledProcessError(code, "airflow dags reserialize", output)
+    warm_cli.check_airflow(["dags", "reserialize"], env, home / "setup.log", timeout=300)
 
 
 def _raise_nofile() -> None:

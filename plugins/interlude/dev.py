@@ -200,12 +200,7 @@ def ensure_airflow_db(env: dict[str, str], log: Path | None = None) -> None:
         shutil.copy(template, home / "airflow.db")
         return
     # A new `airflow` process, or a child of the test suite's warm server (warm_cli): the same command either way.
-    code, output = warm_cli.airflow_output(["db", "migrate"], env, timeout=300)
-    if log:
-        with open(log, "a") as out:
-            out.write(output)
-    if code != 0:
-        raise subprocess.CalledProcessError(code, "airflow db migrate", output)
+    warm_cli.check_airflow(["db", "migrate"], env, log, timeout=300)
 
 
 @dataclass

@@ -164,6 +164,7 @@ def server(env: Mapping[str, str]) -> WarmServer:
     if _SERVER is None or _SERVER.proc.poll() is not None:
         _SERVER = WarmServer(env)
         os.environ[SOCKET_ENV] = _SERVER.path
+    _SERVER.wait_ready()  # one that share_server started may still be warming up
     return _SERVER
 
 
@@ -209,8 +210,6 @@ def _start_warm(request: Mapping[str, Any], env: Mapping[str, str]) -> WarmProce
             return WarmProcess(inherited, request)
         except OSError:  # gone (its starter exited): this process warms up its own
             pass
-    if _SERVER is not None and _SERVER.proc.poll() is None:
-        _SERVER.wait_ready()  # started by share_server: it may still be warming up
     return server(env).start(request)
 
 
@@ -255,3 +254,16 @@ def airflow_output(argv: Sequence[str], env: Mapping[str, str], timeout: float |
         log = Path(tmp) / "out.log"
         code = run_airflow(argv, env, log, timeout)
         return code, log.read_text(errors="replace")
+
+
+def check_airflow(
+    argv: Sequence[str], env: Mapping[str, str], append_to: Path | None = None, timeout: float | None = 300
+) -> None:
+    """`airflow <argv>` as airflow_output runs it, its output appended to ``append_to`` (when given);
+    subprocess.CalledProcessError (with the output) when it fails, as `subprocess.run(check=True)` raises."""
+    code, output = airflow_output(argv, env, timeout)
+    if append_to is not None:
+        with open(append_to, "a") as out:
+            out.write(output)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, ["airflow", *argv], output)
