@@ -276,12 +276,21 @@ def test_hpa_scales_on_the_pods_waiting_requests(cluster: tuple[Any, Any, str]) 
     load = [threading.Thread(target=keep_loading, daemon=True) for _ in range(5)]
     for t in load:
         t.start()
+    # The controller scales the Deployment, then writes its own status (as kube's HPA controller does: the scale
+    # update, then updateStatusIfNeeded), so a look between the two sees the new replicas beside the old status.
+    seen: list[dict[str, Any]] = []
+
+    def scaled_up() -> bool:
+        seen.append(store.get(HPAS, "default", "interlude-vllm").get("status") or {})
+        return replicas(store) > 1 and seen[-1].get("desiredReplicas", 0) > 1
+
     try:
-        wait_for("the HPA scaling up", lambda: replicas(store) > 1, c)
+        wait_for("the HPA scaling up", scaled_up, c)
     finally:
         scaled.set()
-    status = store.get(HPAS, "default", "interlude-vllm")["status"]
-    assert status["desiredReplicas"] > 1, status
+    # ... and it scaled because requests waited: the average it saw was over its target of 1 (in milli-units)
+    waiting = seen[-1]["currentMetrics"][0]["pods"]["current"]["averageValue"]
+    assert int(waiting.removesuffix("m")) > 1000, seen[-1]
     for t in load:
         t.join(timeout=130)
     wait_for("the HPA scaling back to 1", lambda: replicas(store) == 1, c)
