@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
+from interlude import apt
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"
 SERVICES = {
@@ -35,12 +37,12 @@ def docker_compose() -> str:
     found = shutil.which("docker-compose")
     if found:
         return found
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
+    try:
+        apt.ensure({"docker-compose": lambda: bool(shutil.which("docker-compose"))})
+    except apt.CannotInstall:
         pytest.skip("docker-compose is not installed and apt-get cannot run here (not root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "docker-compose"]):
-        if subprocess.run(cmd, env=env, capture_output=True, timeout=600).returncode != 0:
-            pytest.skip(f"could not install docker-compose: `{' '.join(cmd)}` failed")
+    except subprocess.CalledProcessError as err:
+        pytest.skip(f"could not install docker-compose: `{' '.join(err.cmd)}` failed")
     return shutil.which("docker-compose") or pytest.skip("docker-compose still missing after apt-get install")
 
 

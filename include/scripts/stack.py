@@ -68,24 +68,13 @@ def airflow_bin() -> str:
 
 # ---------------------------------------------------------------------------------------------- packages
 def ensure_packages() -> None:
-    """PostgreSQL 15 and redis-server from Debian, installed only when missing (needs root, as in CI)."""
-    missing = []
-    if not (PG_BIN / "initdb").exists():
-        missing.append("postgresql-15")
-    if not shutil.which("redis-server"):
-        missing.append("redis-server")
-    if not missing:
-        return
-    if os.geteuid() != 0:
-        raise RuntimeError(f"missing {missing}; run as root (apt-get) or install them: apt-get install {missing}")
-    log(f"installing {missing} with apt-get")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env, stdout=subprocess.DEVNULL)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *missing],
-        check=True,
-        env=env,
-        stdout=subprocess.DEVNULL,
+    """PostgreSQL 15 and redis-server from Debian, installed only when missing (needs root, as in CI); one
+    process at a time installs (interlude.apt), so the suite's stack shards can both start on a fresh machine."""
+    from interlude import apt
+
+    apt.ensure(
+        {"postgresql-15": (PG_BIN / "initdb").exists, "redis-server": lambda: bool(shutil.which("redis-server"))},
+        log,
     )
     # Debian's postgresql package starts the system cluster; ours is separate, so leave that one alone.
 
