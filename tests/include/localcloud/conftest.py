@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1, tpu_v2
+from google.cloud import tpu_v2
 
 from interlude_localcloud.scenario import Scenario, parse
 from interlude_localcloud.testing import RunningLocalCloud, running_localcloud
+
+# compute_v1 is imported where it is used, not here: its import costs ~1.2 CPU-s (thousands of proto-plus message
+# classes), and every pytest-xdist worker collects every test file, while few run the GCE tests.
+if TYPE_CHECKING:
+    from google.cloud import compute_v1
 
 ZONE = "us-central1-a"
 
@@ -76,6 +81,8 @@ class Compute:
     """The compute_v1 clients a GCE user needs, all on the local endpoint."""
 
     def __init__(self, endpoint: str, project: str) -> None:
+        from google.cloud import compute_v1  # see the note above TYPE_CHECKING
+
         opts = {"api_endpoint": endpoint}
         creds = AnonymousCredentials()
         self.project = project
@@ -107,6 +114,8 @@ def gpu_instance(
     zone: str = ZONE,
     **sched: Any,
 ) -> compute_v1.Instance:
+    from google.cloud import compute_v1  # see the note above TYPE_CHECKING
+
     items = [compute_v1.Items(key="startup-script", value=script)] if script else []
     return compute_v1.Instance(
         name=name,

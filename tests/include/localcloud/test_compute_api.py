@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 import requests
 from google.api_core import exceptions
-from google.cloud import compute_v1
 
 from interlude_localcloud.testing import RunningLocalCloud
 from tests.include.localcloud.conftest import ZONE, Compute, gpu_instance
 
 
 def test_insert_get_list_filter_delete(lc: RunningLocalCloud, compute: Compute) -> None:
+    from google.cloud import compute_v1  # here, not at the top: see localcloud/conftest.py
+
     op = compute.instances.insert(
         project=lc.project, zone=ZONE, instance_resource=gpu_instance("vm-a", labels={"run": "r1"})
     )
@@ -57,6 +58,8 @@ def test_insert_get_list_filter_delete(lc: RunningLocalCloud, compute: Compute) 
 
 def test_stockout_and_quota(lc: RunningLocalCloud, compute: Compute) -> None:
     # T4 capacity 2 GPUs: the third n1+T4 VM stocks out in the operation.
+    from google.cloud import compute_v1  # here, not at the top: see localcloud/conftest.py
+
     def t4(name: str) -> compute_v1.Instance:
         return compute_v1.Instance(
             name=name,

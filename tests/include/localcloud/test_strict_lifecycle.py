@@ -16,7 +16,7 @@ import pytest
 import requests
 from google.api_core import exceptions
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1, tpu_v2
+from google.cloud import tpu_v2
 from googleapiclient.discovery import build
 
 from interlude_localcloud.testing import RunningLocalCloud
@@ -175,6 +175,8 @@ def test_tpu_v2alpha1_lifecycle_with_googleapiclient(lc: RunningLocalCloud) -> N
 def test_compute_lifecycle_with_google_cloud_compute(lc: RunningLocalCloud, compute: Compute) -> None:
     """compute_v1: GPU VM insert/stop/start, simulate + perform maintenance, serial port, catalog,
     quotas, delete; every Instance/Operation/list answer validated against compute.v1.json."""
+    from google.cloud import compute_v1  # here, not at the top: see localcloud/conftest.py
+
     project = lc.project
     assert {a.name for a in compute.accelerator_types.list(project=project, zone=ZONE)} >= {"nvidia-l4"}
     assert any(m.name == "g2-standard-4" for m in compute.machine_types.list(project=project, zone=ZONE))

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from google.auth.credentials import AnonymousCredentials
-from google.cloud import compute_v1, tpu_v2
+from google.cloud import tpu_v2
 from googleapiclient.discovery import build
 
 from interlude_localcloud.scenario import parse
@@ -106,6 +106,8 @@ def _start_tpu_node(cloud: RunningLocalCloud, script: str) -> Callable[[], None]
 
 def _start_gpu_vm(cloud: RunningLocalCloud, script: str) -> Callable[[], None]:
     """A GPU VM (compute_v1) running ``script``; returns how to announce maintenance."""
+    from google.cloud import compute_v1  # here, not at the top: see localcloud/conftest.py
+
     opts, creds = {"api_endpoint": cloud.api_endpoint}, AnonymousCredentials()
     instances = compute_v1.InstancesClient(client_options=opts, credentials=creds)
     ops = compute_v1.ZoneOperationsClient(client_options=opts, credentials=creds)
