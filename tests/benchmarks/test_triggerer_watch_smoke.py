@@ -9,10 +9,12 @@ deferred), and nothing the benchmark started outlives it.
 from __future__ import annotations
 
 import json
+import math
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -33,6 +35,18 @@ def _processes_mentioning(text: str) -> list[str]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def most_shared_lists_per_min(result: dict[str, Any]) -> float:
+    """The most listings the shared design can make in the measured window, whatever the load: two (one per glob)
+    per refresh, a refresh at most every 0.9 poll intervals (the shared cache's max age, triggers/stage.py), and one
+    more refresh than fits whole, as a window's edges can catch one. Per trigger it would be 20 times as many.
+
+    (The bound was 2 per poll interval plus 4 a minute, 64: an 8 s window that holds five refreshes reads 75 a minute,
+    and a loaded machine showed 71.3 with nothing wrong.)"""
+    window, interval = result["window_s"], result["poll_interval_s"]
+    refreshes = math.floor(window / (0.9 * interval)) + 1
+    return 2 * refreshes * 60 / window
 
 
 def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_after_and_a_git_ref() -> None:
@@ -85,7 +99,7 @@ def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_after_and_a_git_r
     assert before["gcs_calls_per_trigger_per_min"] >= 1
     # After: two shared lists per interval for the whole bucket, and nothing changed, so no downloads.
     assert after["calls_per_min"].get("gcs.download", 0) == 0
-    assert after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
+    assert after["gcs_lists_per_min"] <= most_shared_lists_per_min(after)
     assert after["gcs_calls_per_min"] * 5 < before["gcs_calls_per_min"]
     # The steady-state window: measured later in the same triggerer, as long as asked.
     assert after["steady"]["window_start_s"] >= 12 and after["steady"]["window_s"] >= 4
@@ -119,7 +133,7 @@ def test_training_stages_rewriting_their_progress_cost_the_shared_design_no_down
     # after: the listings alone, although every listing shows 20 new progress generations.
     assert before["calls_per_min"].get("gcs.download", 0) >= 0.5 * 20 * (60 / 2) / 3
     assert after["calls_per_min"].get("gcs.download", 0) == 0
-    assert 0 < after["gcs_lists_per_min"] <= 2 * after["expected_polls_per_trigger_per_min"] + 4
+    assert 0 < after["gcs_lists_per_min"] <= most_shared_lists_per_min(after)
     work = re.search(r"work dir (\S+)", proc.stderr)
     assert work is not None and _processes_mentioning(work.group(1)) == []
 
