@@ -31,7 +31,7 @@ demo-serve: $(STAMP)
 	$(PY) include/scripts/demo_serve.py
 
 # pytest-xdist: seven workers on two cores. The end-to-end tests mostly wait on the processes they start: with four
-# workers the machine sat idle 24 % of the run, with six 14-20 %, with seven 14 % (back to back at 793bcb9: six
+# workers the machine sat idle 24 % of the run, with six 14-20 %, with seven 14 % (back to back at 6b04912: six
 # 7 min 36 s, seven 6 min 58 s, the same 12.0 CPU-min; README, "How long the suite takes"). Eight cost more CPU than
 # they fill. Two of the workers run the stack's shards, which mostly wait too; tests/xdist_scheduling.py runs the
 # stack's tests in two shards (TEST_STACK_SHARDS) and each file's module fixtures together.
