@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import secrets
 import shutil
 import signal
@@ -36,22 +35,26 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-PG_BIN = Path("/usr/lib/postgresql/15/bin")
 DAG_ID = "interlude_training"
 STATE_FILE = "stack.json"
-DB_PASSWORD_FILE = "db-password"
 ADMIN_USER = "admin"
-NOFILE = 8192
 # Components in start order; `down` stops them in reverse.
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer", "worker")
 sys.path.insert(0, str(ROOT / "plugins"))  # `interlude` without an installed package (CLI from a checkout)
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # stack_postgres, stack_processes: beside this file
 
+# Re-exported: the tests and the secrets check reach PostgreSQL and the processes through this module.
+from stack_postgres import PG_BIN as PG_BIN  # noqa: E402
+from stack_postgres import (  # noqa: E402
+    db_password,
+    ensure_packages,
+    start_postgres,
+    stop_postgres,
+    write_secret,
+)
+from stack_processes import group_alive, log, pid_alive, reap, spawn, start_time, stop_group, stop_groups  # noqa: E402
 
 ACCELERATOR_POOL = "interlude_accelerators"  # the DAG's tasks that hold a machine run in it
-
-
-def log(msg: str) -> None:
-    print(f"[stack] {msg}", file=sys.stderr, flush=True)
 
 
 def free_port() -> int:
@@ -64,240 +67,6 @@ def airflow_bin() -> str:
     """The `airflow` next to this interpreter (the project venv), else the one on PATH."""
     candidate = Path(sys.executable).parent / "airflow"
     return str(candidate) if candidate.exists() else (shutil.which("airflow") or "airflow")
-
-
-# ---------------------------------------------------------------------------------------------- packages
-def ensure_packages() -> None:
-    """PostgreSQL 15 and redis-server from Debian, installed only when missing (needs root, as in CI); one
-    process at a time installs (interlude.apt), so the suite's stack shards can both start on a fresh machine."""
-    from interlude import apt
-
-    apt.ensure(
-        {"postgresql-15": (PG_BIN / "initdb").exists, "redis-server": lambda: bool(shutil.which("redis-server"))},
-        log,
-    )
-    # Debian's postgresql package starts the system cluster; ours is separate, so leave that one alone.
-
-
-# ---------------------------------------------------------------------------------------------- postgres
-def _as_postgres(cmd: list[str]) -> list[str]:
-    """initdb refuses to run as root: as root, run PostgreSQL tools as the `postgres` user."""
-    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
-
-
-def write_secret(path: Path, text: str) -> Path:
-    """Create or replace a file holding a secret, readable by its owner only (0600 from the first byte)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    tmp.replace(path)
-    return path
-
-
-def db_password(var_dir: Path) -> str:
-    """The `airflow` database role's password: made once per var dir, kept 0600 beside the cluster."""
-    path = var_dir / DB_PASSWORD_FILE
-    if path.exists():
-        return path.read_text().strip()
-    password = secrets.token_hex(24)  # hex: safe unquoted in a SQLAlchemy URL
-    write_secret(path, password)
-    return password
-
-
-def _pg_env(password: str) -> dict[str, str]:
-    return {**os.environ, "PGPASSWORD": password, "PGCONNECT_TIMEOUT": "10"}
-
-
-def start_postgres(pg_dir: Path, port: int, password: str) -> None:
-    """Our own cluster with password (SCRAM) authentication for every connection, local socket included."""
-    pg_dir.mkdir(parents=True, exist_ok=True)
-    if os.geteuid() == 0:
-        shutil.chown(pg_dir, "postgres", "postgres")
-    os.chmod(pg_dir, 0o700)
-    data = pg_dir / "data"
-    if not (data / "PG_VERSION").exists():
-        # initdb reads the superuser's password from a file (never the command line); gone right after.
-        pwfile = write_secret(pg_dir / "initdb-password", password + "\n")
-        if os.geteuid() == 0:
-            shutil.chown(pwfile, "postgres", "postgres")
-        try:
-            subprocess.run(
-                _as_postgres(
-                    [
-                        str(PG_BIN / "initdb"),
-                        "-D",
-                        str(data),
-                        "--auth=scram-sha-256",
-                        f"--pwfile={pwfile}",
-                        "-U",
-                        "airflow",
-                        "-E",
-                        "UTF8",
-                    ]
-                ),
-                check=True,
-                stdout=subprocess.DEVNULL,
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
-    subprocess.run(
-        _as_postgres(
-            [
-                str(PG_BIN / "pg_ctl"),
-                "-D",
-                str(data),
-                "-o",
-                f"-k {pg_dir} -h 127.0.0.1 -p {port}",
-                "-l",
-                str(pg_dir / "postgres.log"),
-                "-w",
-                "-t",
-                "60",
-                "start",
-            ]
-        ),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    env = _pg_env(password)
-    exists = subprocess.run(
-        [
-            str(PG_BIN / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "airflow",
-            "-d",
-            "postgres",
-            "-tAc",
-            "SELECT 1 FROM pg_database WHERE datname='airflow'",
-        ],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=env,
-    ).stdout.strip()
-    if exists != "1":
-        subprocess.run(
-            [str(PG_BIN / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "airflow", "airflow"],
-            check=True,
-            env=env,
-        )
-
-
-def stop_postgres(pg_dir: Path) -> None:
-    data = pg_dir / "data"
-    if (data / "postmaster.pid").exists():
-        subprocess.run(
-            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "-t", "60", "stop"]),
-            check=False,
-            stdout=subprocess.DEVNULL,
-        )
-
-
-# ---------------------------------------------------------------------------------------------- processes
-def _raise_nofile() -> None:
-    """Runs in the child before exec: the triggerer keeps one open log file per trigger."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    want = NOFILE if hard == resource.RLIM_INFINITY else min(NOFILE, hard)
-    if soft < want:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
-
-
-def spawn(name: str, cmd: list[str], env: dict[str, str], logs: Path) -> subprocess.Popen[bytes]:
-    """One component, its own process group (so `down` reaches its children), output in logs/NAME.log."""
-    logs.mkdir(parents=True, exist_ok=True)
-    with open(logs / f"{name}.log", "ab") as out:
-        return subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_raise_nofile,
-            cwd=str(ROOT),
-        )
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def pid_alive(pid: int) -> bool:
-    _reap(pid)
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
-
-
-def group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
-
-
-def start_time(pid: int) -> int | None:
-    """The kernel's start time of pid (clock ticks since boot): with the pid, identifies one process.
-
-    Not the command line: Celery rewrites its process title, and a reused pid would match a name check.
-    """
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def stop_group(pid: int, started: int | None = None, grace: float = 20.0) -> None:
-    """SIGTERM the process group led by pid, then SIGKILL what is left after `grace` seconds.
-
-    `started` (from start_time) guards a pid reused by an unrelated process after a crash or reboot.
-    """
-    stop_groups({pid: started}, grace)
-
-
-def stop_groups(groups: dict[int, int | None], grace: float = 20.0) -> None:
-    """`stop_group` for several groups at once: all are signalled together and waited for under one deadline,
-    so stopping the stack takes as long as its slowest component (the api-server's graceful shutdown, the
-    worker's warm shutdown), not the sum of them (measured: 17 s one after another)."""
-    pids = []
-    for pid, started in groups.items():
-        if started is not None and pid_alive(pid) and start_time(pid) != started:
-            log(f"pid {pid} is not ours any more; leaving it alone")
-        else:
-            pids.append(pid)
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
-        for pid in pids:
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:
-                _reap(pid)
-        deadline = time.monotonic() + wait
-        while pids and time.monotonic() < deadline:
-            for pid in pids:
-                _reap(pid)
-            pids = [pid for pid in pids if group_alive(pid)]
-            if pids:
-                time.sleep(0.1)
-        if not pids:
-            return
 
 
 def restart_component(
@@ -315,7 +84,7 @@ def restart_component(
             pass
         deadline = time.monotonic() + 10
         while group_alive(pid) and time.monotonic() < deadline:
-            _reap(pid)
+            reap(pid)
             time.sleep(0.1)
     else:
         stop_group(pid, state["started"].get(name))
