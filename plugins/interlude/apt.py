@@ -36,10 +36,11 @@ def ensure(packages: Mapping[str, Callable[[], bool]], log: Callable[[str], None
 
     Raises CannotInstall when some are missing and apt-get cannot run here, CalledProcessError when it fails.
     """
-    if not missing(packages):
+    absent = missing(packages)
+    if not absent:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise CannotInstall(f"missing {missing(packages)}; run as root (apt-get) or install them yourself")
+        raise CannotInstall(f"missing {absent}; run as root (apt-get) or install them yourself")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     wait = ["-o", f"DPkg::Lock::Timeout={LOCK_TIMEOUT_SECONDS}"]
     with LOCK_FILE.open("a") as lock:
