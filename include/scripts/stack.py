@@ -27,7 +27,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -52,15 +51,9 @@ from stack_postgres import (  # noqa: E402
     stop_postgres,
     write_secret,
 )
-from stack_processes import group_alive, log, pid_alive, reap, spawn, start_time, stop_group, stop_groups  # noqa: E402
+from stack_processes import free_port, group_alive, log, pid_alive, reap, spawn, start_time, stop_group, stop_groups  # noqa: E402
 
 ACCELERATOR_POOL = "interlude_accelerators"  # the DAG's tasks that hold a machine run in it
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def airflow_bin() -> str:
@@ -363,7 +356,7 @@ def up(
     ensure_packages()
     var_dir.mkdir(parents=True, exist_ok=True)
     home, logs = var_dir / "airflow", var_dir / "logs"
-    pg_port, redis_port = pg_port or free_port(), redis_port or free_port()
+    redis_port = redis_port or free_port()
     api_port, localcloud_port = api_port or free_port(), localcloud_port or free_port()
     password = secrets.token_urlsafe(16)
     state: dict[str, Any] = {
@@ -371,7 +364,7 @@ def up(
         "airflow_home": str(home),
         "dag_id": DAG_ID,
         "bucket": bucket,
-        "ports": {"postgres": pg_port, "redis": redis_port, "api": api_port, "localcloud": localcloud_port},
+        "ports": {"postgres": None, "redis": redis_port, "api": api_port, "localcloud": localcloud_port},
         "base_url": f"http://127.0.0.1:{api_port}",
         "auth": {"username": ADMIN_USER, "password": password, "token_url": f"http://127.0.0.1:{api_port}/auth/token"},
         "pids": {},
@@ -382,8 +375,8 @@ def up(
     }
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
+        pg_port = state["ports"]["postgres"] = start_postgres(var_dir / "postgres", pg_port, db_password(var_dir))
         log(f"postgres on 127.0.0.1:{pg_port}")
-        start_postgres(var_dir / "postgres", pg_port, db_password(var_dir))
         log(f"redis on 127.0.0.1:{redis_port}")
         (var_dir / "redis").mkdir(exist_ok=True)
         redis_cmd = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,13 @@ NOFILE = 8192
 
 def log(msg: str) -> None:
     print(f"[stack] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nobody listens on now (another process may bind it before the caller does)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------------------- processes

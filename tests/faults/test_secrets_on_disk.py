@@ -38,10 +38,9 @@ def laid_out() -> Iterator[dict[str, Any]]:
     stack.ensure_packages()
     var_dir = Path(tempfile.mkdtemp(prefix="interlude-secrets-"))  # not pytest's 0700 root: `postgres` enters
     var_dir.chmod(0o711)
-    pg_port = stack.free_port()
     password = stack.db_password(var_dir)
     try:
-        stack.start_postgres(var_dir / "postgres", pg_port, password)
+        pg_port = stack.start_postgres(var_dir / "postgres", 0, password)
         home = var_dir / "airflow"
         admin_password, jwt, fernet, api_secret = "adm-" + os.urandom(8).hex(), stack.jwt_secret(), "f" * 44, "s" * 43
         password_file = stack.write_secret(
