@@ -67,6 +67,15 @@ class CorruptCheckpoint(Exception):
     """A committed checkpoint whose bytes do not match its manifest."""
 
 
+class CheckpointUnreadable(Exception):
+    """A committed step could not be read (403, timeout, 5xx after the retries): no verdict either way.
+
+    Why an exception and not a rejection: a rejected step is one a successful read proved bad, and what
+    follows a rejection (rewriting the step, restoring an older one and training over the newer) destroys
+    committed work. An unknown must stop those paths, never feed them.
+    """
+
+
 def crc32c_b64(data: bytes) -> str:
     """CRC32C as GCS reports it (base64 of the big-endian 4 bytes), so metadata can be compared."""
     return base64.b64encode(google_crc32c.Checksum(data).digest()).decode("ascii")
@@ -181,21 +190,29 @@ class CheckpointStore:
         return self._verify(status, mode)
 
     def _verify(self, status: StepStatus, mode: VerifyMode) -> tuple[Checkpoint | None, str | None]:
-        """Check one committed step; return the checkpoint or the reason it cannot be used."""
+        """Check one committed step; return the checkpoint or the reason a successful read proved it unusable.
+
+        Raises :class:`CheckpointUnreadable` when GCS did not answer (anything but the object itself or a 404):
+        only NotFound and a real mismatch are verdicts.
+        """
         objs = status.objects
         if MANIFEST not in objs:
             return None, "COMMITTED present but manifest.json missing"
-        try:
-            manifest_bytes = objs[MANIFEST].download_as_bytes(retry=DEFAULT_RETRY)
-            marker = objs[COMMITTED].download_as_bytes(retry=DEFAULT_RETRY)
-        except Exception as exc:  # noqa: BLE001 - a vanished object during a scan is a reason, not a crash
-            return None, f"could not read manifest/COMMITTED: {exc}"
+        marker = self._read(status, COMMITTED)
+        manifest_bytes = self._read(status, MANIFEST)
+        if marker is None or manifest_bytes is None:
+            return None, self._gone_reason(status)
         manifest, reason = check_committed(status, self.stage, manifest_bytes, marker)
         if manifest is None:
             return None, reason
         if mode == "full":
             for name, meta in sorted((manifest.get("files") or {}).items()):
-                problem = _payload_problem(name, objs.get(name), meta, mode)
+                problem = listed_problem(name, objs.get(name), meta)
+                data = self._read(status, name) if problem is None else b""
+                if data is None:
+                    problem = f"payload {name} missing"
+                elif problem is None and sha256_hex(data) != meta["sha256"]:
+                    problem = f"payload {name}: sha256 mismatch"
                 if problem is not None:
                     return None, problem
         checkpoint = Checkpoint(
@@ -207,11 +224,31 @@ class CheckpointStore:
         )
         return checkpoint, None
 
+    def _read(self, status: StepStatus, name: str) -> bytes | None:
+        """One object of a listed step: its bytes, None on a 404 (a verdict), or CheckpointUnreadable (none)."""
+        try:
+            return bytes(status.objects[name].download_as_bytes(retry=DEFAULT_RETRY))
+        except NotFound:
+            return None
+        except Exception as exc:  # any other failure is an unknown, never a verdict
+            raise CheckpointUnreadable(f"{self.uri(status.step)}{name}: {_short(exc)}") from exc
+
+    def _gone_reason(self, status: StepStatus) -> str:
+        """Why a listed committed step lost an object: deleted since the listing, or damaged.
+
+        Retention and wipes delete COMMITTED first, so a step whose COMMITTED still answers while its manifest
+        or a payload file is gone was damaged; one whose COMMITTED is gone too is simply no longer committed.
+        """
+        if self._read(status, COMMITTED) is None:
+            return "deleted since the listing (COMMITTED gone)"
+        return "committed, but manifest.json or a payload file is gone"
+
     def latest(self, verify: VerifyMode = "metadata", min_step: int = 0) -> LatestResult:
         """The highest committed step that verifies, plus every newer step skipped and why.
 
         ``metadata`` compares sizes and CRC32C that GCS reports in the listing (no payload download:
         what a sensor polls with); ``full`` downloads payloads and checks sha256 (what resume uses).
+        A step that could not be read raises :class:`CheckpointUnreadable` (it may well be the latest).
         """
         result = LatestResult(checkpoint=None)
         for status in reversed(self.scan()):
@@ -230,17 +267,31 @@ class CheckpointStore:
         return result
 
     def load(self, checkpoint: Checkpoint) -> dict[str, bytes]:
-        """Download and sha256-verify every payload file of a checkpoint."""
+        """Download and sha256-verify every payload file of a checkpoint.
+
+        A 404 or a mismatch raises :class:`CorruptCheckpoint` (proved bad); any other failed read raises
+        :class:`CheckpointUnreadable` (unknown: the caller must not fall back to an older step and train over
+        this one).
+        """
         out: dict[str, bytes] = {}
         for name, meta in sorted((checkpoint.manifest.get("files") or {}).items()):
-            data = self.bucket.blob(checkpoint.prefix + name).download_as_bytes(retry=DEFAULT_RETRY)
+            try:
+                data = self.bucket.blob(checkpoint.prefix + name).download_as_bytes(retry=DEFAULT_RETRY)
+            except NotFound as exc:
+                raise CorruptCheckpoint(f"{checkpoint.uri}{name}: missing") from exc
+            except Exception as exc:  # an unknown, never a verdict
+                raise CheckpointUnreadable(f"{checkpoint.uri}{name}: {_short(exc)}") from exc
             if len(data) != int(meta["size"]) or sha256_hex(data) != meta["sha256"]:
                 raise CorruptCheckpoint(f"{checkpoint.uri}{name}: checksum mismatch")
             out[name] = data
         return out
 
     def restore(self) -> tuple[Checkpoint | None, dict[str, bytes], list[Rejection]]:
-        """Latest checkpoint with its payload, falling back past any that fail full verification."""
+        """Latest checkpoint with its payload, falling back past any that a successful read proved bad.
+
+        An unreadable step raises :class:`CheckpointUnreadable`: falling back past it would resume from an
+        older step and then train over (rewrite) a committed one.
+        """
         rejected: list[Rejection] = []
         for status in reversed(self.scan()):
             if not status.committed:
@@ -268,8 +319,9 @@ class CheckpointStore:
     ) -> WriteResult:
         """Write a checkpoint: payload, manifest, then COMMITTED. A verified committed step is kept.
 
-        A committed step that fails verification (corrupted after the fact) is un-committed first
-        (COMMITTED deleted) and rewritten, so it can never be read half-replaced.
+        A committed step that a successful read proved bad (corrupted after the fact) is un-committed first
+        (COMMITTED deleted) and rewritten, so it can never be read half-replaced. One that could not be read
+        raises :class:`CheckpointUnreadable` before anything is deleted or uploaded: an unknown is no proof.
         """
         if not files:
             raise ValueError("a checkpoint needs at least one payload file")
@@ -331,7 +383,8 @@ class CheckpointStore:
         """Keep the last ``keep`` committed steps (never the latest verified one); return deleted steps.
 
         Uncommitted leftovers below the latest verified step (writes cut short by a kill) go too; those
-        above it may be a write in progress and stay.
+        above it may be a write in progress and stay. A step that cannot be read while finding the latest
+        raises :class:`CheckpointUnreadable` before anything is deleted.
         """
         if keep < 1:
             raise ValueError("keep must be >= 1")
@@ -466,9 +519,7 @@ def log_writer_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:] + f"-{os.getpid()}"
 
 
-def _payload_problem(name: str, blob: Any, meta: Mapping[str, Any], mode: VerifyMode) -> str | None:
-    """Why one payload file does not match its manifest entry (size, crc32c; sha256 in full mode), or None."""
-    problem = listed_problem(name, blob, meta)
-    if problem is None and mode == "full" and sha256_hex(blob.download_as_bytes(retry=DEFAULT_RETRY)) != meta["sha256"]:
-        return f"payload {name}: sha256 mismatch"
-    return problem
+def _short(exc: BaseException, limit: int = 200) -> str:
+    """An exception as one bounded line (GCS error bodies can be long)."""
+    text = " ".join(f"{type(exc).__name__}: {exc}".split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

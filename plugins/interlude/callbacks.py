@@ -22,11 +22,17 @@ BEFORE_MACHINES = ("resolve_run", "choose.", "validate_runtime", "continue_unles
 
 
 def resume_points(bucket: str, run_key: str) -> dict[str, str]:
-    from interlude_workload.checkpoints import CheckpointStore
+    """Where each stage would resume, as told to a person; "unknown" when a committed step could not be read
+    (an unknown is never reported as "no committed checkpoint")."""
+    from interlude_workload.checkpoints import CheckpointStore, CheckpointUnreadable
 
     out = {}
     for stage in STAGES:
-        latest = CheckpointStore(bucket, run_key, stage).latest().checkpoint
+        try:
+            latest = CheckpointStore(bucket, run_key, stage).latest().checkpoint
+        except CheckpointUnreadable as exc:
+            out[stage] = f"unknown (a committed step could not be read: {exc})"
+            continue
         out[stage] = f"step {latest.step} ({latest.uri})" if latest else "no committed checkpoint"
     return out
 
