@@ -139,11 +139,27 @@ def version_problems(
         )
 
 
+def _python_floor_applies(rng: FrameworkRange, framework_version: str | None) -> bool:
+    """The Python floor holds from ``python_min_from`` on (vllm-tpu: 3.11 from 0.11.1; earlier 3.10 ran it);
+    with no framework version given the newest release's floor holds."""
+    since = version_or_none(rng.python_min_from)
+    if since is None or framework_version is None:
+        return True
+    try:
+        return Version(framework_version) >= since
+    except InvalidVersion:
+        return True
+
+
 def python_problems(
-    found: Findings, rng: FrameworkRange, python_version: str | None, system_python: str | None
+    found: Findings,
+    rng: FrameworkRange,
+    python_version: str | None,
+    system_python: str | None,
+    framework_version: str | None = None,
 ) -> None:
     need = version_or_none(rng.python_min)
-    if need is None:
+    if need is None or not _python_floor_applies(rng, framework_version):
         return
     if python_version is None:
         if system_python is not None and Version(system_python) < need:

@@ -93,16 +93,20 @@ def _framework(
 def _image(found: Findings, table: RuntimeTable, gpu: GpuType, chosen: str, framework: str | None) -> None:
     """The CUDA and driver the image promises against what the GPU and framework need."""
     cuda, driver = image_cuda_driver(chosen, table)
-    need = f"{gpu.label} ({gpu.architecture}) needs CUDA >= {gpu.min_cuda} and driver >= {gpu.min_driver}"
+    # the two floors have different reasons: CUDA builds for the compute capability from a version on; the
+    # GPU itself runs on NVIDIA's drivers from a branch on (H200: R550, whatever the CUDA)
+    need_cuda = f"compute capability {gpu.compute_capability} ({gpu.architecture}) builds from CUDA {gpu.min_cuda}"
+    need_driver = f"{gpu.label} is supported by NVIDIA drivers from {gpu.min_driver}"
     if cuda is None:
         found.warn(
-            f"cannot tell the CUDA version of image {chosen} from its name; {need}", f"or use {gpu.recommended_image}"
+            f"cannot tell the CUDA version of image {chosen} from its name; {need_cuda}; {need_driver}",
+            f"or use {gpu.recommended_image}",
         )
         return
     if Version(cuda) < Version(gpu.min_cuda):
-        found.problem(f"image {chosen} ships CUDA {cuda}; {need}", f"use {gpu.recommended_image}")
+        found.problem(f"image {chosen} ships CUDA {cuda}; {need_cuda}", f"use {gpu.recommended_image}")
     elif driver is not None and driver < gpu.min_driver:
-        found.problem(f"image {chosen} ships driver {driver}; {need}", f"use {gpu.recommended_image}")
+        found.problem(f"image {chosen} ships driver {driver}; {need_driver}", f"use {gpu.recommended_image}")
     rng = table.gpu_frameworks.get(framework or "")
     arch_cuda = rng.min_cuda_by_architecture.get(gpu.architecture) if rng else None
     if arch_cuda and Version(cuda) < Version(arch_cuda):

@@ -45,6 +45,7 @@ class FrameworkRange:
     min: str | None = None
     max: str | None = None
     python_min: str | None = None
+    python_min_from: str | None = None  # the framework version from which python_min applies (None = all)
     min_by_architecture: Mapping[str, str] = field(default_factory=dict)
     min_cuda_by_architecture: Mapping[str, str] = field(default_factory=dict)
     min_compute_capability: str | None = None
@@ -59,6 +60,7 @@ class FrameworkRange:
             min=_str(data.get("min")),
             max=_str(data.get("max")),
             python_min=_str(data.get("python_min")),
+            python_min_from=_str(data.get("python_min_from")),
             min_by_architecture={k: str(v) for k, v in (data.get("min_by_architecture") or {}).items()},
             min_cuda_by_architecture={k: str(v) for k, v in (data.get("min_cuda_by_architecture") or {}).items()},
             min_compute_capability=_str(data.get("min_compute_capability")),
@@ -98,6 +100,23 @@ class TpuGeneration:
     legacy_runtimes: tuple[str, ...]
     tensorflow: TensorflowRules
     frameworks: Mapping[str, FrameworkRange]
+    sizes: tuple[int, ...] = ()  # published sizes (the N of PREFIX-N); empty = any
+    sizes_every: tuple[int, int] | None = None  # (step, max): also every multiple of step up to max
+
+    def published_size(self, size: int) -> bool:
+        """Whether Google publishes a slice of this size (v6e-12 and v5litepod-2 do not exist)."""
+        if not self.sizes and self.sizes_every is None:
+            return True
+        if size in self.sizes:
+            return True
+        return self.sizes_every is not None and size % self.sizes_every[0] == 0 and 0 < size <= self.sizes_every[1]
+
+    def describe_sizes(self) -> str:
+        shown = ", ".join(f"{self.prefix}{n}" for n in self.sizes)
+        if self.sizes_every is not None:
+            step, top = self.sizes_every
+            shown += f", then every {step} {self.count_unit} up to {self.prefix}{top}"
+        return shown
 
 
 @dataclass(frozen=True)
@@ -115,7 +134,11 @@ class GpuType:
 
 @dataclass(frozen=True)
 class TensorflowReleases:
-    """Google's published TensorFlow runtime names: version -> name endings (each also with ``-pod``)."""
+    """Google's published TensorFlow runtime names: version -> name endings (each also with ``-pod``).
+
+    ``endings`` is built by Google's rule (:func:`tf_endings`): ``-pjrt``/``-se`` from ``device_api_from``,
+    no ending before, plus the hardware-suffixed exceptions (``-v4`` up to 2.10.0, zone-listed builds).
+    """
 
     source: str
     device_api_from: str
@@ -157,7 +180,7 @@ class RuntimeTable:
                 tensorflow=TensorflowReleases(
                     source=str(tpu["tensorflow"]["source"]),
                     device_api_from=str(tpu["tensorflow"]["device_api_from"]),
-                    endings={str(v): tuple(str(e) for e in ends) for v, ends in tpu["tensorflow"]["releases"].items()},
+                    endings=tf_endings(tpu["tensorflow"]),
                 ),
                 gpu_types={name: _gpu_type(name, t) for name, t in gpu["types"].items()},
                 gpu_aliases=dict(gpu.get("aliases") or {}),
@@ -187,6 +210,24 @@ class RuntimeTable:
         return tuple(dict.fromkeys(n for g in self.tpu_generations.values() for n in g.frameworks))
 
 
+def tf_endings(tf: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """TF version -> name endings, by Google's rule: every listed release takes ``-pjrt`` and ``-se`` from
+    ``device_api_from`` on and no ending before; the hardware-suffixed exceptions are added on top."""
+    since = Version(str(tf["device_api_from"]))
+    out: dict[str, list[str]] = {}
+    for version in tf["releases"]:
+        out[str(version)] = ["pjrt", "se"] if Version(str(version)) >= since else [""]
+    for extra in ("hardware_names", "zone_names"):
+        for version, ends in ((tf.get(extra) or {}).get("endings") or {}).items():
+            out.setdefault(str(version), []).extend(str(e) for e in ends)
+    return {v: tuple(ends) for v, ends in out.items()}
+
+
+def _sizes_every(g: Mapping[str, Any]) -> tuple[int, int] | None:
+    every = g.get("sizes_every")
+    return None if every is None else (int(every["step"]), int(every["max"]))
+
+
 def _generation(key: str, g: Mapping[str, Any]) -> TpuGeneration:
     tf = g["tensorflow"]
     own = tf.get("own_names_until") or {}
@@ -210,6 +251,8 @@ def _generation(key: str, g: Mapping[str, Any]) -> TpuGeneration:
             own_until=_str(own.get("version")),
         ),
         frameworks={n: FrameworkRange.from_mapping(n, r) for n, r in g["frameworks"].items()},
+        sizes=tuple(int(n) for n in g.get("sizes") or ()),
+        sizes_every=_sizes_every(g),
     )
 
 
@@ -240,6 +283,7 @@ def _range_versions(rng: FrameworkRange) -> list[str | None]:
         rng.min,
         rng.max,
         rng.python_min,
+        rng.python_min_from,
         *rng.min_by_architecture.values(),
         *rng.min_cuda_by_architecture.values(),
     ]

@@ -1,9 +1,10 @@
 """TensorFlow TPU runtime names: parse Google's ``tpu-vm-tf-*`` names and tell which TPUs each fits.
 
-Google's grammar (https://cloud.google.com/tpu/docs/runtimes) is ``tpu-vm-tf-X.Y.Z[-pod][-{pjrt|se}]``
-and releases since add a hardware suffix (``tpu-vm-tf-2.18.0-pjrt-v5e-and-v6``,
-``tpu-vm-tf-2.18.0-pjrt-v5p-and-below``); TPU v4 used ``-v4`` names up to TF 2.10.0. A name is judged by
-these rules; whether it exists is the zone's list (or, without one, Google's published releases).
+Google's grammar (https://cloud.google.com/tpu/docs/runtimes) is ``tpu-vm-tf-X.Y.Z[-pod][-{pjrt|se}]``;
+hardware suffixes are the exception: TPU v4 used ``-v4`` names up to TF 2.10.0, and zones also list
+2.18.0 builds named for the hardware (``tpu-vm-tf-2.18.0-pjrt-v5e-and-v6``, ``-pjrt-v5p-and-below``).
+A name is judged by these rules; whether it exists is the zone's list (or, without one, Google's
+published releases).
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def choose(table: RuntimeTable, gen: TpuGeneration, hosts: int, version: str | N
     fitting = [tf for tf in map(parse_tf_runtime, pool) if tf is not None and not why_not_fits(table, gen, hosts, tf)]
     if not fitting:
         return None
-    fitting.sort(key=lambda tf: (tf.version, tf.api == "pjrt", tf.hardware != "", tf.pod == (hosts > 1)))
+    # Google's rule names (tpu-vm-tf-2.18.0-pjrt) before the hardware-suffixed exceptions
+    fitting.sort(key=lambda tf: (tf.version, tf.api == "pjrt", tf.hardware == "", tf.pod == (hosts > 1)))
     if version:
         wanted = Version(version)
         exact = [tf for tf in fitting if tf.version == wanted]

@@ -63,6 +63,11 @@ def parse_tpu_type(accelerator_type: str, table: RuntimeTable | None = None) -> 
                 raise UnknownAcceleratorError(
                     f"{name!r}: {gen.label} types are {gen.prefix}N with N the number of {gen.count_unit}"
                 )
+            if not gen.published_size(int(rest)):
+                raise UnknownAcceleratorError(
+                    f"accelerator_type {name!r} is not a {gen.label} slice Google publishes "
+                    f"({gen.describe_sizes()}; {gen.source})"
+                )
             return TpuType(accelerator_type=name, generation=gen, size=int(rest))
     known = ", ".join(f"{g.prefix}N ({g.label})" for g in table.tpu_generations.values())
     raise UnknownAcceleratorError(f"unknown TPU accelerator type {name!r}; known: {known}")
@@ -136,7 +141,7 @@ def _framework(found: Findings, table: RuntimeTable, tpu: TpuType, framework: st
         return aliased
     rng = gen.frameworks[aliased]
     version_problems(found, rng, ctx.framework_version, gen.label)
-    python_problems(found, rng, ctx.python_version, table.system_python)
+    python_problems(found, rng, ctx.python_version, table.system_python, ctx.framework_version)
     note_warning(found, rng)
     return aliased
 

@@ -9,8 +9,9 @@ fallback path, in the middle of a stockout. So both are checked up front against
 - TPU image: its tag must be a known vLLM TPU release; the TPU generation must be one the release lists
   as compatible ("recommended" serves; "experimental" warns) - https://docs.vllm.ai/projects/tpu/en/latest/
 - GPU image: its CUDA version (from a "-cuNNN" tag suffix or the release's Dockerfile) must be supported
-  by the GPU driver of the GKE driver channel (NVIDIA's toolkit/driver table; minor-version compatibility
-  warns) and must build for the GPU's compute capability; vLLM needs compute capability >= 7.0.
+  by the driver GKE installs for the channel on that GPU type (NVIDIA's toolkit/driver table; below the
+  toolkit minimum it is refused: vLLM's JIT-compiled kernels need it) and must build for the GPU's
+  compute capability; the driver must support the GPU itself; vLLM needs compute capability >= 7.0.
 
 An unknown repository or tag is refused naming the param: a "bad image tag" stops the run here.
 """
@@ -142,27 +143,50 @@ def image_cuda(image: ImageRef, table: ServingTable) -> tuple[str | None, list[F
     return row[0], []
 
 
+_TOOLKIT_SRC = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"
+_PTX_SRC = (
+    "https://docs.vllm.ai/en/latest/usage/troubleshooting.html"
+    "#cuda-error-the-provided-ptx-was-compiled-with-an-unsupported-toolchain"
+)
+_GPU_DRIVER_SRC = "https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html"
+
+
 def driver_findings(cuda: str, driver: str, table: ServingTable) -> list[Finding]:
-    """Is the GPU driver new enough for the image's CUDA (toolkit minimum; minor-version compatibility)?"""
-    src = "https://docs.nvidia.com/cuda/cuda-toolkit-release-notes/index.html"
+    """Is the GPU driver at least the image CUDA's toolkit minimum?
+
+    Below it the image is refused, not warned about: CUDA's minor version compatibility excludes PTX JIT,
+    and vLLM JIT-compiles Triton/PTX kernels, so such a pod crash-loops ("the provided PTX was compiled
+    with an unsupported toolchain"); vLLM's documented fix is a newer driver, and GKE documents no
+    forward-compatibility path (see include/serving_runtimes.yaml).
+    """
     toolkit_min = table.toolkit_min_driver.get(cuda)
     if toolkit_min is None:
-        return [Finding("gpu_image", "error", f"CUDA {cuda} is not in the driver table", src)]
+        return [Finding("gpu_image", "error", f"CUDA {cuda} is not in the driver table", _TOOLKIT_SRC)]
     if _v(driver) >= _v(toolkit_min):
         return []
-    compat = table.minor_compat_min_driver.get(cuda.split(".")[0])
-    if compat is not None and _v(driver) >= _v(compat):
-        return [
-            Finding(
-                "gpu_driver_version",
-                "warning",
-                f"driver {driver} is older than CUDA {cuda}'s "
-                f"{toolkit_min}; it runs under CUDA minor version compatibility (no newer PTX JIT)",
-                "https://docs.nvidia.com/deploy/cuda-compatibility/",
-            )
-        ]
     return [
-        Finding("gpu_driver_version", "error", f"driver {driver} cannot run CUDA {cuda} (needs >= {toolkit_min})", src)
+        Finding(
+            "gpu_driver_version",
+            "error",
+            f"driver {driver} cannot run CUDA {cuda} (needs >= {toolkit_min}; below it vLLM's JIT-compiled "
+            f"kernels fail: {_PTX_SRC})",
+            _TOOLKIT_SRC,
+        )
+    ]
+
+
+def gpu_driver_findings(driver: str, gpu_type: str, table: ServingTable) -> list[Finding]:
+    """Does the driver support the GPU itself (B200 needs R570, H200 R550, whatever the image)?"""
+    floor = table.gpu_types[gpu_type].min_driver
+    if floor is None or _v(driver) >= _v(floor):
+        return []
+    return [
+        Finding(
+            "gpu_driver_version",
+            "error",
+            f"driver {driver} does not support {gpu_type} (NVIDIA's first driver for it is {floor})",
+            _GPU_DRIVER_SRC,
+        )
     ]
 
 
@@ -187,7 +211,7 @@ def gpu_type_findings(cuda: str, gpu_type: str, table: ServingTable) -> list[Fin
                 "error",
                 f"CUDA {cuda} does not build for {gpu_type} (compute capability "
                 f"{gpu.compute_capability} needs CUDA >= {gpu.min_cuda})",
-                "https://developer.nvidia.com/cuda-gpus",
+                _TOOLKIT_SRC,
             )
         )
     return out
@@ -206,7 +230,7 @@ def check_runtimes(
         findings += tpu_image_findings(parse_image("tpu_image", spec.tpu_image), shape.generation, table)
     except ValueError as exc:
         findings.append(Finding("tpu_image", "error", str(exc).split(": ", 1)[-1]))
-    driver = gpu_driver or table.driver_channels.get(spec.gpu_driver_version)
+    driver = gpu_driver or table.channel_driver(spec.gpu_driver_version, spec.gpu_type)
     cuda: str | None = None
     try:
         cuda, problems = image_cuda(parse_image("gpu_image", spec.gpu_image), table)
@@ -219,7 +243,7 @@ def check_runtimes(
             findings.append(Finding("gpu_driver_version", "error", f"no driver known for {spec.gpu_driver_version!r}"))
         else:
             try:
-                findings += driver_findings(cuda, driver, table)
+                findings += gpu_driver_findings(driver, spec.gpu_type, table) + driver_findings(cuda, driver, table)
             except InvalidVersion:
                 findings.append(Finding("gpu_driver_version", "error", f"{driver!r} is not a driver version"))
     return RuntimeReport(tuple(findings), shape.generation, cuda, driver)

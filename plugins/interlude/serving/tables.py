@@ -48,8 +48,9 @@ class TpuImageRow:
 class GpuType:
     name: str
     compute_capability: str
-    min_cuda: str
+    min_cuda: str  # the first CUDA that builds for the compute capability
     counts: tuple[int, ...]
+    min_driver: str | None = None  # NVIDIA's first driver that supports the GPU at all
 
 
 @dataclass(frozen=True)
@@ -61,9 +62,14 @@ class ServingTable:
     gpu_image_cuda: Mapping[str, tuple[str, str]]  # tag -> (cuda, source)
     min_compute_capability: str
     toolkit_min_driver: Mapping[str, str]
-    minor_compat_min_driver: Mapping[str, str]
     driver_channels: Mapping[str, str]
+    driver_channels_by_type: Mapping[str, Mapping[str, str]]  # gpu type -> channel -> driver GKE installs
     gpu_types: Mapping[str, GpuType]
+
+    def channel_driver(self, channel: str, gpu_type: str) -> str | None:
+        """The driver GKE installs for `channel` on nodes of `gpu_type`: GKE picks per GPU type, so a GPU
+        the channel's branch does not support (B200 on "default") gets its own row."""
+        return self.driver_channels_by_type.get(gpu_type, {}).get(channel) or self.driver_channels.get(channel)
 
     def type_by_node_labels(self) -> dict[str, str]:
         """ "ACCELERATOR/TOPOLOGY" (the node's GKE labels) -> Cloud TPU type ("tpu-v6e-slice/2x4" -> "v6e-8")."""
@@ -95,6 +101,17 @@ def _tpu_images(rows: Mapping[str, Any]) -> dict[str, TpuImageRow]:
     }
 
 
+def _gpu_type(name: str, row: Mapping[str, Any]) -> GpuType:
+    min_driver = row.get("min_driver")
+    return GpuType(
+        name,
+        str(row["compute_capability"]),
+        str(row["min_cuda"]),
+        tuple(int(c) for c in row["counts"]),
+        None if min_driver is None else str(min_driver),
+    )
+
+
 def parse_table(data: Mapping[str, Any]) -> ServingTable:
     try:
         tpu_images = data["vllm_tpu_images"]
@@ -107,17 +124,12 @@ def parse_table(data: Mapping[str, Any]) -> ServingTable:
             gpu_image_cuda={str(k): (str(v["cuda"]), str(v["source"])) for k, v in gpu_images["tags"].items()},
             min_compute_capability=str(gpu_images["min_compute_capability"]),
             toolkit_min_driver={str(k): str(v) for k, v in data["cuda"]["toolkit_min_driver"].items()},
-            minor_compat_min_driver={str(k): str(v) for k, v in data["cuda"]["minor_compat_min_driver"].items()},
             driver_channels={str(k): str(v) for k, v in data["gpu"]["driver_channels"].items()},
-            gpu_types={
-                str(name): GpuType(
-                    str(name),
-                    str(row["compute_capability"]),
-                    str(row["min_cuda"]),
-                    tuple(int(c) for c in row["counts"]),
-                )
-                for name, row in data["gpu"]["types"].items()
+            driver_channels_by_type={
+                str(t): {str(k): str(v) for k, v in row.items()}
+                for t, row in (data["gpu"].get("driver_channels_by_type") or {}).items()
             },
+            gpu_types={str(name): _gpu_type(str(name), row) for name, row in data["gpu"]["types"].items()},
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ServingTableError(f"malformed serving table: {exc!r}") from exc

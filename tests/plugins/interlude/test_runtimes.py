@@ -73,19 +73,21 @@ def test_recommended_runtime_every_generation(accel: str, expected: tuple[str, s
 @pytest.mark.parametrize(
     ("accel", "framework_version", "runtime"),
     [  # Google's real names (https://cloud.google.com/tpu/docs/runtimes)
-        ("v6e-8", None, "tpu-vm-tf-2.18.0-pjrt-v5e-and-v6"),
-        ("v6e-16", None, "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"),  # 16 chips = 4 hosts of 4
+        ("v6e-8", None, "tpu-vm-tf-2.18.0-pjrt"),
+        ("v6e-16", None, "tpu-vm-tf-2.18.0-pod-pjrt"),  # 16 chips = 4 hosts of 4
         ("v5litepod-8", "2.16.1", "tpu-vm-tf-2.16.1-pjrt"),
-        ("v5litepod-16", "2.18.0", "tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6"),
-        ("v5p-8", None, "tpu-vm-tf-2.18.0-pjrt-v5p-and-below"),
+        ("v5litepod-16", "2.18.0", "tpu-vm-tf-2.18.0-pod-pjrt"),
+        ("v5p-8", None, "tpu-vm-tf-2.18.0-pjrt"),
         ("v5p-16", "2.17.0", "tpu-vm-tf-2.17.0-pod-pjrt"),  # 16 TensorCores = 2 hosts
         ("v4-8", "2.12.0", "tpu-vm-tf-2.12.0"),  # plain names for TF 2.10.1-2.14 on v4
         ("v4-8", "2.10.0", "tpu-vm-tf-2.10.0-v4"),  # -v4 names up to 2.10.0
         ("v4-32", "2.10.0", "tpu-vm-tf-2.10.0-pod-v4"),
         ("v4-8", "2.15.0", "tpu-vm-tf-2.15.0-pjrt"),
-        ("v3-32", None, "tpu-vm-tf-2.18.0-pod-pjrt-v5p-and-below"),
+        ("v3-32", None, "tpu-vm-tf-2.18.0-pod-pjrt"),
         ("v3-8", "2.16.2", "tpu-vm-tf-2.16.2-pjrt"),
         ("v2-8", "2.9.1", "tpu-vm-tf-2.9.1"),
+        ("v4-8", "2.9.1", "tpu-vm-tf-2.9.1-v4"),
+        ("v4-32", "2.9.1", "tpu-vm-tf-2.9.1-pod-v4"),
     ],
 )
 def test_tensorflow_runtimes_every_generation(accel: str, framework_version: str | None, runtime: str) -> None:
@@ -173,7 +175,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "TensorFlow 2.14.1 predates TPU v6e (Trillium) (needs >= 2.15.0)",
-            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
         (
             "v6e-64",
@@ -181,7 +183,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "the slice spans 16 hosts and needs a -pod runtime",
-            "use tpu-vm-tf-2.18.0-pod-pjrt-v5e-and-v6",
+            "use tpu-vm-tf-2.18.0-pod-pjrt",
         ),
         (  # hardware suffixes
             "v6e-8",
@@ -189,7 +191,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "it is built for v5p-and-below hardware, not TPU v6e (Trillium)",
-            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
         (
             "v5p-8",
@@ -197,7 +199,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "it is built for v5e-and-v6 hardware, not TPU v5p",
-            "use tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
         (  # v4: -v4 names up to 2.10.0, plain names after
             "v4-8",
@@ -231,13 +233,13 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "Google publishes no runtime tpu-vm-tf-2.16.0-pjrt (TensorFlow 2.16.1, 2.16.2 exist)",
             "use tpu-vm-tf-2.16.2-pjrt",
         ),
-        (  # the old name pattern: suffix-less 2.18.0 is not a name Google publishes
+        (  # v5e/v6e take -pjrt only, also for 2.18.0
             "v6e-8",
-            "tpu-vm-tf-2.18.0-pjrt",
+            "tpu-vm-tf-2.18.0-se",
             "tensorflow",
             None,
-            "Google publishes no runtime tpu-vm-tf-2.18.0-pjrt",
-            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+            "device API -se is not used on TPU v6e",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
         (
             "v4-8",
@@ -253,7 +255,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "is not a TensorFlow runtime name",
-            "use tpu-vm-tf-2.18.0-pjrt-v5p-and-below",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
         (
             "v5litepod-8",
@@ -261,7 +263,7 @@ def test_every_generation_has_a_mismatch_case() -> None:
             "tensorflow",
             None,
             "TensorFlow on TPU VMs needs a tpu-vm-tf-X.Y.Z runtime",
-            "use tpu-vm-tf-2.18.0-pjrt-v5e-and-v6",
+            "use tpu-vm-tf-2.18.0-pjrt",
         ),
     ],
 )
@@ -326,16 +328,16 @@ def test_vllm_tpu_on_v5p_and_v4_with_a_caveat(accel: str) -> None:
 
 @pytest.mark.parametrize("accel", ["v6e-8", "v5litepod-4"])
 def test_vllm_tpu_python(accel: str) -> None:
-    _ok(validate(accel, "", "vllm-tpu", "0.9.2", python_version="3.11"))
-    _ok(validate(accel, "", "vllm-tpu", "0.9.2", python_version="3.12.4"))
-    old = validate(accel, "", "vllm-tpu", "0.9.2", python_version="3.10")
+    _ok(validate(accel, "", "vllm-tpu", "0.11.1", python_version="3.11"))
+    _ok(validate(accel, "", "vllm-tpu", "0.12.0", python_version="3.12.4"))
+    old = validate(accel, "", "vllm-tpu", "0.11.1", python_version="3.10")
     _problem(old, "vllm-tpu needs Python >= 3.11, not 3.10")
-    system = validate(accel, "", "vllm", "0.9.2")  # alias, system Python 3.10
+    system = validate(accel, "", "vllm", "0.12.0")  # alias, system Python 3.10
     _ok(system)
     assert "framework 'vllm' on TPU means 'vllm-tpu'" in system.warnings
     assert any("the runtime's system Python is 3.10" in w for w in system.warnings)
     assert any("uv python install 3.11" in s for s in system.suggestions)
-    _problem(validate(accel, "", "vllm-tpu", "0.9.2", python_version="three"), "not a version number")
+    _problem(validate(accel, "", "vllm-tpu", "0.12.0", python_version="three"), "not a version number")
 
 
 @pytest.mark.parametrize(
@@ -472,13 +474,13 @@ def test_recommended_gpu_image_every_type(gpu: str) -> None:
         (
             "nvidia-b200",
             "common-cu124-debian-11-py310",
-            "image common-cu124-debian-11-py310 ships CUDA 12.4; NVIDIA B200 (blackwell) needs "
-            "CUDA >= 12.8 and driver >= 570",
+            "image common-cu124-debian-11-py310 ships CUDA 12.4; compute capability 10.0 (blackwell) "
+            "builds from CUDA 12.8",
         ),
         (
             "nvidia-h100-80gb",
             "tf-ent-2-9-cu113",
-            "ships CUDA 11.3; NVIDIA H100 80GB (hopper) needs CUDA >= 11.8",
+            "ships CUDA 11.3; compute capability 9.0 (hopper) builds from CUDA 11.8",
         ),
         (
             "nvidia-l4",
@@ -488,7 +490,7 @@ def test_recommended_gpu_image_every_type(gpu: str) -> None:
         (
             "nvidia-h200-141gb",
             "common-cu124-ubuntu-2204-nvidia-535",
-            "ships driver 535; NVIDIA H200 (hopper) needs",
+            "ships driver 535; NVIDIA H200 is supported by NVIDIA drivers from 550",
         ),
         (
             "nvidia-tesla-t4",
@@ -557,7 +559,8 @@ def test_gpu_image_name_without_cuda_and_offered_images() -> None:
         ("pytorch-2-7-cu128-ubuntu-2204-nvidia-570", "12.8", 570),
         ("projects/x/global/images/family/common-cu121-debian-11", "12.1", 530),
         ("common-cu118-debian-11", "11.8", 520),
-        ("common-cu125-debian-11", "12.5", 550),  # between table rows: the lower row's driver
+        ("common-cu125-debian-11", "12.5", 555),  # CUDA 12.5's own floor (NVIDIA's table 3)
+        ("common-cu126-debian-11", "12.6", 560),
         ("my-image", None, None),
     ],
 )

@@ -24,8 +24,8 @@ def test_the_defaults_pass_with_no_finding() -> None:
     [
         ("v0.11.1", "v6e-8", None),
         ("v0.11.1", "v5litepod-4", None),
-        ("v0.11.1", "v5p-8", "warning"),
-        ("v0.11.1", "v4-8", "warning"),
+        ("v0.11.1", "v5p-8", "error"),  # v0.11.1's quickstart lists v6e and v5e only
+        ("v0.12.0", "v4-8", "warning"),
         ("2e33fe419186c65a18da6668972d61d7bbc31564", "v6e-1", None),
         ("v0.27.0", "v6e-4", None),
         ("v0.27.0", "v5p-8", "warning"),
@@ -35,20 +35,20 @@ def test_vllm_tpu_image_against_the_generation(tag: str, tpu_type: str, severity
     report = check_runtimes(BASE.replace(tpu_image=f"docker.io/vllm/vllm-tpu:{tag}", tpu_type=tpu_type))
     tpu = [f for f in report.findings if f.param == "tpu_image"]
     assert [f.severity for f in tpu] == ([] if severity is None else [severity])
-    assert report.ok
+    assert report.ok == (severity != "error")
 
 
 def test_a_generation_the_release_does_not_list_is_refused(tmp_path: Path) -> None:
     text = DEFAULT_TABLE_PATH.read_text()
     narrowed = text.replace(
-        "recommended: [v5e, v6e]\n      experimental: [v3, v4, v5p]", "recommended: [v5e]\n      experimental: []", 1
+        "recommended: [v5e, v6e]\n      experimental: []", "recommended: [v5e]\n      experimental: []", 1
     )
     path = tmp_path / "t.yaml"
     path.write_text(narrowed)
     report = check_runtimes(BASE.replace(tpu_type="v6e-8"), load_table(path))
     assert report.errors() == [
         "error: tpu_image: docker.io/vllm/vllm-tpu:v0.11.1 does not support TPU v6e (compatible: v5e) "
-        "(source: https://github.com/vllm-project/tpu-inference/blob/v0.11.1/README.md)"
+        "(source: https://github.com/vllm-project/tpu-inference/blob/v0.11.1/docs/getting_started/quickstart.md)"
     ]
 
 
@@ -85,12 +85,15 @@ def test_cuda_of_the_gpu_image(image: str, cuda: str) -> None:
     [
         ("vllm/vllm-openai:v0.11.0", "570.26", None, ""),
         ("vllm/vllm-openai:v0.11.0", "570.172.08", None, ""),
-        ("vllm/vllm-openai:v0.11.0", "535.230.02", "warning", "minor version compatibility"),
-        ("vllm/vllm-openai:v0.11.0", "470.256.02", "error", "driver 470.256.02 cannot run CUDA 12.8 (needs >= 570.26)"),
-        ("vllm/vllm-openai:v0.28.0-cu130", "570.172.08", "error", "cannot run CUDA 13.0 (needs >= 580.65.06)"),
+        ("vllm/vllm-openai:v0.11.0", "535.230.02", "error", "driver 535.230.02 cannot run CUDA 12.8 (needs >= 570.26;"),
+        ("vllm/vllm-openai:v0.28.0-cu129", "535.230.02", "error", "cannot run CUDA 12.9 (needs >= 575.51.03;"),
+        ("vllm/vllm-openai:v0.11.0", "470.256.02", "error", "driver 470.256.02 cannot run CUDA 12.8 (needs >= 570.26;"),
+        ("vllm/vllm-openai:v0.28.0-cu130", "570.172.08", "error", "cannot run CUDA 13.0 (needs >= 580.65.06;"),
         ("vllm/vllm-openai:v0.28.0-cu130", "580.65.06", None, ""),
+        ("vllm/vllm-openai:v0.28.0-cu125", "555.42.02", None, ""),
+        ("vllm/vllm-openai:v0.28.0-cu125", "550.54.14", "error", "cannot run CUDA 12.5 (needs >= 555.42.02;"),
         ("vllm/vllm-openai:v0.7.3", "550.54.14", None, ""),
-        ("vllm/vllm-openai:v0.7.3", "525.60.13", "warning", "minor version compatibility"),
+        ("vllm/vllm-openai:v0.7.3", "525.60.13", "error", "cannot run CUDA 12.4 (needs >= 550.54.14;"),
         ("vllm/vllm-openai:v0.7.3", "not-a-version", "error", "'not-a-version' is not a driver version"),
     ],
 )
