@@ -1,7 +1,8 @@
 """Admin endpoints under `/_localcloud/` (not Google's API): what tests and demos need to play God.
 
 Preempt, crash or put a machine into maintenance, pick the next simulated maintenance, inject error
-bursts, read the event log and list machines with their process ids.
+bursts, read the event log, list machines with their process ids, and list every machine's lifetime (when
+it entered and left the cloud's machine table: how many were alive at once, without sampling).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Any
 
 from interlude_localcloud.cloud import Cloud, Machine
 from interlude_localcloud.errors import ApiError, invalid, not_found
+from interlude_localcloud.machines import MachineTable
 from interlude_localcloud.scenario import Fault
 from interlude_localcloud.server import Request, Response, Router
 
@@ -19,11 +21,15 @@ M = r"/_localcloud/machines/(?P<kind>tpu|gce)/(?P<zone>[^/]+)/(?P<name>[^/:]+)"
 class AdminApi:
     def __init__(self, cloud: Cloud) -> None:
         self.cloud = cloud
+        with cloud.lock:
+            if not isinstance(cloud.machines, MachineTable):
+                cloud.machines = MachineTable(cloud.machines)
 
     def register(self, r: Router) -> None:
         r.add("GET", "/_localcloud/health", lambda req: Response({"ok": True}))
         r.add("GET", "/_localcloud/events", self.events)
         r.add("GET", "/_localcloud/machines", self.machines)
+        r.add("GET", "/_localcloud/lifetimes", self.lifetimes)
         r.add("GET", "/_localcloud/violations", self.violations)
         r.add("POST", "/_localcloud/faults", self.add_fault)
         r.add("POST", "/_localcloud/next-maintenance", self.next_maintenance)
@@ -42,6 +48,13 @@ class AdminApi:
         since = float(req.query.get("since", "0") or 0)
         with self.cloud.lock:
             return Response({"events": [e for e in self.cloud.events if e["t"] >= since]})
+
+    def lifetimes(self, req: Request) -> Response:
+        """Every machine alive at or after `since`: created and deleted times (deleted null while it lives)."""
+        since = float(req.query.get("since", "0") or 0)
+        with self.cloud.lock:
+            table = self.cloud.machines
+            return Response({"lifetimes": table.since(since) if isinstance(table, MachineTable) else []})
 
     def violations(self, req: Request) -> Response:
         """Strict-mode violations and internal errors so far (for a cloud running as a subprocess)."""

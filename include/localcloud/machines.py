@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 
 class MachineProcess:
@@ -115,3 +116,47 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class MachineTable(dict[tuple[str, str, str], Any]):
+    """The cloud's table of machines ((kind, zone, name) -> Machine) that also keeps when each entry came and
+    went: a machine is in the table from its create request (a create that fails included, while it is
+    listed) to its deletion, so these lifetimes are the cloud's own record of how many machines were alive at
+    once, with no sampling. Times are `time.time()`, the clock of the event log."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.lifetimes: list[dict[str, Any]] = []
+        self._open: dict[tuple[str, str, str], dict[str, Any]] = {}
+        for key in self:
+            self._enter(key)
+
+    def _enter(self, key: tuple[str, str, str]) -> None:
+        kind, zone, name = key
+        entry = {"id": f"{kind}-{zone}-{name}", "kind": kind, "zone": zone, "name": name}
+        self._open[key] = {**entry, "created": time.time(), "deleted": None}
+        self.lifetimes.append(self._open[key])
+
+    def _leave(self, key: tuple[str, str, str]) -> None:
+        entry = self._open.pop(key, None)
+        if entry is not None:
+            entry["deleted"] = time.time()
+
+    def __setitem__(self, key: tuple[str, str, str], value: Any) -> None:
+        if self.get(key) is not value:
+            self._leave(key)
+            self._enter(key)
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: tuple[str, str, str]) -> None:
+        super().__delitem__(key)
+        self._leave(key)
+
+    def pop(self, key: tuple[str, str, str], *default: Any) -> Any:
+        if key in self:
+            self._leave(key)
+        return super().pop(key, *default)
+
+    def since(self, t: float) -> list[dict[str, Any]]:
+        """Lifetimes of machines alive at or after `t` (copies)."""
+        return [dict(e) for e in self.lifetimes if e["deleted"] is None or e["deleted"] >= t]

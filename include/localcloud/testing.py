@@ -39,6 +39,10 @@ class Admin:
     def machines(self) -> list[dict[str, Any]]:
         return self._call("GET", "/machines")["machines"]
 
+    def lifetimes(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """Every machine alive at or after `since` (epoch seconds): {id, kind, zone, name, created, deleted}."""
+        return self._call("GET", f"/lifetimes?since={since}")["lifetimes"]
+
     def machine(self, kind: str, zone: str, name: str) -> dict[str, Any] | None:
         return next((m for m in self.machines() if m["id"] == f"{kind}-{zone}-{name}"), None)
 
@@ -91,6 +95,26 @@ class Admin:
     def gke_events(self, cluster: str) -> dict[str, Any]:
         """{now, events}: the cluster's scheduler/autoscaler/maintenance decisions (scenario time)."""
         return self._call("GET", f"/gke/clusters/{cluster}/events")
+
+
+def most_alive_at_once(lifetimes: list[dict[str, Any]]) -> tuple[int, list[str]]:
+    """The peak of machines alive at once over `lifetimes` (Admin.lifetimes), and which ones, by a sweep over
+    their created/deleted times. A machine deleted at the instant another is created does not overlap it;
+    one still alive (deleted null) lives on; one that lived no time at all is not counted."""
+    lived = [e for e in lifetimes if e.get("deleted") is None or float(e["deleted"]) > float(e["created"])]
+    edges = sorted(
+        [(float(e["created"]), 1, f"{e['id']}@{e['created']}") for e in lived]
+        + [(float(e["deleted"]), 0, f"{e['id']}@{e['created']}") for e in lived if e.get("deleted") is not None]
+    )  # at equal times the deletion (0) comes first
+    alive: set[str] = set()
+    most: list[str] = []
+    for _, created, mid in edges:
+        if created:
+            alive.add(mid)
+            most = sorted(alive) if len(alive) > len(most) else most
+        else:
+            alive.discard(mid)
+    return len(most), most
 
 
 class RunningLocalCloud:

@@ -396,32 +396,30 @@ class PoolCapExceeded(AssertionError):
 
 
 def test_machines_alive_at_once_never_exceed_the_accelerator_pool(stack: Stack) -> None:
-    """Four runs at once on a 2-slot pool: the machines alive in the local cloud, sampled every half second,
-    never outnumber the slots (the cap as users read it: the stack sets `[interlude] max_machines` to the
-    pool's slots, interlude.machine_slots holds it from provision to teardown), and the cap is reached."""
+    """Four runs at once on a 2-slot pool: the machines alive in the local cloud never outnumber the slots (the
+    cap as users read it: the stack sets `[interlude] max_machines` to the pool's slots, interlude.machine_slots
+    holds it from provision to teardown), and the cap is reached. Counted from the cloud's own record of each
+    machine's create and delete times (its admin view's lifetimes), not sampled: an overlap of a moment counts."""
+    from interlude_localcloud.testing import Admin, most_alive_at_once
+
     api = stack.api
     slots = int(api.call("GET", "pools/interlude_accelerators")["slots"])
     wait_for(lambda: not api.active_runs(), RUN_TIMEOUT, "other DAG runs to finish")
+    since = time.time()
     run_ids = [
         api.trigger(base_conf(seed=40 + i, train_steps=20, finetune_steps=5, checkpoint_every=5)) for i in range(4)
     ]
     keys = [naming.run_key(DAG_ID, run_id) for run_id in run_ids]
-    most: list[str] = []
-    deadline = time.monotonic() + 2 * RUN_TIMEOUT
     try:
-        # Machines sampled every 0.5 s (the local cloud's list is cheap); the runs asked about every 2 s (a filtered
-        # list of runs is the api-server's dearest answer).
-        polls = 0
-        while (polls % 4 or api.active_runs()) and time.monotonic() < deadline:
-            alive = [m["name"] for m in stack.machines() if m["name"].startswith(tuple(keys))]
-            most = alive if len(alive) > len(most) else most
-            polls += 1
-            time.sleep(0.5)
-        states = {run_id: api.run(run_id)["state"] for run_id in run_ids}
+        states = {run_id: api.wait_run(run_id, 2 * RUN_TIMEOUT)["state"] for run_id in run_ids}
         assert all(state == "success" for state in states.values()), states
-        if len(most) > slots:
-            raise PoolCapExceeded(f"{len(most)} machines alive at once on {slots} slots: {most}")
-        assert len(most) == slots, f"the cap was never reached ({len(most)} of {slots}): the test shows nothing"
+        admin = Admin(stack.state["localcloud"]["api_endpoint"])
+        lives = [e for e in admin.lifetimes(since) if e["name"].startswith(tuple(keys))]
+        assert {e["name"].rsplit("-", 1)[0] for e in lives} == set(keys), lives  # every run made its machine
+        count, most = most_alive_at_once(lives)
+        if count > slots:
+            raise PoolCapExceeded(f"{count} machines alive at once on {slots} slots: {most}")
+        assert count == slots, f"the cap was never reached ({count} of {slots}): the test shows nothing"
     finally:
         for run_id, key in zip(run_ids, keys, strict=True):
             api.wait_run(run_id, RUN_TIMEOUT)

@@ -1,26 +1,30 @@
-"""Fault suite: one local cloud for the session, and after every test two promises checked on it.
+"""Fault suite: one local cloud for the session, and after every test two promises checked on every cloud
+the test used (the session's, a module's own, and the one `stage_stack` starts for a test):
 
 1. Nothing is left: no TPU node, VM (the cloud's own admin view) or queued resource (TPU API list) in
-   any zone of the scenario. A test that leaves one fails here, whatever it asserted itself.
-2. Nothing committed was lost: every checkpoint that was committed before the test (across every
-   bucket and run) still verifies in full (manifest hash against COMMITTED, payload sha256).
+   any zone of the scenario. A test that leaves one fails, whatever it asserted itself.
+2. Nothing committed was lost: every checkpoint that was committed in that cloud before the test (across
+   every bucket and run) still verifies in full (manifest hash against COMMITTED, payload sha256).
 
-The cloud is shared by the whole session on purpose: checkpoints of earlier tests are the ones later
-tests must not damage.
+The check runs right after the test body (`pytest_runtest_call` below), while every fixture's cloud still
+runs: a check in a fixture's teardown would come after `stage_stack` stopped its cloud, and a failure there
+is an error at teardown, not a failed test.
+
+The session's cloud is shared on purpose: checkpoints of earlier tests are the ones later tests must not
+damage. A `stage_stack` cloud is fresh, so it starts with a committed checkpoint of an earlier run.
 """
 
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from interlude import dev
-from tests.faults.support import BUCKET, clear_cloud, committed_checkpoints, left_in_cloud, verify_failures
+from tests.faults.support import BUCKET, WATCHED, left_or_lost, watch_cloud
 
 
 @pytest.fixture(scope="session")
@@ -47,22 +51,31 @@ def airflow_db(airflow_db_template: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_nothing_lost(cloud: dev.LocalCloud, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def nothing_left_nothing_lost(
+    cloud: dev.LocalCloud, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
     # The session's cloud set STORAGE_EMULATOR_HOST when it started; a test of another directory run by this
     # worker since then may have pointed it elsewhere: every fault test reads and writes this cloud's GCS.
     monkeypatch.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)
-    before = committed_checkpoints(cloud)
-    yield
-    deadline = time.monotonic() + 60  # deletes in flight finish in simulated seconds; be generous
-    left = left_in_cloud(cloud)
-    while left and time.monotonic() < deadline:
-        time.sleep(1.0)
-        left = left_in_cloud(cloud)
-    lost = verify_failures(cloud, before)
-    if left:
-        clear_cloud(cloud)
-    assert not left, f"left in the cloud after the test: {left}"
-    assert not lost, f"committed checkpoints that no longer verify: {lost}"
+    watch_cloud(request.node, cloud)  # `stage_stack` adds its own cloud the same way
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
+    """After the body, before any fixture is torn down: every watched cloud is empty and lost nothing."""
+    failure: BaseException | None = None
+    result: object = None
+    try:
+        result = yield
+    except BaseException as exc:  # noqa: BLE001 - re-raised below, after the clouds were checked and cleared
+        failure = exc
+    problems = [p for cloud, before in item.stash.get(WATCHED, []) for p in left_or_lost(cloud, before)]
+    if failure is not None:
+        if problems:
+            failure.add_note("and after the test: " + "; ".join(problems))
+        raise failure
+    assert not problems, "; ".join(problems)
+    return result
 
 
 @pytest.fixture

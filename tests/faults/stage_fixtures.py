@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from interlude import dev, naming
+from tests.faults.support import seed_earlier_run, watch_cloud
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-faults"
@@ -52,13 +53,20 @@ def stage_scenario(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def stage_stack(tmp_path: Path, stage_airflow_db: Path, stage_scenario: Path) -> Iterator[Stack]:
+def stage_stack(
+    tmp_path: Path, stage_airflow_db: Path, stage_scenario: Path, request: pytest.FixtureRequest
+) -> Iterator[Stack]:
+    """A local cloud and an Airflow home of this test. The fault suite's nothing-left-nothing-lost check
+    (tests/faults/conftest.py) reads this cloud after the test body, before it is stopped here; the cloud
+    starts with a committed checkpoint of an earlier run for that check to protect."""
     cloud = dev.start_localcloud(stage_scenario, tmp_path / "localcloud")
     try:
         home = tmp_path / "airflow"
         home.mkdir()
         (home / "airflow.db").write_bytes(stage_airflow_db.read_bytes())
         dev.ensure_bucket(cloud, BUCKET)
+        seed_earlier_run(cloud, BUCKET)
+        watch_cloud(request.node, cloud)
         yield cloud, dev.airflow_env(home, cloud)
     finally:
         cloud.stop()

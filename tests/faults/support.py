@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from interlude import dev
 
@@ -86,6 +89,43 @@ def verify_failures(cloud: dev.LocalCloud, checkpoints: list[Committed]) -> list
     return problems
 
 
+EARLIER_RUN = "interlude_training__an-earlier-run"  # a run key no test's run can have (see seed_earlier_run)
+
+
+def seed_earlier_run(cloud: dev.LocalCloud, bucket: str = BUCKET) -> None:
+    """Commit a checkpoint of a run that finished before the test, as its trainer would have (payload, manifest,
+    COMMITTED): a fresh cloud otherwise holds no checkpoint a test could lose, and the promise "nothing committed
+    is lost" would be checked against nothing."""
+    from interlude_workload.checkpoints import CheckpointStore
+
+    store = CheckpointStore(bucket, EARLIER_RUN, "finetune", client=dev.gcs_client(cloud))
+    store.write(10, {"weights.bin": b"weights of an earlier run" * 64}, metrics={"digest": "earlier"})
+
+
+# The clouds a test used, each with the checkpoints committed in it when the test started (conftest checks them).
+WATCHED = pytest.StashKey[list[tuple[dev.LocalCloud, list[Committed]]]]()
+
+
+def watch_cloud(node: pytest.Item, cloud: dev.LocalCloud) -> None:
+    """Check this cloud after the test body (conftest's pytest_runtest_call), while it still runs."""
+    node.stash.setdefault(WATCHED, []).append((cloud, committed_checkpoints(cloud)))
+
+
+def left_or_lost(cloud: dev.LocalCloud, before: list[Committed], settle_s: float = 60.0) -> list[str]:
+    """What the test left in the cloud (after letting deletes in flight finish) and which of the checkpoints
+    committed before it no longer verify. Whatever was left is then deleted, so the next test starts clean."""
+    deadline = time.monotonic() + settle_s  # deletes finish in simulated seconds; be generous to a busy machine
+    left = left_in_cloud(cloud)
+    while left and time.monotonic() < deadline:
+        time.sleep(1.0)
+        left = left_in_cloud(cloud)
+    problems = [f"left in the cloud after the test: {x}" for x in left]
+    problems += [f"committed checkpoint that no longer verifies: {x}" for x in verify_failures(cloud, before)]
+    if left:
+        clear_cloud(cloud)
+    return problems
+
+
 @dataclass
 class Run:
     """One finished `airflow dags test`, as Airflow's DB saw it."""
@@ -139,6 +179,71 @@ def dags_test(
             ).fetchall()
         )
     return Run(rc, str(row[0]), str(row[1]), states, text)
+
+
+# Every change of a task instance's state, recorded by SQLite itself in the test's copy of Airflow's DB.
+_STATE_LOG_SQL = """
+CREATE TABLE IF NOT EXISTS interlude_test_ti_states (
+    t REAL, dag_id TEXT, run_id TEXT, task_id TEXT, state TEXT, trigger_id INTEGER, next_method TEXT
+);
+CREATE TRIGGER IF NOT EXISTS interlude_test_ti_state AFTER UPDATE OF state ON task_instance
+WHEN NEW.state IS NOT OLD.state
+BEGIN
+    INSERT INTO interlude_test_ti_states VALUES ((julianday('now') - 2440587.5) * 86400.0, NEW.dag_id,
+        NEW.run_id, NEW.task_id, NEW.state, NEW.trigger_id, NEW.next_method);
+END;
+"""
+
+
+def record_task_states(airflow_home: Path) -> None:
+    """Have the database record every task state change (a SQLite trigger in this test's DB copy).
+
+    Airflow's own state, not its logs: a deferral is the execution API writing DEFERRED with the trigger's
+    row. `dags test` then sets the task QUEUED while it runs the trigger in line (airflow/sdk/definitions/
+    dag.py, `_run_task`), where a deployment's triggerer would leave it DEFERRED; a poll of the table alone
+    would see QUEUED and never know the task had deferred.
+    """
+    import sqlite3
+
+    with sqlite3.connect(airflow_home / "airflow.db") as conn:
+        conn.executescript(_STATE_LOG_SQL)
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """A task waiting in a trigger, by Airflow's own records."""
+
+    task_id: str
+    classpath: str  # the trigger row the execution API created when the task deferred
+    next_method: str  # the task's method the trigger's event resumes
+    running: list[str]  # task ids of the run RUNNING meanwhile (a task holding a worker slot)
+
+
+def waiting_in_trigger(airflow_home: Path, task_id: str) -> Waiting | None:
+    """The task is waiting in a trigger: its last recorded states are DEFERRED (then QUEUED, `dags test`
+    running the trigger in line; nothing after, so the task's own code is not running), and its trigger row
+    exists. None when it is not (or the DB is busy for a moment)."""
+    import sqlite3
+
+    try:
+        with sqlite3.connect(airflow_home / "airflow.db", timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT state, trigger_id, next_method, run_id FROM interlude_test_ti_states WHERE task_id = ? "
+                "ORDER BY rowid DESC LIMIT 2",
+                (task_id,),
+            ).fetchall()
+            deferral = next((r for r in rows if r[0] == "deferred"), None)
+            if deferral is None or rows[0][0] not in ("deferred", "queued") or deferral[1] is None:
+                return None
+            trigger = conn.execute("SELECT classpath FROM trigger WHERE id = ?", (deferral[1],)).fetchone()
+            running = conn.execute(
+                "SELECT task_id FROM task_instance WHERE run_id = ? AND state = 'running'", (deferral[3],)
+            ).fetchall()
+    except sqlite3.OperationalError:  # Airflow holds the write lock for a moment
+        return None
+    if trigger is None:
+        return None
+    return Waiting(task_id, str(trigger[0]), str(deferral[2]), sorted(str(r[0]) for r in running))
 
 
 def failing_gcs_proxy(upstream: str, fails: Any, status: int = 403) -> Any:

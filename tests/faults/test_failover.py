@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from interlude import events
+from tests.faults.support import Waiting, record_task_states, waiting_in_trigger
 
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BUCKET,
@@ -32,6 +33,7 @@ from .stage_fixtures import (  # noqa: F401 - fixtures
 pytestmark = pytest.mark.e2e
 
 HOME_ZONE, OTHER_ZONE = "us-central1-a", "us-central2-b"
+QUOTA_WAIT_TRIGGER = "interlude.triggers.provision.QuotaWaitTrigger"
 
 
 def _moves(cloud: Any, run_key: str) -> list[dict[str, Any]]:
@@ -104,9 +106,13 @@ def test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes(
 ) -> None:
     """A TPU-only model (its profile may wait) loses every TPU mid-training: no move is possible (the other
     family needs a conversion), so the stage waits in the triggerer instead of failing, and resumes from its
-    committed checkpoint when capacity comes back."""
-    cloud, _ = stage_stack
-    lost_at = time.monotonic()
+    committed checkpoint when capacity comes back. The wait is read from Airflow's own state (the task's state
+    changes as the database recorded them, its trigger row), and capacity comes back only once it is seen."""
+    cloud, env = stage_stack
+    home = Path(env["AIRFLOW_HOME"])
+    record_task_states(home)
+    seen: list[Waiting] = []
+    lost_at = time.monotonic() + 10_000  # not lost yet
 
     def mid_training(machine: dict[str, Any], progress: dict[str, Any]) -> bool:
         return machine["kind"] == "tpu" and int(progress.get("step") or 0) >= 20
@@ -119,15 +125,18 @@ def test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes(
         cloud.admin.preempt("tpu", machine["zone"], machine["name"])
         lost_at = time.monotonic()
 
-    def capacity_back() -> None:  # the run must be seen waiting before the capacity returns
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            log = tmp_path / "dags-test.log"
-            if log.exists() and "allows waiting" in log.read_text(errors="replace"):
+    def capacity_back() -> None:
+        """Capacity returns once the stage is seen waiting in its trigger; if it never is, after 300 s anyway,
+        so the run ends and the test fails on what it did not see rather than on a timeout."""
+        deadline = time.monotonic() + 700
+        while time.monotonic() < deadline and time.monotonic() - lost_at < 300:
+            waiting = waiting_in_trigger(home, "train")
+            if waiting is not None and waiting.next_method == "capacity_waited":
+                seen.append(waiting)
                 time.sleep(3)
-                cloud.admin.set_capacity(HOME_ZONE, "tpu", "v6e-8", on_demand=4, spot=4)
-                return
+                break
             time.sleep(0.5)
+        cloud.admin.set_capacity(HOME_ZONE, "tpu", "v6e-8", on_demand=4, spot=4)
 
     watcher = when_training(cloud, mid_training, lose_every_tpu)
     restorer = threading.Thread(target=capacity_back, daemon=True)
@@ -144,7 +153,8 @@ def test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes(
     restorer.join(timeout=1)
 
     assert result.state == "success", result.log[-4000:]
-    assert "The model profile allows waiting" in result.log, result.log[-4000:]
+    assert seen, "train was never seen waiting for capacity in a trigger (Airflow's DB)"
+    assert seen[0].classpath == QUOTA_WAIT_TRIGGER and seen[0].running == [], seen
     booted = [str(e["machine"]) for e in cloud.admin.events() if e.get("event") == "machine_boot"]
     assert all(b.startswith("tpu-") for b in booted) and len(set(booted)) >= 1, booted
     resumed = _resumed_steps(workload_log(cloud, run_key, "train"))

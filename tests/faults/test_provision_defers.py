@@ -2,14 +2,14 @@
 
 Real pieces: a local cloud whose only v6e-8 in the zone is taken by another node, `airflow dags test`
 of the lifecycle DAG (a TPU-only profile that asks through a queued resource), and Airflow's own
-database read while the run waits: the provision task is DEFERRED and nothing holds the accelerator
-pool. Then the other node goes away, the queued resource gets the capacity and the run finishes.
+database read while the run waits: the provision task deferred to the queued-resource trigger (its state
+changes as the database recorded them, the trigger row), no task is RUNNING and nothing holds the
+accelerator pool. Then the other node goes away, the queued resource gets the capacity and the run finishes.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -19,12 +19,21 @@ import pytest
 import yaml
 
 from interlude import dev, warm_cli
-from tests.faults.support import BASE, BUCKET, DAG_ID, dags_test, tpu_hook
+from tests.faults.support import (
+    BASE,
+    BUCKET,
+    DAG_ID,
+    Waiting,
+    dags_test,
+    record_task_states,
+    tpu_hook,
+    waiting_in_trigger,
+)
 
 pytestmark = pytest.mark.e2e
 ZONE = "us-central1-a"
 POOL = "interlude_accelerators"
-DEFERRED = re.compile(r"new_state=deferred")
+QR_TRIGGER = "interlude.triggers.provision.QueuedResourceTrigger"
 
 
 @pytest.fixture(scope="module")
@@ -62,16 +71,18 @@ def test_waiting_queued_resource_defers_provision_and_frees_the_pool(cloud, airf
     tpu = tpu_hook(cloud)
     tpu.create_node(ZONE, "someone-else", {"acceleratorType": "v6e-8", "runtimeVersion": "v2-alpha-tpuv6e"})
     conf = {**BASE, "zones": [ZONE], "model_profile": "maxtext-tpu-only", "poll_seconds": 0.5}
-    db = Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db"
+    home = Path(airflow_env["AIRFLOW_HOME"])
+    db = home / "airflow.db"
+    record_task_states(home)
     log_path = tmp_path / "dags-test.log"
     proc = warm_cli.start_airflow(["dags", "test", DAG_ID, "--conf", json.dumps(conf)], airflow_env, log_path)
     try:
         deadline = time.monotonic() + 300
         seen: dict[str, object] = {}
         while time.monotonic() < deadline and proc.poll() is None:
-            # Airflow's execution API logs the task's own report of deferring (`dags test` then runs
-            # the trigger inline and shows the task QUEUED until it resumes; the stack shows DEFERRED).
-            deferred = DEFERRED.search(log_path.read_text(errors="replace"))
+            # Airflow's own state, not its log: provision deferred (the database recorded it) and is waiting in
+            # its trigger while the cloud says the queued resource waits for resources.
+            deferred = waiting_in_trigger(home, "provision")
             waiting = [
                 e
                 for e in cloud.admin.events()
@@ -85,11 +96,13 @@ def test_waiting_queued_resource_defers_provision_and_frees_the_pool(cloud, airf
                     "('running', 'queued', 'deferred', 'scheduled')",
                     POOL,
                 )
-                seen = {"pool": pool[0][0] if pool else None, "held": held, "waiting": True}
+                seen = {"pool": pool[0][0] if pool else None, "held": held, "deferred": deferred}
                 break
             time.sleep(0.5)
-        assert seen, f"provision never showed DEFERRED; log tail:\n{log_path.read_text()[-3000:]}"
-        assert seen["waiting"], seen
+        assert seen, f"provision was never seen waiting in its trigger; log tail:\n{log_path.read_text()[-3000:]}"
+        found = seen["deferred"]
+        assert isinstance(found, Waiting) and found.classpath == QR_TRIGGER, seen
+        assert found.running == [], f"a task holds a worker slot while provision waits: {seen}"
         assert seen["held"] == [], f"accelerator pool slots held while provision waits: {seen}"
         assert seen["pool"] == "default_pool", seen  # deferred tasks hold no slot there
         tpu.delete_node(ZONE, "someone-else")  # the capacity frees: the queued resource gets it
