@@ -84,6 +84,40 @@ def _gap(start: Any, end: Any) -> float:
     return max(b - a, 0.0) if a is not None and b is not None else 0.0
 
 
+def _bounded(value: float | None, low: float | None, high: float) -> float | None:
+    if value is None:
+        return None
+    return min(max(value, low), high) if low is not None else min(value, high)
+
+
+def workload_times(
+    event: Mapping[str, Any], seen_at: float, stopped: Any, booted: Any, stepping: Any
+) -> dict[str, Any]:
+    """An event's down/up/resumed times and its downtime, from the workload's own stamps where it has them.
+
+    ``stopped`` is the old boot's last report, ``booted`` the new boot's start (the startup script's clock),
+    ``stepping`` when the new boot started stepping again (None: the workload did not say, or did not reboot).
+    The polls' times (``down_at``/``up_at`` as recorded, and ``seen_at``, the poll that saw the workload past its
+    resume point) are only bounds: a poll sees each moment up to an interval late. In a GPU drill they made the
+    downtime 2.4 s where the workload's log showed 1.0 s, and ``resumed_at`` fell after the workload's next
+    commit. Each time is kept in order (down <= up <= resumed <= seen_at): a VM's clock a little ahead of the
+    control plane's must not make a negative gap. ``downtime_s`` is down -> up: the restore after it is a cause of
+    its own (:func:`event_badput`). The polls' own times stay in ``seen`` for a reader who wants them.
+    """
+    polled_down, polled_up = _num(event.get("down_at")), _num(event.get("up_at"))
+    down = _bounded(_num(stopped) if _num(stopped) is not None else polled_down, None, seen_at)
+    up = _num(booted) if _num(booted) is not None else polled_up
+    up = _bounded(up if up is not None else seen_at, down, seen_at)
+    resumed = _bounded(_num(stepping) if _num(stepping) is not None else seen_at, up, seen_at)
+    return {
+        "down_at": down,
+        "up_at": up,
+        "resumed_at": resumed,
+        "downtime_s": round(up - down, 3) if down is not None and up is not None else 0.0,
+        "seen": {"down_at": polled_down, "up_at": polled_up, "resumed_at": seen_at},
+    }
+
+
 def drill_hold(event: Mapping[str, Any], checkpoint_write: float) -> float:
     """Seconds a drill held the workload idle before its window: drill sent -> the checkpoint before the window
     (else the machine down), less that checkpoint's write. 0 unless the workload held: still at the drill step

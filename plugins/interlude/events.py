@@ -9,6 +9,9 @@ recomputed from those objects and the checkpoints, never accumulated in memory.
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 from interlude_workload import layout
@@ -33,6 +36,30 @@ def record_event(bucket: str, run_key: str, stage: str, event: dict[str, Any]) -
     blob = storage_client().bucket(bucket).blob(name)
     blob.upload_from_string(json.dumps({**event, "stage": stage}, sort_keys=True), content_type="application/json")
     return f"gs://{bucket}/{name}"
+
+
+RESUME_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\S+Z) \[[^\]]*\] resume point: step (\d+)\b", re.MULTILINE)
+"""The line the workload's SDK logs once it has read its checkpoint back (``Checkpointer.restore``), stamped by the
+workload's clock."""
+
+
+def restore_finished(log: str, event: Mapping[str, Any]) -> float | None:
+    """When the new boot finished reading its checkpoint back, by the workload's own log: the last "resume point:
+    step N" line for the event's resume step between the machine going down and the poll that saw it stepping, held
+    between its boot (``up_at``) and its first step (``resumed_at``). None when the log does not say."""
+    step, down = event.get("resumed_from_step"), event.get("down_at")
+    up, resumed = event.get("up_at"), event.get("resumed_at")
+    seen = (event.get("seen") or {}).get("resumed_at") or resumed
+    if step is None or up is None or resumed is None or seen is None:
+        return None
+    times = [
+        datetime.fromisoformat(m[1].replace("Z", "+00:00")).timestamp()
+        for m in RESUME_LINE.finditer(log)
+        if int(m[2]) == int(step)
+    ]
+    low = float(down) if down is not None else float("-inf")
+    times = [t for t in times if low <= t <= float(seen)]  # this boot's, not an older boot's resume
+    return min(max(times[-1], float(up)), float(resumed)) if times else None
 
 
 def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:

@@ -82,6 +82,7 @@ class Observation:
     resumed_from: int | None = None  # step the running workload resumed from at its current boot
     boot_id: str | None = None  # the machine's boot the workload runs in (changes on every boot)
     request_ack_step: int | None = None  # committed step answering our checkpoint request
+    request_ack_at: float | None = None  # when the workload answered it (its own clock)
     workload_error: str | None = None  # the workload gave up (bad input, crash loop): retrying cannot help
     workload_state: str | None = None  # running | holding | stopped | ... as the workload reports it
     boot_started_at: float | None = None  # when the workload's current boot started (its own clock)
@@ -90,6 +91,8 @@ class Observation:
     startup_boot: str | None = None  # which boot that failure belongs to (its "begin" line)
     api_error: str | None = None  # why the machine is UNKNOWN
     commit_seconds: float | None = None  # what getting a checkpoint committed costs (a step + a commit)
+    progress_at: float | None = None  # when the workload wrote the progress seen (its own clock)
+    mean_step_seconds: float | None = None  # its mean step time on this boot, by its own clock
 
 
 @dataclass(frozen=True)
@@ -209,10 +212,13 @@ def _resumed(state: StageState, obs: Observation) -> bool:
 def _close(state: StageState, obs: Observation) -> Transition:
     """Finish the open event from what the workload itself says about its boots.
 
-    When the machine rebooted, the checkpoint that mattered is the one the new boot resumed from, and
-    a down window too short for any poll to see is taken from the workload's own timestamps (its
-    previous boot's last report, its new boot's start).
+    When the machine rebooted, the checkpoint that mattered is the one the new boot resumed from, and the
+    event's times are the workload's own (interlude.badput.workload_times): its old boot's last report, its
+    new boot's start, its first step after the resume. A poll sees each of them up to a poll interval (and a
+    trigger round trip) late, so the polls only bound them.
     """
+    from interlude.badput import workload_times
+
     event = dict(state.event or {})
     resumed_from = obs.resumed_from or 0
     reached = max(event.get("step_at_down") or 0, event.get("step_at_detection") or 0)
@@ -220,22 +226,30 @@ def _close(state: StageState, obs: Observation) -> Transition:
     if new_boot:
         event["checkpoint_step"] = resumed_from
         if event.get("down_at") is None and obs.previous_boot_ended_at:
-            event.update(down_at=obs.previous_boot_ended_at, down_seen_by="workload")
-            event["step_at_down"] = max(event.get("step_at_down") or 0, reached)
-        if obs.boot_started_at and not event.get("up_at"):
-            event["up_at"] = obs.boot_started_at
+            event.update(down_seen_by="workload", step_at_down=max(event.get("step_at_down") or 0, reached))
     event.update(
-        up_at=event.get("up_at") or obs.now,
-        resumed_at=obs.now,
-        resumed_from_step=resumed_from,
-        boot_id=obs.boot_id,
-        steps_recomputed=max(0, reached - resumed_from),
-        downtime_s=round(obs.now - event["down_at"], 3) if event.get("down_at") else 0.0,
+        workload_times(
+            event,
+            obs.now,
+            stopped=obs.previous_boot_ended_at if new_boot else None,
+            booted=obs.boot_started_at if new_boot else None,
+            stepping=_stepping_since(obs, resumed_from) if new_boot else None,
+        )
     )
+    event.update(resumed_from_step=resumed_from, boot_id=obs.boot_id, steps_recomputed=max(0, reached - resumed_from))
     new = replace(
         state, phase=Phase.RUNNING, event=None, request_id=None, boot_id=obs.boot_id, last_step_seen=obs.progress_step
     )
     return Transition(new, (Action.RECORD_EVENT,), event)
+
+
+def _stepping_since(obs: Observation, resumed_from: int) -> float | None:
+    """When the new boot started stepping, by the workload's clock: the time of its progress less the steps since
+    its resume at its mean step time (the SDK measures that mean from this boot's first step). Later than the truth
+    by at most one step, plus whatever the workload reported after that step (a commit's write)."""
+    if obs.progress_at is None or obs.progress_step <= resumed_from:
+        return None
+    return obs.progress_at - (obs.mean_step_seconds or 0.0) * (obs.progress_step - resumed_from + 1)
 
 
 def down(state: StageState, obs: Observation) -> StageState:
@@ -381,7 +395,8 @@ def _checkpoint_requested(state: StageState, obs: Observation, limits: Limits) -
         event = {
             **(state.event or {}),
             "checkpoint_step": obs.request_ack_step,
-            "checkpoint_committed_at": obs.now,
+            # The workload's answer time, not this poll's (a poll is up to an interval late); never after the poll.
+            "checkpoint_committed_at": min(obs.request_ack_at or obs.now, obs.now),
             "checkpoint_write_s": obs.commit_seconds,  # the workload's own measure (interlude.badput)
         }
         new = replace(state, phase=Phase.AWAITING_RESTART, event=event)

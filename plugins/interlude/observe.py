@@ -6,6 +6,7 @@ same way, and so the folding of Google's many states into READY / DOWN / GONE is
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import re
 import sys
@@ -109,6 +110,23 @@ class StageFacts:
     committed_step: int
     progress: dict[str, Any]
     request_ack_step: int | None
+    request_ack_at: float | None = None  # when the workload answered the request (its own clock)
+
+
+Ack = tuple[int | None, float | None]
+NO_ACK: Ack = (None, None)
+
+
+def ack_of(ack: dict[str, Any] | None) -> Ack:
+    """(step, when answered) of a control request's ack as the workload wrote it (``CheckpointStore.acknowledge``:
+    ``committed_at`` is its clock when the answer was written, after the commit); NO_ACK when there is none."""
+    if not ack or "step" not in ack:
+        return NO_ACK
+    try:
+        at = dt.datetime.fromisoformat(str(ack.get("committed_at")).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        at = None
+    return int(ack["step"]), at
 
 
 _CLIENT: Any = None
@@ -134,8 +152,8 @@ def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | No
     latest = store.latest()
     committed = latest.checkpoint.step if latest.checkpoint else 0
     progress = store.read_progress() or {}
-    ack = store.checkpoint_for_request(request_id) if request_id else None
-    return StageFacts(committed, progress, ack)
+    step, answered_at = ack_of(store._get_json(f"control/ack-{request_id}.json")) if request_id else NO_ACK
+    return StageFacts(committed, progress, step, answered_at)
 
 
 def _epoch(value: Any) -> float | None:
@@ -207,6 +225,7 @@ def observation(
         resumed_from=int(resumed) if resumed is not None else None,
         boot_id=progress.get("boot_id"),
         request_ack_step=facts.request_ack_step,
+        request_ack_at=facts.request_ack_at,
         workload_error=str(progress.get("error")) if progress.get("state") == "failed" else None,
         workload_state=progress.get("state"),
         boot_started_at=_epoch(progress.get("boot_started_at")),
@@ -214,6 +233,8 @@ def observation(
         startup_failure=failure.summary() if failure else None,
         startup_boot=failure.boot if failure else None,
         commit_seconds=_checkpoint_cost(progress),
+        progress_at=_epoch(progress.get("updated_at_epoch")),
+        mean_step_seconds=_epoch(progress.get("mean_step_seconds")),
     )
 
 

@@ -7,6 +7,7 @@ is generated from the same fields, so form and code cannot disagree about a defa
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import field
@@ -14,6 +15,17 @@ from typing import Any
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 """Control characters (and Unicode line separators): they forge log lines and break URLs."""
+
+
+QUOTE_CHARS = 80
+"""How much of a refused value a message quotes: enough to recognise it, never a 10 kB paste echoed whole into
+the task log, the UI's error banner and the failure e-mail."""
+
+
+def shown(value: Any, limit: int = QUOTE_CHARS) -> str:
+    """``repr(value)``, or its first ``limit`` characters and how long it was: how every refusal quotes a value."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}…({len(text)} chars)"
 
 
 class ParamsError(ValueError):
@@ -59,7 +71,7 @@ def form_schema(cls: type) -> dict[str, tuple[Any, dict[str, Any]]]:
 def coerce_params(cls: type, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Each given param in its field's type, and every problem (unknown keys, wrong types) at once."""
     known = param_names(cls)
-    problems = [f"unknown param {k!r} (known: {', '.join(sorted(known))})" for k in params if k not in known]
+    problems = [f"unknown param {shown(k)} (known: {', '.join(sorted(known))})" for k in params if k not in known]
     values: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name in known and f.name in params:
@@ -80,39 +92,48 @@ def _as_str(name: str, value: Any, optional: bool) -> str | None:
 
 def _as_bool(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise TypeError(f"{name}: expected true or false, got {value!r}")
+        raise TypeError(f"{name}: expected true or false, got {shown(value)}")
     return value
 
 
 def _as_int(name: str, value: Any) -> int:
-    text = str(value).strip()
-    if isinstance(value, bool) or not isinstance(value, int | str) or not text.lstrip("-").isdigit():
-        raise TypeError(f"{name}: expected a whole number, got {value!r}")
-    return int(text)
+    text = str(value).strip() if isinstance(value, int | str) else ""
+    if isinstance(value, bool) or not text.lstrip("-").isdigit():
+        raise TypeError(f"{name}: expected a whole number, got {shown(value)}")
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits): no param's range anyway
+        raise TypeError(f"{name}: expected a whole number, got {shown(value)}") from None
 
 
 def _as_float(name: str, value: Any) -> float:
+    """A finite number. NaN passes every range check (each comparison with it is false) and then disables what
+    the param bounds: a NaN ``stall_timeout_seconds`` made the stage machine never act on a stall. Infinities
+    are no durations either. Refused here, the one place every number param goes through."""
     if isinstance(value, bool):
-        raise TypeError(f"{name}: expected a number, got {value!r}")
+        raise TypeError(f"{name}: expected a number, got {shown(value)}")
     try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a number, got {value!r}") from None
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise TypeError(f"{name}: expected a number, got {shown(value)}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{name}: expected a finite number, got {shown(value)}")
+    return number
 
 
 def _as_strings(name: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, list | tuple):
-        raise TypeError(f"{name}: expected a list of strings, got {value!r}")
+        raise TypeError(f"{name}: expected a list of strings, got {shown(value)}")
     for item in value:
         if not isinstance(item, str) or CONTROL.search(item):
-            raise ValueError(f"{name}: {item!r} is not a plain string")
+            raise ValueError(f"{name}: {shown(item)} is not a plain string")
     return tuple(item.strip() for item in value)
 
 
 def coerce(name: str, value: Any, default: Any) -> Any:
     """The param's value in the field's type (the default's type); '' means "not set" for optional strings."""
     if isinstance(value, str) and CONTROL.search(value):
-        raise ValueError(f"{name}: control characters are not allowed ({value!r})")
+        raise ValueError(f"{name}: control characters are not allowed ({shown(value)})")
     if default is None or isinstance(default, str):
         return _as_str(name, value, optional=default is None)
     if isinstance(default, bool):  # before int: bool is an int

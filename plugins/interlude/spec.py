@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlude.params import ParamsError, coerce_params, form_schema, param, param_names
+from interlude.params import ParamsError, coerce_params, form_schema, param, param_names, shown
 
 DEFAULT_ZONES: tuple[str, ...] = ("us-central1-a", "us-central2-b")
 MAX_STEPS = 10_000_000
@@ -284,14 +284,14 @@ def bucket_problem(bucket: str) -> str | None:
     """
     if not BUCKET_RE.match(bucket) or ".." in bucket or "." in bucket:
         return (
-            f"bucket: {bucket!r} is not a valid bucket name (3-63 of a-z, 0-9, '-', '_', starting and ending "
+            f"bucket: {shown(bucket)} is not a valid bucket name (3-63 of a-z, 0-9, '-', '_', starting and ending "
             "with a letter or digit)"
         )
     if bucket.startswith("goog") or "google" in bucket or "g00gle" in bucket:
-        return f"bucket: {bucket!r}: names starting with 'goog' or containing 'google' are reserved by GCS"
+        return f"bucket: {shown(bucket)}: names starting with 'goog' or containing 'google' are reserved by GCS"
     try:
         ipaddress.ip_address(bucket)
-        return f"bucket: {bucket!r} is an IP address, which GCS does not allow"
+        return f"bucket: {shown(bucket)} is an IP address, which GCS does not allow"
     except ValueError:
         return None
 
@@ -300,7 +300,7 @@ def _shape_problems(spec: RunSpec) -> list[str]:
     out: list[str] = []
     for zone in spec.zones:
         if not ZONE_RE.match(zone):
-            out.append(f"zones: {zone!r} is not a zone name (like us-central1-a)")
+            out.append(f"zones: {shown(zone)} is not a zone name (like us-central1-a)")
     if len(set(spec.zones)) != len(spec.zones):
         out.append("zones: a zone is listed twice")
     if (problem := bucket_problem(spec.bucket)) is not None:
@@ -315,7 +315,7 @@ def _shape_problems(spec: RunSpec) -> list[str]:
     )
     for name, value, pattern in shapes:
         if value is not None and not pattern.match(value):
-            out.append(f"{name}: {value!r} does not have the shape Google expects")
+            out.append(f"{name}: {shown(value)} does not have the shape Google expects")
     return out
 
 
@@ -325,11 +325,11 @@ def _range_problems(spec: RunSpec) -> list[str]:
         schema = f.metadata.get("param") or {}
         value = getattr(spec, f.name)
         if "enum" in schema and value not in schema["enum"]:
-            out.append(f"{f.name}: {value!r} is not one of {', '.join(schema['enum'])}")
+            out.append(f"{f.name}: {shown(value)} is not one of {', '.join(schema['enum'])}")
         if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"{f.name}: must be at least {schema['minimum']} (got {value})")
+            out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
         if "maximum" in schema and value > schema["maximum"]:
-            out.append(f"{f.name}: must be at most {schema['maximum']} (got {value})")
+            out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
     if not spec.zones:
         out.append("zones: list at least one zone")
     if spec.checkpoint_every > spec.train_steps:
@@ -346,7 +346,7 @@ def _date_problems(spec: RunSpec) -> list[str]:
             return []
         except ValueError:
             pass
-    return [f"data_date: {spec.data_date!r} is not a date (YYYY-MM-DD)"]
+    return [f"data_date: {shown(spec.data_date)} is not a date (YYYY-MM-DD)"]
 
 
 def _problems(spec: RunSpec) -> list[str]:

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 from interlude.hooks.gcs_json import GcsJson, shared_gcs
-from interlude.observe import StageFacts
+from interlude.observe import NO_ACK, Ack, StageFacts, ack_of
 from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
 from interlude_workload.layout import PROGRESS_METADATA_KEY, ROOT
 
@@ -159,7 +159,7 @@ class StageFactsReader:
         self.prefix = layout.stage_prefix(run_key, stage)
         self._progress: tuple[Any, dict[str, Any]] = (None, {})  # (generation, content)
         self._verdicts: dict[tuple[int, tuple[tuple[str, Any], ...]], bool] = {}  # committed step -> verifies
-        self._ack: tuple[str, Any, int | None] | None = None  # (request id, generation, step)
+        self._ack: tuple[str, Any, Ack] | None = None  # (request id, generation, (step, when answered))
         self.downloads = 0
 
     def objects(self, index: BucketIndex) -> StageObjects:
@@ -178,7 +178,8 @@ class StageFactsReader:
     def read(self, objects: StageObjects, request_id: str | None) -> StageFacts:
         """The facts; downloads (blocking) only new progress, new acks and committed steps not yet verified."""
         committed = self._committed(objects, verify=True) or 0
-        return StageFacts(committed, self._read_progress(objects), self._read_ack(objects, request_id))
+        step, answered_at = self._read_ack(objects, request_id)
+        return StageFacts(committed, self._read_progress(objects), step, answered_at)
 
     def _download(self, name: str) -> bytes | None:
         """Blocking: one object by its full name (None: absent). Counted: the benchmark and tests read it."""
@@ -243,15 +244,15 @@ class StageFactsReader:
                 self._progress = (blob.generation, progress or {})
         return self._progress[1]
 
-    def _read_ack(self, objects: StageObjects, request_id: str | None) -> int | None:
+    def _read_ack(self, objects: StageObjects, request_id: str | None) -> Ack:
         blob = objects.get(_ack_name(request_id)) if request_id else None
         if blob is None or request_id is None:
-            return None
+            return NO_ACK
         if self._ack is None or self._ack[:2] != (request_id, blob.generation):
             read, ack = self._json(_ack_name(request_id))
             if not read:
-                return self._ack[2] if self._ack is not None and self._ack[0] == request_id else None
-            self._ack = (request_id, blob.generation, int(ack["step"]) if ack and "step" in ack else None)
+                return self._ack[2] if self._ack is not None and self._ack[0] == request_id else NO_ACK
+            self._ack = (request_id, blob.generation, ack_of(ack))
         return self._ack[2]
 
     def with_new_progress(self, facts: StageFacts) -> StageFacts:
@@ -273,7 +274,7 @@ def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> Stag
     committed, held = facts.committed_step, progress.get("held_at")
     if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
         committed = max(committed, held)
-    return StageFacts(committed, dict(progress), facts.request_ack_step)
+    return StageFacts(committed, dict(progress), facts.request_ack_step, facts.request_ack_at)
 
 
 def _parse(raw: str | bytes) -> tuple[bool, dict[str, Any] | None]:

@@ -199,6 +199,7 @@ class StageActions:
         """Store the event, with the triggerer process that saw it close (none when the worker watched)."""
         if watcher:
             event = {**event, "watcher": watcher}
+        event = self._with_restore_time(event)
         uri = events.record_event(self.bucket, self.run_key, self.stage, event)
         self.log.info(
             "Maintenance event recorded (%s%s): checkpoint step %s, downtime %.1fs, resumed from %s, "
@@ -211,6 +212,20 @@ class StageActions:
             event.get("steps_recomputed"),
             uri,
         )
+
+    def _with_restore_time(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The event with ``restored_at``, when the new boot's log says its restore finished (events.restore_finished).
+        Read here, once per event, not by the trigger: its polls read no logs. The last two chunks hold the new
+        process's first lines (a process starts a chunk of its own); an unreadable log only leaves the time out."""
+        if event.get("boot_id") is None or event.get("resumed_from_step") is None:
+            return event
+        try:
+            log = self._store.read_log(tail_chunks=2)
+        except Exception as exc:  # noqa: BLE001 - a detail of the record, not a reason to fail the stage
+            self.log.info("Workload log unreadable (%s): the event is recorded without its restore time", exc)
+            return event
+        restored = events.restore_finished(log, event)
+        return event if restored is None else {**event, "restored_at": restored}
 
     def _request_checkpoint(self, state: StageState) -> None:
         assert state.request_id

@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from interlude.params import shown
+
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
 _DOMAIN = rf"(?:{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*|\[[0-9a-fA-F:]+\])(?::[0-9]{{1,5}})?"
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
@@ -42,10 +44,10 @@ class ImageRef:
 def parse_image(param: str, ref: str) -> ImageRef:
     """The reference, or ValueError naming `param` (shape, not pinned, too long)."""
     if not isinstance(ref, str) or not ref or ref != ref.strip() or any(c.isspace() for c in ref):
-        raise ValueError(f"{param}: {ref!r} is not an image reference (no whitespace allowed)")
+        raise ValueError(f"{param}: {shown(ref)} is not an image reference (no whitespace allowed)")
     match = _REFERENCE.match(ref)
     if match is None:
-        raise ValueError(f"{param}: {ref!r} is not an image reference (registry/name:tag or name@sha256:<64 hex>)")
+        raise ValueError(f"{param}: {shown(ref)} is not an image reference (registry/name:tag or name@sha256:<64 hex>)")
     domain, path = match.group("domain"), match.group("path")
     # Docker's rule: the first component is a registry only if it has a dot, a port, or is localhost.
     if domain is not None and not ("." in domain or ":" in domain or domain == "localhost"):
@@ -55,7 +57,7 @@ def parse_image(param: str, ref: str) -> ImageRef:
         raise ValueError(f"{param}: the image name is longer than {MAX_NAME} characters")
     tag, digest = match.group("tag"), match.group("digest")
     if tag is None and digest is None:
-        raise ValueError(f"{param}: {ref!r} is not pinned: give a tag (name:tag) or a digest (name@sha256:...)")
+        raise ValueError(f"{param}: {shown(ref)} is not pinned: give a tag (name:tag) or a digest (name@sha256:...)")
     if tag == "latest" and digest is None:
-        raise ValueError(f"{param}: {ref!r}: 'latest' moves; pin a release tag or a digest")
+        raise ValueError(f"{param}: {shown(ref)}: 'latest' moves; pin a release tag or a digest")
     return ImageRef(domain or DEFAULT_REGISTRY, path, tag, digest)

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names
+from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names, shown
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
 from interlude.spec import bucket_problem
@@ -230,14 +230,14 @@ def checkpoint_problem(uri: str) -> str | None:
     """gs://BUCKET/PATH with a valid bucket and a clean object path, else why not (naming the param)."""
     match = GS_URI_RE.match(uri)
     if match is None:
-        return f"checkpoint_uri: {uri!r} is not gs://BUCKET/PATH"
+        return f"checkpoint_uri: {shown(uri)} is not gs://BUCKET/PATH"
     if (problem := bucket_problem(match.group("bucket"))) is not None:
         return "checkpoint_uri: " + problem
     path = match.group("path")
     if CONTROL.search(path) or len(path.encode()) > 1024:
-        return f"checkpoint_uri: {uri!r} has control characters or an object path over 1024 bytes"
+        return f"checkpoint_uri: {shown(uri)} has control characters or an object path over 1024 bytes"
     if any(part in (".", "..") for part in path.split("/")) or "//" in path:
-        return f"checkpoint_uri: {uri!r} has an empty, '.' or '..' path segment"
+        return f"checkpoint_uri: {shown(uri)} has an empty, '.' or '..' path segment"
     return None
 
 
@@ -247,11 +247,11 @@ def _range_problems(spec: ServeSpec) -> list[str]:
         schema = f.metadata["param"]
         value = getattr(spec, f.name)
         if "enum" in schema and value not in schema["enum"]:
-            out.append(f"{f.name}: {value!r} is not one of {', '.join(schema['enum'])}")
+            out.append(f"{f.name}: {shown(value)} is not one of {', '.join(schema['enum'])}")
         if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"{f.name}: must be at least {schema['minimum']} (got {value})")
+            out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
         if "maximum" in schema and value > schema["maximum"]:
-            out.append(f"{f.name}: must be at most {schema['maximum']} (got {value})")
+            out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
     if spec.replicas_min > spec.replicas_max:
         out.append(f"replicas_min: must not exceed replicas_max ({spec.replicas_min} > {spec.replicas_max})")
     return out
@@ -268,16 +268,16 @@ def _shape_problems(spec: ServeSpec) -> list[str]:
     )
     for name, value, pattern in shapes:
         if not pattern.match(value):
-            out.append(f"{name}: {value!r} does not have the shape GKE/Kubernetes expects ({pattern.pattern})")
+            out.append(f"{name}: {shown(value)} does not have the shape GKE/Kubernetes expects ({pattern.pattern})")
     for name, pools in (("tpu_nodepools", spec.tpu_nodepools), ("gpu_nodepools", spec.gpu_nodepools)):
-        out += [f"{name}: {p!r} is not a node pool name" for p in pools if not CLUSTER_RE.match(p)]
+        out += [f"{name}: {shown(p)} is not a node pool name" for p in pools if not CLUSTER_RE.match(p)]
     if not re.match(r"^[-A-Za-z0-9_.|:/]{1,200}$", spec.hpa_metric):
-        out.append(f"hpa_metric: {spec.hpa_metric!r} is not a metric name")
+        out.append(f"hpa_metric: {shown(spec.hpa_metric)} is not a metric name")
     for name in ("tpu_image", "gpu_image"):
         try:
             parse_image(name, getattr(spec, name))
         except ValueError as exc:
-            out.append(str(exc))
+            out.append(str(exc))  # images.py quotes the value as params.shown does
     return out
 
 
@@ -286,24 +286,23 @@ def _accelerator_problems(spec: ServeSpec, table: ServingTable) -> list[str]:
     shape = table.tpu_shapes.get(spec.tpu_type)
     if shape is None:
         out.append(
-            f"tpu_type: {spec.tpu_type!r} is not a single-host TPU type vLLM can serve on GKE "
+            f"tpu_type: {shown(spec.tpu_type)} is not a single-host TPU type vLLM can serve on GKE "
             f"(known: {', '.join(sorted(table.tpu_shapes))})"
         )
     elif spec.tpu_topology is not None:
         if not TOPOLOGY_RE.match(spec.tpu_topology):
-            out.append(f"tpu_topology: {spec.tpu_topology!r} is not a topology (like 2x4 or 2x2x1)")
+            out.append(f"tpu_topology: {shown(spec.tpu_topology)} is not a topology (like 2x4 or 2x2x1)")
         elif spec.tpu_topology != shape.topology:
             out.append(
-                f"tpu_topology: {spec.tpu_topology!r} does not match tpu_type {spec.tpu_type} "
+                f"tpu_topology: {shown(spec.tpu_topology)} does not match tpu_type {spec.tpu_type} "
                 f"(which is {shape.topology}; see {shape.source})"
             )
     if spec.tpu_spot and spec.tpu_nodepools:
         out.append("tpu_spot: has no effect with tpu_nodepools (an existing pool is Spot or not); set one of them")
     gpu = table.gpu_types.get(spec.gpu_type)
     if gpu is None:
-        out.append(
-            f"gpu_type: {spec.gpu_type!r} is not a known GKE GPU type (known: {', '.join(sorted(table.gpu_types))})"
-        )
+        known = ", ".join(sorted(table.gpu_types))
+        out.append(f"gpu_type: {shown(spec.gpu_type)} is not a known GKE GPU type (known: {known})")
     elif spec.gpu_count not in gpu.counts:
         out.append(
             f"gpu_count: {spec.gpu_type} nodes come with {', '.join(map(str, gpu.counts))} GPUs (got {spec.gpu_count})"

@@ -90,3 +90,21 @@ def test_a_drill_that_held_the_workload_is_named_drill_hold_not_other() -> None:
     # Not a drill, or a drill recorded before drill_sent_at was kept: nothing to name.
     assert event_badput({**drill, "drill": False}, 0.5).drill_hold == 0.0
     assert event_badput({k: v for k, v in drill.items() if k != "drill_sent_at"}, 0.5).drill_hold == 0.0
+
+
+def test_the_workloads_own_times_win_over_the_polls_and_the_polls_bound_them() -> None:
+    """Issue 32.5: polls saw the machine down at 46.5, back at 62 and stepping at 66; the workload stopped at 46.0,
+    booted at 61.0 and stepped again at 64.0. The report keeps the workload's times (the polls only in ``seen``)."""
+    from interlude.badput import workload_times
+
+    polled = {"down_at": 46.5, "up_at": 62.0}
+    times = workload_times(polled, 66.0, stopped=46.0, booted=61.0, stepping=64.0)
+    assert (times["down_at"], times["up_at"], times["resumed_at"], times["downtime_s"]) == (46.0, 61.0, 64.0, 15.0)
+    assert times["seen"] == {"down_at": 46.5, "up_at": 62.0, "resumed_at": 66.0}
+    cost = event_badput({**HELD, **times}, 0.5)
+    assert (cost.cloud_downtime, cost.restore) == (15.0, 3.0)
+    # Without stamps the polls stand; a stamp past the poll that saw it (a VM clock ahead) is held to the poll, and
+    # no time comes before the one it follows.
+    assert workload_times(polled, 66.0, None, None, None)["resumed_at"] == 66.0
+    skewed = workload_times(polled, 66.0, stopped=46.0, booted=67.0, stepping=60.0)
+    assert (skewed["up_at"], skewed["resumed_at"]) == (66.0, 66.0)

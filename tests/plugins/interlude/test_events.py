@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from interlude.events import build_report, render_report
 
 
@@ -53,3 +55,23 @@ def test_report_accounts_for_downtime_and_recomputation() -> None:
     }
     text = render_report(report)
     assert "steps recomputed: 4" in text and "preemption" in text and "SCHEDULED" in text
+
+
+def test_the_restore_time_is_the_new_boots_resume_point_line() -> None:
+    """Issue 32.5: the old boot's own "resume point" (an earlier boot) and a line past the poll are not this one."""
+    from interlude.events import restore_finished
+
+    log = "\n".join(
+        [
+            "2026-12-05T08:55:00.000Z [k/train] resume point: step 10 (gs://b/old/)",  # an earlier boot
+            "2026-12-05T08:55:16.028Z [k/train] stopped by SIGTERM while holding at committed step 10",
+            "2026-12-05T08:55:16.462Z [k/train] resume point: step 10 (gs://b/x/)",
+            "2026-12-05T08:55:16.474Z [k/train] training train steps 11..60 on 1200 rows",
+        ]
+    )
+    t0 = 1796460900.0  # 2026-12-05T08:55:00Z
+    event = {"resumed_from_step": 10, "down_at": t0 + 16.028, "up_at": t0 + 16.3, "resumed_at": t0 + 16.6}
+    assert restore_finished(log, event) == pytest.approx(t0 + 16.462)
+    assert restore_finished(log, {**event, "resumed_from_step": 20}) is None
+    # Held between the boot and the first step: a line before the boot (clock skew) is the boot.
+    assert restore_finished(log, {**event, "up_at": t0 + 16.5}) == t0 + 16.5

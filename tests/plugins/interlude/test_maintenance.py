@@ -64,7 +64,7 @@ def test_scheduled_maintenance_recomputes_nothing() -> None:
     (event,) = events
     assert event["kind"] == "maintenance" and event["notice_type"] == "SCHEDULED"
     assert event["checkpoint_step"] == 52 and event["steps_recomputed"] == 0
-    assert event["downtime_s"] == 5 and event["detected_at"] == 2
+    assert event["downtime_s"] == 4 and event["detected_at"] == 2  # down 5 -> back 9
 
 
 def test_notice_shorter_than_a_poll_is_handled_as_already_down() -> None:
@@ -170,3 +170,11 @@ def test_state_round_trips_through_json() -> None:
 
     s = StageState(target_step=9, phase=Phase.RESUMING, request_id="r", event={"kind": "maintenance"})
     assert StageState.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+
+
+def test_the_checkpoint_time_is_when_the_workload_answered_not_the_poll() -> None:
+    answered = replace(obs(4, step=52, committed=52, notice=PENDING, ack=52), request_ack_at=3.2)
+    late = replace(answered, request_ack_at=7.0)  # a VM clock ahead of the control plane's: held to the poll
+    for o, expected in ((answered, 3.2), (late, 4.0)):
+        s, _, _ = walk(StageState(target_step=100), [obs(1, step=40, committed=40), obs(2, step=50, notice=PENDING), o])
+        assert s.phase is Phase.AWAITING_RESTART and (s.event or {})["checkpoint_committed_at"] == expected

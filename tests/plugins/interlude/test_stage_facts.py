@@ -202,3 +202,20 @@ def test_the_triggers_listing_runs_in_one_thread_of_its_own_and_agrees(bucket: s
         stage_facts.list_bucket = plain  # type: ignore[assignment]
     assert indexes == [plain(bucket)] * 2 and len(indexes[0]) == STAGES
     assert len(set(threads)) == 1 and threads[0].startswith("interlude-bucket-list")
+
+
+def test_both_readers_give_when_the_workload_answered_a_request(bucket: str) -> None:
+    """Issue 32.5: the event's checkpoint time is the workload's answer (its ack's committed_at), not a poll's."""
+    import json
+    from datetime import datetime
+
+    _seed(bucket)
+    store = CheckpointStore(bucket, "run00", "train")
+    written = json.loads(store.bucket.blob(store.base + "control/ack-req1.json").download_as_bytes())
+    at = datetime.fromisoformat(written["committed_at"].replace("Z", "+00:00")).timestamp()
+    reader = StageFactsReader(bucket, "run00", "train")
+    listed = reader.read(reader.objects(list_bucket(bucket)), "req1")
+    direct = read_stage_facts(bucket, "run00", "train", "req1")
+    assert (listed.request_ack_step, listed.request_ack_at) == (direct.request_ack_step, direct.request_ack_at)
+    assert listed.request_ack_at == at and listed.request_ack_step == 10
+    assert read_stage_facts(bucket, "run00", "train", "none-such").request_ack_at is None

@@ -231,7 +231,7 @@ def test_the_drill_fires_when_the_workload_holds_at_the_drill_step_and_is_record
     assert actions == [Action.DRILL, Action.REQUEST_CHECKPOINT, Action.RECORD_EVENT]
     (event,) = events
     assert event["drill"] is True and event["checkpoint_step"] == 10 and event["resumed_from_step"] == 10
-    assert event["downtime_s"] == 4 and event["steps_recomputed"] == 0
+    assert event["downtime_s"] == 3 and event["steps_recomputed"] == 0  # down 5 -> up 8 (the restore is its own)
     # Held from the drill (sent at 1) to the checkpoint before the window (acked at 3): interlude.badput's drill_hold.
     assert event["drill_sent_at"] == 1
     from interlude.badput import event_badput
@@ -278,7 +278,7 @@ def test_a_drill_on_a_vm_whose_down_window_no_poll_saw_uses_the_workloads_own_ti
     assert actions == [Action.DRILL, Action.REQUEST_CHECKPOINT, Action.RECORD_EVENT]
     (event,) = events
     assert event["checkpoint_step"] == 10 and event["resumed_from_step"] == 10
-    assert event["down_at"] == 6.0 and event["up_at"] == 7.5 and event["downtime_s"] == 3.0
+    assert event["down_at"] == 6.0 and event["up_at"] == 7.5 and event["downtime_s"] == 1.5
     assert event["steps_recomputed"] == 0 and event["drill"] is True and s.boot_id == "b2"
 
 
@@ -293,7 +293,7 @@ def test_an_unseen_reboot_while_awaiting_restart_is_closed_from_the_workloads_ti
         ],
     )
     assert actions == [Action.REQUEST_CHECKPOINT, Action.RECORD_EVENT]
-    assert events[0]["downtime_s"] == 3.0 and events[0]["checkpoint_step"] == 20
+    assert events[0]["downtime_s"] == 1.0 and events[0]["checkpoint_step"] == 20
 
 
 def test_every_event_has_its_own_id() -> None:
@@ -357,3 +357,29 @@ def test_bookkeeping_alone_never_wakes_the_operator() -> None:
     before = StageState(target_step=100)
     after = replace(before, last_step_seen=5, progress_mark="x", progress_seen_at=3.0, outage_since=2.0)
     assert not Transition(after).differs_from(before)
+
+
+def test_a_reboot_is_recorded_at_the_workloads_times_not_the_polls() -> None:
+    """Issue 32.5: the new boot started at 7.5, resumed from 10 and reported step 14 at 8.5 (mean step 0.2 s): it
+    stepped again at 8.5 - 0.2 x 5 = 7.5 by its own clock; the poll that saw it was at 9."""
+    _, _, events = walk(
+        drilling(),
+        [
+            obs(0, step=10, committed=10, state="holding"),
+            obs(1, step=10, committed=10, state="holding", notice=PENDING),
+            obs(
+                9,
+                step=14,
+                committed=10,
+                boot="b2",
+                resumed=10,
+                boot_started_at=7.0,
+                previous_boot_ended_at=6.0,
+                progress_at=8.5,
+                mean_step_seconds=0.2,
+            ),
+        ],
+    )
+    (event,) = events
+    assert (event["down_at"], event["up_at"], event["resumed_at"]) == (6.0, 7.0, pytest.approx(7.5))
+    assert event["downtime_s"] == 1.0 and event["seen"]["resumed_at"] == 9
