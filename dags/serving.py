@@ -11,11 +11,11 @@ from interlude.assets import FINETUNED_CHECKPOINT
 from interlude.operators.serving import (
     ServingApplyOperator,
     ServingDeleteOperator,
-    ServingReportOperator,
     ServingRolloutOperator,
     ServingSmokeOperator,
 )
 from interlude.operators.serving_maintenance import ServingMaintenanceOperator
+from interlude.operators.serving_report import ServingReportOperator
 from interlude.serving.spec import ServeSpec
 
 DOC_MD = """
@@ -49,8 +49,9 @@ starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoi
    maintenance started early (`maintenance_perform_early`), then the surge removed and the node uncordoned
    when it is back. Each decision is logged with its reason. With `load_requests` > 0 it sends a bounded load
    through the Service meanwhile (a drill). Bounded: never waits past the watch plus a finishing grace.
-8. **report** — pods per accelerator, time to first Ready, the smoke request's latency; the watch's decisions,
-   and for a drill: requests sent/failed, p50/p99, requests served per accelerator (from the pods' access logs).
+8. **report** — pods per accelerator after every change since the apply (the Kubernetes watch), time to first
+   Ready, fallbacks, requests answered per accelerator (the pods' own access logs: smoke and load); the watch's
+   decisions, and for a drill: requests sent/failed, p50/p99. What it could not count, it names.
 
 **delete** removes every object the spec renders (reverse apply order) and waits until no pod, Service or
 ComputeClass of it is left.

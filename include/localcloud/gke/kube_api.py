@@ -17,7 +17,7 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from interlude_localcloud.gke import defaults, eviction, patching, resources, scale, selectors, watching
+from interlude_localcloud.gke import defaults, eviction, patching, pod_logs, resources, scale, selectors, watching
 from interlude_localcloud.gke.resources import ResourceType
 from interlude_localcloud.gke.status import KubeError, bad_request, success
 from interlude_localcloud.gke.store import Store
@@ -113,6 +113,10 @@ class KubeApi:
             return JSONResponse(scale.to_scale(self.store.get(t.rt, t.namespace or "", t.name)))
         if t.name and t.sub == "log":
             self.store.get(t.rt, t.namespace or "", t.name)
+            if q.get("follow", "").lower() in ("true", "1"):
+                timeout = float(q.get("timeoutSeconds") or WATCH_TIMEOUT)
+                logs = pod_logs.follow(self.store, t.rt, t.namespace or "", t.name, timeout)
+                return StreamingResponse(logs, media_type="text/plain")
             lines = self.store.logs.get((t.namespace or "", t.name), [])
             tail = q.get("tailLines")
             if tail:

@@ -92,6 +92,7 @@ class PodRunner:
         self.phase = "Pending"
         self._written: Any = None
         self.spawned: list[int] = []  # every process group leader started, init containers and restarts too
+        self.pumps: list[threading.Thread] = []  # output readers: the log is complete once they are done
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -140,6 +141,9 @@ class PodRunner:
             except subprocess.TimeoutExpired:
                 pass
         self._thread.join(timeout=grace + 5)
+        for pump in list(self.pumps):  # the last lines a terminating container wrote, then the log is over
+            pump.join(timeout=5)
+        self.env.store.end_log(self.ns, self.name)
 
     # ------------------------------------------------------------------ setup
     def _volumes(self) -> None:
@@ -232,7 +236,9 @@ class PodRunner:
             start_new_session=True,
         )
         self.spawned.append(popen.pid)
-        threading.Thread(target=self._pump, args=(popen, c["name"]), daemon=True).start()
+        pump = threading.Thread(target=self._pump, args=(popen, c["name"]), daemon=True)
+        self.pumps.append(pump)
+        pump.start()
         return popen
 
     def _pump(self, popen: subprocess.Popen[bytes], container: str) -> None:

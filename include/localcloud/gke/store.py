@@ -56,6 +56,7 @@ class Store:
         self._history: deque[WatchEvent] = deque(maxlen=HISTORY)
         self._watchers: list[_Watcher] = []
         self.logs: dict[tuple[str, str], list[str]] = {}  # (namespace, pod) -> container output lines
+        self.ended_logs: set[tuple[str, str]] = set()  # pods whose containers are gone: their log is complete
 
     @property
     def resource_version(self) -> str:
@@ -80,6 +81,11 @@ class Store:
         """Container output for `pods/{name}/log` (written by whatever runs the pod's containers)."""
         with self.lock:
             self.logs.setdefault((namespace, pod), []).append(line)
+
+    def end_log(self, namespace: str, pod: str) -> None:
+        """The pod's containers are gone and their output read: a `follow` stream of its log ends."""
+        with self.lock:
+            self.ended_logs.add((namespace, pod))
 
     # reads ---------------------------------------------------------------------------------
     def get(self, rt: ResourceType, namespace: str, name: str) -> Obj:

@@ -104,16 +104,19 @@ class ServingApplyOperator(_ServingOperator):
 
         spec = self.serve_spec(context)
         result = require_plan(spec, scripts=load_scripts())
+        from interlude.operators.serving_report import snapshot
+
         started_at = time.time()
         applied = []
         with self.objects(spec) as kube:
+            before = snapshot(kube.api_client, spec.namespace, spec.name)  # the report counts from here
             for manifest in result.objects:
                 done = kube.apply(manifest)
                 self.log.info("%s %s/%s: %s", done.kind, done.namespace or "-", done.name, done.outcome)
                 applied.append(done.to_dict())
         changed = [a for a in applied if a["outcome"] != "unchanged"]
         self.log.info("Applied %d objects, %d created or changed", len(applied), len(changed))
-        return {"started_at": started_at, "applied": applied, "changed": len(changed)}
+        return {"started_at": started_at, "applied": applied, "changed": len(changed), **before}
 
 
 class ServingRolloutOperator(_ServingOperator):
@@ -228,54 +231,9 @@ class ServingSmokeOperator(_ServingOperator):
         return {"root": root, "text": text, "fingerprint": fingerprint, "latency_seconds": latency}
 
 
-class ServingReportOperator(_ServingOperator):
-    """The serving report (interlude.serving.report) from the cluster's pods now and the smoke request."""
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        from interlude.serving.observe import accelerator_of, pod_obs
-        from interlude.serving.policy import FallbackPlan
-        from interlude.serving.report import FallbackRecord, RequestSample, build_report, count_pods
-
-        spec = self.serve_spec(context)
-        ti = context["ti"]
-        applied = ti.xcom_pull(task_ids="apply") or {}
-        smoke = ti.xcom_pull(task_ids="smoke") or {}
-        with self.objects(spec) as kube:
-            pods = kube.list("v1", "Pod", spec.namespace, f"app.kubernetes.io/name={spec.name}")
-            nodes = {
-                n["metadata"]["name"]: accelerator_of(n["metadata"].get("labels") or {})
-                for n in kube.list("v1", "Node", None)
-            }
-        observed = [pod_obs(p, nodes) for p in pods]
-        kinds = {p.accelerator for p in observed if p.ready}
-        requests = []
-        if smoke and len(kinds) == 1:  # through a Service, the answering replica is known only if all share a kind
-            requests.append(RequestSample(str(next(iter(kinds))), float(smoke["latency_seconds"])))
-        started_at = float(applied.get("started_at") or time.time())
-        if not applied.get("changed") and observed:  # a re-run applied nothing: time the pods that were there
-            started_at = min([started_at, *(p.created_at for p in observed if p.created_at)])
-        fallbacks = [
-            FallbackRecord(float(r["at"]), FallbackPlan(r["action"], r["order"], r["reason"], tuple(r["stuck_pods"])))
-            for r in (ti.xcom_pull(task_ids="rollout") or {}).get("fallbacks") or []
-        ]
-        report = build_report(started_at, [count_pods(observed, time.time())], observed, fallbacks, requests)
-        text = report.render_text() + _watch_lines(ti.xcom_pull(task_ids="maintenance_watch"))
-        self.log.info("%s", text)
-        per: dict[str, int] = {}
-        for p in observed:
-            if p.ready and p.accelerator:
-                per[p.accelerator] = per.get(p.accelerator, 0) + 1
-        return {
-            "text": text,
-            "pods_per_accelerator": per,
-            "first_ready_seconds": report.first_ready_seconds,
-            "fallbacks": [{"at": f.at, "action": f.plan.action, "reason": f.plan.reason} for f in report.fallbacks],
-        }
-
-
-def _watch_lines(watch: dict[str, Any] | None) -> str:
+def watch_lines(watch: dict[str, Any] | None) -> str:
     """The maintenance watch's part of the report: its decisions, and the drill's load figures if it ran one."""
-    from interlude.serving.loadgen import per_accelerator, summary_lines
+    from interlude.serving.loadgen import summary_lines
 
     if not watch or watch.get("skipped"):
         return ""
@@ -284,6 +242,5 @@ def _watch_lines(watch: dict[str, Any] | None) -> str:
         f"    {d['kind']} {d['node']}: {d['reason']}" for d in watch.get("decisions") or [] if d["kind"] != "wait"
     ]
     if watch.get("load"):
-        served = {pod: (s["accelerator"], int(s["requests"])) for pod, s in (watch.get("served") or {}).items()}
-        lines += summary_lines(watch["load"], per_accelerator(served))
+        lines += summary_lines(watch["load"])
     return "\n".join(lines) + "\n"

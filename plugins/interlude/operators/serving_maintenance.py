@@ -36,8 +36,9 @@ class ServingMaintenanceOperator(_ServingOperator):
             spec.load_requests,
             spec.load_concurrency,
         )
+        since = str((context["ti"].xcom_pull(task_ids="apply") or {}).get("pods_rv") or "")
         self.defer(
-            trigger=MaintenanceWatchTrigger(spec=spec.to_dict(), watch_until=watch_until, **kwargs),
+            trigger=MaintenanceWatchTrigger(spec=spec.to_dict(), watch_until=watch_until, pods_since=since, **kwargs),
             method_name="execute_complete",
         )
         return None

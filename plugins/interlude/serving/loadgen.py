@@ -8,7 +8,8 @@ serving DAG, so the traffic stays on the cluster's own path) and keeps each requ
 Which accelerator answered is not in a vLLM response; it is in the answering pod's log: vLLM's API server
 prints uvicorn's access log line (`"POST /v1/completions HTTP/1.1" 200 OK`) for every request unless
 `--disable-uvicorn-access-log` (https://docs.vllm.ai/en/latest/cli/serve.html). `served_completions` counts
-those lines, so requests per accelerator come from the servers, not from the generator's own account.
+those lines, so requests per accelerator come from the servers, not from the generator's own account
+(`interlude.serving.observed`).
 """
 
 from __future__ import annotations
@@ -111,24 +112,14 @@ def served_completions(log_text: str) -> tuple[int, int]:
     return ok, len(codes) - ok
 
 
-def per_accelerator(served: Mapping[str, tuple[str | None, int]]) -> dict[str, int]:
-    """{pod: (accelerator, completions served)} -> completions per accelerator ("unknown" without a node)."""
-    out: dict[str, int] = {}
-    for accelerator, count in served.values():
-        key = accelerator or "unknown"
-        out[key] = out.get(key, 0) + count
-    return out
-
-
-def summary_lines(load: Mapping[str, object], served: Mapping[str, int]) -> Sequence[str]:
-    """The report's load-test lines: sent, failed, p50/p99, requests per accelerator from the pods' logs."""
+def summary_lines(load: Mapping[str, object]) -> Sequence[str]:
+    """The report's load-test line: sent, failed, p50/p99 (over every replica: a response does not name its
+    replica; requests per accelerator are the report's own, from the pods' access logs)."""
 
     def ms(value: object) -> str:
         return "-" if value is None else f"{float(str(value)) * 1000:.0f} ms"
 
-    per = ", ".join(f"{k}={v}" for k, v in sorted(served.items())) or "none"
     return (
         f"  load test: {load.get('sent')}/{load.get('planned')} requests sent, {load.get('failed')} failed, "
-        f"p50 {ms(load.get('p50_seconds'))}, p99 {ms(load.get('p99_seconds'))}",
-        f"  requests served per accelerator (pods' access logs, as last read before each pod went): {per}",
+        f"p50 {ms(load.get('p50_seconds'))}, p99 {ms(load.get('p99_seconds'))} (all replicas)",
     )

@@ -1,15 +1,16 @@
-"""ServingReport: what serving looked like - pods per accelerator over time, time to first Ready,
-fallbacks, requests and latency per accelerator - built from observations and rendered to text.
+"""ServingReport: what serving looked like - pods per accelerator over time (every change the Kubernetes
+watch delivered), time to first Ready, fallbacks, requests answered per accelerator (the pods' own access
+logs) - rendered to text, saying what it could not count.
 
 Why per accelerator: replicas on TPU and on GPU behave differently (the public recipe's caveat: TTFT and
-TPOT differ within one Deployment), so one latency figure would hide exactly what an operator needs to
-see after a fallback.
+TPOT differ within one Deployment), so one figure would hide exactly what an operator needs to see after a
+fallback. Latency stays one figure (the load test's): a response does not name the replica that answered.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from interlude.serving.policy import FallbackPlan, PodObs
@@ -20,14 +21,8 @@ ACCELERATORS = ("tpu", "gpu")
 @dataclass(frozen=True)
 class PodCountSample:
     at: float
-    counts: tuple[tuple[str, int], ...]  # (accelerator or "pending", ready-or-running pods), sorted
-
-
-@dataclass(frozen=True)
-class RequestSample:
-    accelerator: str  # which kind of replica answered
-    latency_seconds: float
-    ok: bool = True
+    counts: tuple[tuple[str, int], ...]  # (accelerator, "unknown" or "pending", running pods), sorted
+    rv: int = 0  # the resourceVersion of the change that led to these counts (0: not from a watch)
 
 
 @dataclass(frozen=True)
@@ -37,11 +32,9 @@ class FallbackRecord:
 
 
 @dataclass(frozen=True)
-class AcceleratorStats:
-    requests: int
-    errors: int
-    p50_seconds: float | None
-    p99_seconds: float | None
+class AcceleratorRequests:
+    answered: int  # access-log lines with a 2xx status
+    failed: int  # access-log lines with any other status
 
 
 @dataclass(frozen=True)
@@ -50,17 +43,17 @@ class ServingReport:
     samples: tuple[PodCountSample, ...]
     first_ready_seconds: float | None  # from start to the first Ready replica
     fallbacks: tuple[FallbackRecord, ...]
-    per_accelerator: tuple[tuple[str, AcceleratorStats], ...]
+    per_accelerator: tuple[tuple[str, AcceleratorRequests], ...]
     notes: tuple[str, ...] = field(default=())
 
-    def stats(self, accelerator: str) -> AcceleratorStats:
+    def stats(self, accelerator: str) -> AcceleratorRequests:
         return dict(self.per_accelerator)[accelerator]
 
     def render_text(self) -> str:
         lines = ["Serving report"]
         first = "never" if self.first_ready_seconds is None else f"{self.first_ready_seconds:.1f} s"
         lines.append(f"  time to first Ready replica: {first}")
-        lines.append("  pods over time (s since start: accelerator=count):")
+        lines.append("  pods over time (s since start: running pods per accelerator, after each change):")
         for sample in self.samples:
             counts = ", ".join(f"{k}={v}" for k, v in sample.counts) or "none"
             lines.append(f"    +{sample.at - self.started_at:7.1f}  {counts}")
@@ -70,11 +63,9 @@ class ServingReport:
                 f"    +{record.at - self.started_at:7.1f}  {record.plan.action} -> {record.plan.order}: "
                 f"{record.plan.reason}"
             )
-        lines.append("  requests per accelerator:")
+        lines.append("  requests answered per accelerator (the pods' access logs, smoke and load included):")
         for name, stats in self.per_accelerator:
-            p50 = "-" if stats.p50_seconds is None else f"{stats.p50_seconds * 1000:.0f} ms"
-            p99 = "-" if stats.p99_seconds is None else f"{stats.p99_seconds * 1000:.0f} ms"
-            lines.append(f"    {name}: {stats.requests} requests, {stats.errors} errors, p50 {p50}, p99 {p99}")
+            lines.append(f"    {name}: {stats.answered} answered 2xx, {stats.failed} answered otherwise")
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines) + "\n"
 
@@ -89,21 +80,13 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def count_pods(pods: Sequence[PodObs], at: float) -> PodCountSample:
-    """Running pods by accelerator, plus those still pending, at one moment."""
+    """Running pods by accelerator ("unknown" when the node's is not known), plus those pending, at one moment."""
     counts: dict[str, int] = {}
     for pod in pods:
-        if pod.phase == "Running" and pod.accelerator:
-            counts[pod.accelerator] = counts.get(pod.accelerator, 0) + 1
-        elif pod.phase == "Pending":
-            counts["pending"] = counts.get("pending", 0) + 1
+        key = (pod.accelerator or "unknown") if pod.phase == "Running" else "pending" if pod.phase == "Pending" else ""
+        if key:
+            counts[key] = counts.get(key, 0) + 1
     return PodCountSample(at, tuple(sorted(counts.items())))
-
-
-def _stats(samples: Sequence[RequestSample]) -> AcceleratorStats:
-    good = [s.latency_seconds for s in samples if s.ok]
-    return AcceleratorStats(
-        len(samples), sum(1 for s in samples if not s.ok), percentile(good, 50), percentile(good, 99)
-    )
 
 
 def build_report(
@@ -111,16 +94,21 @@ def build_report(
     samples: Sequence[PodCountSample],
     pods: Sequence[PodObs],
     fallbacks: Sequence[FallbackRecord],
-    requests: Sequence[RequestSample],
+    requests: Mapping[str, tuple[int, int]],
+    notes: Sequence[str] = (),
 ) -> ServingReport:
-    """The report from what the rollout and smoke/load steps observed (all times epoch seconds)."""
+    """The report from what the watch, the pods' logs and the rollout recorded (all times epoch seconds).
+
+    `requests`: accelerator -> (answered 2xx, answered otherwise); `notes`: what was not counted, and why."""
     ready = [p.ready_at for p in pods if p.ready_at is not None]
     first = None if not ready else min(ready) - started_at
-    kinds = sorted(set(ACCELERATORS) | {r.accelerator for r in requests})
-    per = tuple((k, _stats([r for r in requests if r.accelerator == k])) for k in kinds)
-    notes = []
-    if len([name for name, stats in per if stats.requests]) > 1:
-        notes.append("replicas on different accelerators answered: compare their latency before reading totals")
+    kinds = sorted(set(ACCELERATORS) | set(requests))
+    per = tuple((k, AcceleratorRequests(*requests.get(k, (0, 0)))) for k in kinds)
+    notes = list(notes)
+    if len([name for name, stats in per if stats.answered]) > 1:
+        notes.append(
+            "replicas on different accelerators answered: their latency differs, the load test's p50/p99 mixes them"
+        )
     return ServingReport(
         started_at,
         tuple(sorted(samples, key=lambda s: s.at)),

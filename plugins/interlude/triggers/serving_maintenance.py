@@ -14,8 +14,9 @@ surge raises the HPA's minReplicas and maxReplicas (the HPA owns the Deployment'
 the Deployment would be undone at its next sync).
 
 Optionally (`load_requests` > 0) it runs a bounded load through the Service during the watch (a drill):
-completions through the API server's Service proxy, counted and timed; requests per accelerator come from
-the pods' access logs (`interlude.serving.loadgen`).
+completions through the API server's Service proxy, counted and timed. Meanwhile a `PodObserver` watches the
+serving pods from the apply's resourceVersion and follows each running pod's access log, so the report's pods
+over time and requests per accelerator hold every change and every answered request (`serving_observer`).
 
 Bounded: the watch ends at `watch_until` once nothing is in flight, and in any case at `deadline` (then the
 event is `timeout` and the operator fails, naming what was still in flight).
@@ -32,11 +33,12 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 from kubernetes_asyncio import client as async_client
 
-from interlude.serving.loadgen import LOAD_MAX_TOKENS, LOAD_PROMPT, LoadResult, run_load, served_completions
+from interlude.serving.loadgen import LOAD_MAX_TOKENS, LOAD_PROMPT, LoadResult, run_load
 from interlude.serving.observe import accelerator_of, node_obs, pod_obs
 from interlude.serving.policy import CORDON_ANNOTATION, LABEL_PERFORM, SURGE_ANNOTATION, Step, in_flight
 from interlude.serving.spec import ServeSpec
 from interlude.triggers.serving import _ClusterTrigger, _get_or_none, _json
+from interlude.triggers.serving_observer import PodObserver
 
 MERGE = "application/merge-patch+json"
 MAX_DECISIONS = 200
@@ -59,7 +61,6 @@ class _Cluster:
         self.core = async_client.CoreV1Api(api)
         self.hpas = async_client.AutoscalingV2Api(api)
         self.apps = async_client.AppsV1Api(api)
-        self.served: dict[str, tuple[str | None, int]] = {}  # pod -> (accelerator, completions seen in its log)
 
     async def observe(self) -> dict[str, Any]:
         ns, name = self.spec.namespace, self.spec.name
@@ -69,19 +70,6 @@ class _Cluster:
         hpa = await _get_or_none(self.hpas.read_namespaced_horizontal_pod_autoscaler, name, ns)
         deployment = await _get_or_none(self.apps.read_namespaced_deployment, name, ns)
         return {"nodes": nodes, "pods": pods, "hpa": hpa, "deployment": deployment}
-
-    async def count_served(self, pod: dict[str, Any], accelerator: str | None) -> None:
-        """Completions in the pod's access log (max over its containers: only the serving one logs them)."""
-        name = pod["metadata"]["name"]
-        best = 0
-        for container in pod["spec"].get("containers") or []:
-            try:
-                text = await self.core.read_namespaced_pod_log(name, self.spec.namespace, container=container["name"])
-            except async_client.ApiException:
-                continue
-            best = max(best, served_completions(str(text))[0])
-        previous = self.served.get(name, (accelerator, 0))
-        self.served[name] = (accelerator or previous[0], max(previous[1], best))
 
     async def patch_node(self, name: str, body: dict[str, Any]) -> None:
         # _content_type is accepted at run time (the generated client's common kwargs) but not in its typed signature.
@@ -158,18 +146,22 @@ def _waiting(hpa: dict[str, Any] | None) -> float:
 class MaintenanceWatchTrigger(_ClusterTrigger):
     """Watch the serving pods' nodes for maintenance until `watch_until` (and nothing in flight) or `deadline`."""
 
-    def __init__(self, *, spec: dict[str, Any], watch_until: float, **kwargs: Any) -> None:
+    def __init__(self, *, spec: dict[str, Any], watch_until: float, pods_since: str = "", **kwargs: Any) -> None:
+        """`pods_since`: the resourceVersion the apply step listed the pods at (the pod watch starts there)."""
         super().__init__(**kwargs)
-        self.kw.update({"spec": spec, "watch_until": watch_until})
+        self.kw.update({"spec": spec, "watch_until": watch_until, "pods_since": pods_since})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         spec = ServeSpec.from_dict(self.kw["spec"])
         decisions: list[dict[str, Any]] = []
         load_task: asyncio.Task[LoadResult] | None = None
+        observer: PodObserver | None = None
         try:
             kube = await asyncio.to_thread(self._async_hook)
             async with kube.get_conn() as api:
                 cluster = _Cluster(api, spec)
+                selector = f"app.kubernetes.io/name={spec.name}"
+                observer = PodObserver(cluster.core, spec.namespace, selector, self.kw.get("pods_since") or "").start()
                 if spec.load_requests:
                     load_task = asyncio.create_task(
                         run_load(
@@ -181,14 +173,16 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
                     )
                 status, steps = await self._watch(cluster, spec, decisions, load_task)
                 load = (await load_task).to_dict() if load_task and load_task.done() else None
-                served = {pod: {"accelerator": acc, "requests": n} for pod, (acc, n) in cluster.served.items()}
+                observed = await observer.stop()
             pending = [f"{s.kind} {s.node}: {s.reason}" for s in steps]
             yield TriggerEvent(
-                {"status": status, "decisions": decisions, "load": load, "served": served, "in_flight": pending}
+                {"status": status, "decisions": decisions, "load": load, "observed": observed, "in_flight": pending}
             )
         except Exception as exc:  # noqa: BLE001 - execute_complete fails loudly with it
             if load_task is not None:
                 load_task.cancel()
+            if observer is not None:
+                await observer.stop()
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}", "decisions": decisions})
 
     async def _watch(
@@ -216,9 +210,6 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
 
         seen = await cluster.observe()
         accelerators = {n["metadata"]["name"]: accelerator_of(n["metadata"].get("labels") or {}) for n in seen["nodes"]}
-        for pod in seen["pods"]:
-            if (pod.get("status") or {}).get("phase") == "Running":
-                await cluster.count_served(pod, accelerators.get(pod["spec"].get("nodeName") or ""))
         hpa, deployment = seen["hpa"], seen["deployment"]
         desired = max(
             int(((deployment or {}).get("spec") or {}).get("replicas", 1)),
@@ -273,11 +264,5 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
         outcomes = []
         for pod in seen["pods"]:
             if pod["spec"].get("nodeName") == node and (pod.get("status") or {}).get("phase") in ("Pending", "Running"):
-                accelerator = accelerator_of(
-                    next(
-                        (n["metadata"].get("labels") or {} for n in seen["nodes"] if n["metadata"]["name"] == node), {}
-                    )
-                )
-                await cluster.count_served(pod, accelerator)  # its log goes with it
                 outcomes.append(await cluster.evict(pod))
         return "; ".join(outcomes)

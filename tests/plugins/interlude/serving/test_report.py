@@ -1,11 +1,11 @@
-"""ServingReport: pods per accelerator over time, time to first Ready, fallbacks, latency per accelerator."""
+"""ServingReport: pods per accelerator over time, time to first Ready, fallbacks, requests per accelerator."""
 
 from __future__ import annotations
 
 import pytest
 
 from interlude.serving.policy import FallbackPlan, PodObs
-from interlude.serving.report import FallbackRecord, RequestSample, build_report, count_pods, percentile
+from interlude.serving.report import FallbackRecord, build_report, count_pods, percentile
 
 T0 = 1_000.0
 
@@ -32,8 +32,10 @@ def test_count_pods_by_accelerator() -> None:
         PodObs("b", "Running", False, "n2", "gpu"),
         PodObs("c", "Pending"),
         PodObs("d", "Succeeded", node="n1", accelerator="tpu"),
+        PodObs("e", "Running", True, "gone-node"),
+        PodObs("f", "Terminating", False, "n1", "tpu"),
     ]
-    assert count_pods(pods, T0).counts == (("gpu", 1), ("pending", 1), ("tpu", 1))
+    assert count_pods(pods, T0).counts == (("gpu", 1), ("pending", 1), ("tpu", 1), ("unknown", 1))
 
 
 def test_report_figures_and_text() -> None:
@@ -43,16 +45,12 @@ def test_report_figures_and_text() -> None:
     ]
     samples = [count_pods([PodObs("a", "Pending")], T0 + 10), count_pods(pods, T0 + 500)]
     fallback = FallbackRecord(T0 + 320, FallbackPlan("fall_back_to_gpu", "gpu_first", "stockout for 300 s"))
-    requests = [RequestSample("tpu", x / 1000) for x in range(10, 110, 10)] + [
-        RequestSample("gpu", 0.5),
-        RequestSample("gpu", 0.7, ok=False),
-    ]
-    report = build_report(T0, samples[::-1], pods, [fallback], requests)
+    requests = {"tpu": (10, 0), "gpu": (1, 1)}
+    report = build_report(T0, samples[::-1], pods, [fallback], requests, ["pod x's log went unread"])
     assert report.first_ready_seconds == 95.0
     assert [s.at for s in report.samples] == [T0 + 10, T0 + 500]
     tpu, gpu = report.stats("tpu"), report.stats("gpu")
-    assert (tpu.requests, tpu.errors, tpu.p50_seconds, tpu.p99_seconds) == (10, 0, 0.05, 0.1)
-    assert (gpu.requests, gpu.errors, gpu.p50_seconds) == (2, 1, 0.5)
+    assert (tpu.answered, tpu.failed, gpu.answered, gpu.failed) == (10, 0, 1, 1)
     text = report.render_text()
     for expected in (
         "time to first Ready replica: 95.0 s",
@@ -60,15 +58,16 @@ def test_report_figures_and_text() -> None:
         "+   10.0  pending=1",
         "fallbacks: 1",
         "fall_back_to_gpu -> gpu_first: stockout for 300 s",
-        "tpu: 10 requests, 0 errors, p50 50 ms, p99 100 ms",
-        "gpu: 2 requests, 1 errors, p50 500 ms",
+        "tpu: 10 answered 2xx, 0 answered otherwise",
+        "gpu: 1 answered 2xx, 1 answered otherwise",
         "replicas on different accelerators answered",
+        "note: pod x's log went unread",
     ):
         assert expected in text, expected
 
 
 def test_an_empty_report_still_renders() -> None:
-    report = build_report(T0, [], [], [], [])
+    report = build_report(T0, [], [], [], {})
     assert report.first_ready_seconds is None and report.notes == ()
     text = report.render_text()
-    assert "time to first Ready replica: never" in text and "tpu: 0 requests, 0 errors, p50 -, p99 -" in text
+    assert "time to first Ready replica: never" in text and "tpu: 0 answered 2xx, 0 answered otherwise" in text
