@@ -2,6 +2,8 @@
 
 There is no Docker engine here; Debian's `docker-compose` (v1) still parses, merges the YAML anchors and
 validates the file against the Compose schema (`config -q`), which is what breaks first when the file drifts.
+In CI (`CI=true`, as GitHub Actions sets it) a docker-compose that cannot be had fails the tests: a skip there
+would turn a broken install into a green run. Elsewhere it skips, saying why.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import yaml
@@ -32,15 +34,27 @@ SERVICES = {
 }
 
 
+def in_ci() -> bool:
+    """GitHub Actions (and most CI services) set CI=true."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Fail in CI (the install is part of what CI checks), skip with the reason elsewhere."""
+    if in_ci():
+        pytest.fail(f"CI=true: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
 def docker_compose() -> str:
-    """Debian's docker-compose, installed with apt-get when missing and we may (root); else skip."""
+    """Debian's docker-compose, installed with apt-get when missing and we may (root); else see `unavailable`."""
     try:  # nothing to install when it is there already
         apt.ensure({"docker-compose": lambda: bool(shutil.which("docker-compose"))})
-    except apt.CannotInstall:
-        pytest.skip("docker-compose is not installed and apt-get cannot run here (not root)")
+    except apt.CannotInstall as err:
+        unavailable(f"docker-compose is not installed and apt-get cannot run here: {err}")
     except subprocess.CalledProcessError as err:
-        pytest.skip(f"could not install docker-compose: `{' '.join(err.cmd)}` failed")
-    return shutil.which("docker-compose") or pytest.skip("docker-compose still missing after apt-get install")
+        unavailable(f"could not install docker-compose: `{' '.join(err.cmd)}` exited {err.returncode}")
+    return shutil.which("docker-compose") or unavailable("docker-compose still missing after apt-get install")
 
 
 def compose(exe: str, env_file: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -127,3 +141,33 @@ def test_the_triggerer_runs_with_the_documented_environment(resolved: dict[str, 
         env["AIRFLOW__CORE__EXECUTOR"]
         == resolved["services"]["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
     )
+
+
+def _outcome(call: Any) -> BaseException | None:
+    """What `call()` raised, pytest's skip and fail included (they are BaseExceptions)."""
+    try:
+        call()
+    except BaseException as exc:  # noqa: BLE001 - the outcome is the thing under test
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("ci", ["true", ""])
+@pytest.mark.parametrize("apt_get", ["exit 100", None])  # apt-get fails (no mirror) | there is no apt-get at all
+def test_a_docker_compose_that_cannot_be_installed_fails_in_ci_and_skips_with_the_reason_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ci: str, apt_get: str | None
+) -> None:
+    """A real `apt-get` process that fails (a stand-in first on PATH: a real install would change this machine),
+    or none on PATH; docker-compose absent either way."""
+    if apt_get is not None:
+        stand_in = tmp_path / "apt-get"
+        stand_in.write_text(f"#!/bin/sh\n{apt_get}\n")
+        stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("CI", ci)
+    if os.geteuid() != 0 and apt_get is not None:
+        pytest.skip("apt.ensure runs apt-get only as root")
+    outcome = _outcome(docker_compose)
+    expected = pytest.fail.Exception if ci else pytest.skip.Exception
+    assert type(outcome) is expected, repr(outcome)
+    assert ("exited 100" if apt_get else "apt-get cannot run here") in str(outcome), outcome

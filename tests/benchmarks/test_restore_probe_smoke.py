@@ -1,4 +1,11 @@
-"""The restore probe end to end at toy size: one checkout, one start each way, as a user runs it."""
+"""The restore probe end to end at toy size: one checkout, one start each way, as a user runs it, held to its goal.
+
+The restore is part of the badput goal's "overhead per event beyond the downtime < 3 s" (benchmarks/README.md).
+Its wall time swings with the machine's load; its CPU (the kernel's count for the agent and its trainer, which
+the probe reads from /proc) does not grow with waiting, and it is a floor of the wall time on any machine: a
+restore whose CPU alone took a third of the per-event budget would leave too little for the checkpoint commit
+and the wait for the window. So the bound is on CPU: 260-425 ms measured (README), RESTORE_CPU_MAX_MS allowed.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "restore_probe.py"
+RESTORE_CPU_MAX_MS = 1000.0  # a third of the 3 s per-event goal
 LINE = re.compile(r"^(agent|boot)\s+this\s+-> training: median\s+([\d.]+) ms .*CPU median\s+([\d.]+) ms$", re.M)
 
 
@@ -23,7 +31,7 @@ def test_one_start_each_way_reaches_training_and_leaves_no_workload_behind(tmp_p
     found = {mode: (float(took), float(cpu)) for mode, took, cpu in LINE.findall(done.stdout)}
     assert set(found) == {"agent", "boot"}, done.stdout
     for took, cpu in found.values():
-        assert 0 < took < 60_000 and cpu >= 0, done.stdout
+        assert 0 < took < 60_000 and 0 < cpu <= RESTORE_CPU_MAX_MS, done.stdout
     left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(
         p.info["cmdline"] or [])]  # fmt: skip
     assert not left, left

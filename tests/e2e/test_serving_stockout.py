@@ -1,10 +1,11 @@
 """TPU stockout at deploy time: the replica serves on L4, and the time from the first stockout to a GPU replica
-Ready is measured and printed (scenario seconds, the cluster's clock).
+Ready is measured in scenario seconds (the cluster's own clock) and held to the goal.
 
 Two cases. GKE's own fallback with no TPU delay (the ComputeClass moves to its next priority in the same
-autoscaler pass), and GKE's configurable TPU delay set to the vLLM TPU/GPU recipe's "up to 10 hours": there
-Interlude's fallback (interlude.serving.policy.fallback_decision in the rollout trigger) re-applies the
-ComputeClass GPU-first after `fallback_after_seconds`, and the replica is Ready on L4 within minutes.
+autoscaler pass: the time is printed), and GKE's configurable TPU delay set to the vLLM TPU/GPU recipe's "up
+to 10 hours": there Interlude's fallback (interlude.serving.policy.fallback_decision in the rollout trigger)
+re-applies the ComputeClass GPU-first after `fallback_after_seconds`, and the replica must be Ready on L4
+within GOAL_SECONDS ("stockouts fall back in minutes", README).
 """
 
 from __future__ import annotations
@@ -26,7 +27,13 @@ pytestmark = pytest.mark.e2e
 
 CLUSTER = "interlude-serving"
 GKE_TPU_WAIT = 36000.0  # the recipe: "it could take up to 10 hours to fall back from a TPU node to a GPU"
-GOAL_SECONDS = 120.0
+GOAL_SECONDS = 120.0  # README: "TPU stockout -> GPU replica Ready ... (goal < 120 s ...)"
+# The cluster clock runs TIME_SCALE times faster than the wall. Scenario delays (the L4 node's 60 s) are exact in
+# cluster seconds whatever the load; what processes do (the trigger's reaction, the stand-in's start) takes real
+# seconds and is billed TIME_SCALE-fold. At 2 the idle machine spends ~3 real s of the goal's ~35 s of slack, so a
+# busy machine has ~15 real s of delay to spare before the bound moves; a policy that waits a minute longer fails.
+TIME_SCALE = 2
+WATCH_SECONDS = 3 * GOAL_SECONDS / TIME_SCALE + 60  # the watcher sees well past the goal: a late replica fails
 
 
 @pytest.fixture
@@ -37,10 +44,10 @@ def serving(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
 
 @pytest.fixture
 def serving_tpu_wait(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
-    """gke_serving_run with GKE's TPU fallback delay at 10 h, at time_scale 10 (1 real s = 10 cluster s) so that
-    Interlude's one-second polls and Kubernetes' one-second stamps are finer than the 2-minute goal."""
+    """gke_serving_run with GKE's TPU fallback delay at 10 h, at TIME_SCALE (see there): Interlude's polls and
+    Kubernetes' one-second stamps stay much finer than the 2-minute goal."""
     data = yaml.safe_load((dev.SCENARIOS / "gke_serving_run.yaml").read_text())
-    data["time_scale"] = 10
+    data["time_scale"] = TIME_SCALE
     data["delays"]["gke_tpu_fallback_wait"] = GKE_TPU_WAIT
     path = tmp_path / "gke_tpu_wait.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -52,13 +59,13 @@ def _is_ready(pod: client.V1Pod) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
 
-def _gpu_ready_clock(s: Serving) -> tuple[threading.Thread, dict[str, float]]:
+def _gpu_ready_clock(s: Serving, watch_seconds: float = 300) -> tuple[threading.Thread, dict[str, float]]:
     """In the background: the cluster clock (admin `now`) when a pod is first seen Ready on an L4 node."""
     seen: dict[str, float] = {}
 
     def loop() -> None:
         core = client.CoreV1Api(s.api)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + watch_seconds
         while time.monotonic() < deadline and not seen:
             for pod in pods(s):
                 if pod.spec.node_name and _is_ready(pod):
@@ -112,7 +119,7 @@ def test_with_gkes_tpu_delay_interludes_fallback_has_a_gpu_replica_ready_within_
 ) -> None:
     s = serving_tpu_wait
     s.cloud.admin.gke_stockout("us-central1-a", "ct6e-standard-1t")
-    watcher, ready = _gpu_ready_clock(s)
+    watcher, ready = _gpu_ready_clock(s, WATCH_SECONDS)
     conf: dict[str, Any] = {**deploy_conf(s), "fallback_after_seconds": 20, "poll_seconds": 5}
     state, states, log = run(s, conf)
     watcher.join(timeout=10)
@@ -131,9 +138,14 @@ def test_with_gkes_tpu_delay_interludes_fallback_has_a_gpu_replica_ready_within_
     assert "gpu" in klass["spec"]["priorities"][0] or klass["spec"]["priorities"][0].get("nodepools") == ["l4"]
     events = client.CoreV1Api(s.api).list_namespaced_event("default").items
     assert any(e.reason == "FailedScaleUp" and "GCE out of resources" in e.message for e in events)
-    took = ready[pod.metadata.name] - _first_stockout(s)
+    # the goal, on the cluster's clock: its first ScaleUpFailed to the first moment the pod is Ready on an L4 node
+    assert pod.metadata.name in ready, f"no L4 replica Ready within {WATCH_SECONDS:.0f} real s: {ready}"
+    first = _first_stockout(s)
+    took = ready[pod.metadata.name] - first
+    scaled_up = [e["t"] - first for e in s.cloud.admin.gke_events(CLUSTER)["events"] if e["kind"] == "ScaleUp"]
     print(
         f"TPU stockout -> GPU replica Ready with GKE's TPU delay of {GKE_TPU_WAIT:.0f} s: {took:.0f} cluster seconds "
-        f"with Interlude's fallback (goal {GOAL_SECONDS:.0f} s; GKE alone: >= {GKE_TPU_WAIT:.0f} s)"
+        f"with Interlude's fallback (L4 scale-up at {scaled_up} s; goal {GOAL_SECONDS:.0f} s; GKE alone: "
+        f">= {GKE_TPU_WAIT:.0f} s)"
     )
-    assert took < GKE_TPU_WAIT / 10, took  # far from GKE's own wait; the goal is printed, not asserted (load)
+    assert took <= GOAL_SECONDS, f"GPU replica Ready {took:.0f} cluster s after the first stockout (L4 at {scaled_up})"
