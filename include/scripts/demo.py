@@ -14,9 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from interlude import naming
-from interlude.training import events
-from interlude_dev import wiring as dev
+from interlude import dev, events, naming
 
 ROOT = Path(__file__).resolve().parents[2]
 VAR = ROOT / "var" / "demo"

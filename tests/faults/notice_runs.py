@@ -16,8 +16,7 @@ from typing import Any
 
 import yaml
 
-from interlude import naming
-from interlude_dev import wiring as dev
+from interlude import dev, naming
 
 DAG_ID = "interlude_training"
 STEP_SECONDS = 0.1

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from interlude import naming
-from interlude_dev import wiring as dev
+from interlude import dev, naming
 from tests.faults.support import BASE, BUCKET, DAG_ID, ZONES, dags_test, failing_gcs_proxy, left_in_cloud
 
 pytestmark = pytest.mark.e2e

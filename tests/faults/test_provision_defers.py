@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlude_dev import warm_cli
-from interlude_dev import wiring as dev
+from interlude import dev, warm_cli
 from tests.faults.support import (
     BASE,
     BUCKET,

@@ -1,1 +1,0 @@
-"""Deployment glue: what an Airflow deployment points its configuration at (Celery config, worker preload)."""
