@@ -12,13 +12,13 @@ STAMP := $(VENV)/.installed
 unexport PYTHONDONTWRITEBYTECODE
 
 # Install once; again only when the requirements, the constraints or the package layout change.
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+$(STAMP): requirements.txt constraints.txt pyproject.toml include/devtools/pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv (from PyPI) installs the pinned tree in seconds; output is kept quiet unless a step fails.
 	@$(PY) -m pip install -q "uv>=0.5" > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
-	@$(VENV)/bin/uv pip install -q --python $(PY) -r requirements.txt -c constraints.txt >> $(VENV)/install.log 2>&1 \
-		|| { cat $(VENV)/install.log; exit 1; }
-	@$(VENV)/bin/uv pip install -q --python $(PY) --no-deps -e . >> $(VENV)/install.log 2>&1 \
+	@# The project (runtime deps from requirements.txt) with its test and dev extras, and the tooling distribution
+	@# (include/devtools, interlude_dev), every version pinned by constraints.txt.
+	@$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test,dev]' -e include/devtools >> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 	@echo "installed into $(VENV) (log: $(VENV)/install.log)"

@@ -15,7 +15,7 @@ on the TPU node the lifecycle DAG chooses there (v6e-8):
   maintenance and resumes from its latest periodic checkpoint, as any careful user's startup script would.
 
 Figures come from the workload's own stamped lines (its log in GCS merged with the node's serial console), the
-checkpoints in GCS and the local cloud's own event log; the DAG rows' report (interlude.badput on the timeline
+checkpoints in GCS and the local cloud's own event log; the DAG rows' report (interlude.training.badput on the timeline
 Interlude recorded) is printed beside them. The training span is the train stage's first step to its final
 commit; "overhead per event" is the span beyond the uninterrupted one minus the cloud's downtime (maintenance
 start to end), per event. Seconds are real seconds on this machine (multiply by the time scale for Google's).
@@ -44,7 +44,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.badput_facts import RunFacts, run_facts  # noqa: E402
 from benchmarks.badput_table import figures, table  # noqa: E402
-from interlude import dev, naming  # noqa: E402
+from interlude import naming  # noqa: E402
+from interlude_dev import wiring as dev  # noqa: E402
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-bench-badput"

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from interlude.badput import Badput, split
+from interlude.training.badput import Badput, split
 
 STAMPED = re.compile(r"^(\d{4}-\d\d-\d\dT\S+) \[[^\]]+\] (.*)$")
 COMMIT = re.compile(r"checkpoint step (\d+) (?:already )?committed in ([\d.]+)s \(([^)]*)\)")
@@ -78,7 +78,7 @@ class RunFacts:
         return sum(e.recomputed_steps for e in self.events)
 
     def badput(self, step_seconds: float) -> tuple[float, float, Badput]:
-        """interlude.badput's split of this timeline (the same function the report uses, other inputs)."""
+        """interlude.training.badput's split of this timeline (the same function the report uses, other inputs)."""
         stage = {
             "stage": "train",
             "started_at": self.started_at,

@@ -8,7 +8,7 @@ import os
 from typing import Any
 
 from benchmarks.badput_facts import RunFacts
-from interlude.badput import CAUSES
+from interlude.training.badput import CAUSES
 
 RowInput = tuple[RunFacts, int, float, dict[str, Any] | None]
 """(facts, final committed step in GCS, the row's wall seconds, its run report or None)."""

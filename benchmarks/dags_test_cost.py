@@ -1,4 +1,4 @@
-"""What one `airflow dags test` costs cold (a new `airflow` process) and warm (forked from interlude.warm_cli's
+"""What one `airflow dags test` costs cold (a new `airflow` process) and warm (forked from interlude_dev.warm_cli's
 server, as the test suite runs them), side by side in one run (issue 16, item 4).
 
 Starts the local cloud (default scenario) and migrates one SQLite Airflow home; each run gets a copy of it, as
@@ -31,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from interlude import dev, warm_cli  # noqa: E402
+from interlude_dev import warm_cli  # noqa: E402
+from interlude_dev import wiring as dev  # noqa: E402
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-bench-dags-test"

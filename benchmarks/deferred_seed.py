@@ -73,7 +73,7 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
     from sqlalchemy import select
 
-    from interlude.maintenance import StageState
+    from interlude.stage.model import StageState
     from interlude.triggers.stage import StageTrigger
 
     placements: list[dict[str, Any]] = spec["placements"]

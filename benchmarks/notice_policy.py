@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from interlude import dev  # noqa: E402
+from interlude_dev import wiring as dev  # noqa: E402
 from tests.faults.notice_runs import TIME_SCALE, NoticeFigures, run_with_notice, write_scenario  # noqa: E402
 
 BUCKET = "interlude-bench-notice"

@@ -1,7 +1,7 @@
 """A pytest plugin for benchmarks/suite_cpu.py --by-test: the CPU each test spent, one JSON line per test.
 
 A test's CPU is what its process spent during it (getrusage RUSAGE_SELF), plus what the processes it started
-and reaped spent (RUSAGE_CHILDREN), plus its warm `airflow` children (interlude.warm_cli reports theirs, since
+and reaped spent (RUSAGE_CHILDREN), plus its warm `airflow` children (interlude_dev.warm_cli reports theirs, since
 its server reaps them). A process is counted when it is reaped: a session or module fixture's processes (the
 stack, a module's local cloud) land on the test after which the fixture is torn down. With pytest-xdist each
 worker writes its own file.
@@ -24,7 +24,7 @@ DIR_ENV = "SUITE_CPU_BY_TEST_DIR"
 
 
 def _cpu() -> tuple[float, float, float]:
-    from interlude.warm_cli import WarmProcess
+    from interlude_dev.warm_cli import WarmProcess
 
     own = resource.getrusage(resource.RUSAGE_SELF)
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)

@@ -47,8 +47,8 @@ from counting_proxy import CountingProxy, classify_api, classify_gcs  # noqa: E4
 from deferred_seed import write_dag  # noqa: E402
 from progress_writer import ProgressWriter  # noqa: E402
 
-from interlude import warm_cli  # noqa: E402
-from interlude.dev import (  # noqa: E402
+from interlude_dev import warm_cli  # noqa: E402
+from interlude_dev.wiring import (  # noqa: E402
     TRIGGERER_ENV,
     LocalCloud,
     airflow_env,

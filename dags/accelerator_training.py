@@ -10,8 +10,8 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import DAG, Param, TaskGroup, get_current_context, task
 from airflow.task.trigger_rule import TriggerRule
 
-from interlude.assets import FINETUNED_CHECKPOINT
-from interlude.spec import RunSpec
+from interlude.training.assets import FINETUNED_CHECKPOINT
+from interlude.training.spec import RunSpec
 
 DOC_MD = """
 # Interlude: accelerator training
@@ -22,7 +22,7 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
    reservations, queued resources); `decide` walks the **TPU-first** or **GPU-first** tree of the model
    profile. Every leaf is a task you see in the grid: `tpu`, `gpu`, `smaller_gpu`, `convert_for_gpu`,
    `convert_for_tpu`, `wait_for_capacity`, `stuck` (fails with a report of everything checked).
-2. **validate_runtime** — accelerator x runtime version x framework against `include/runtimes.yaml`
+2. **validate_runtime** — accelerator x runtime version x framework against `plugins/interlude/runtimes/runtimes.yaml`
    and the zone's live runtime list, before anything costs money. `plan_only` stops here.
 3. **provision** (setup) — TPU node or GPU VM (`onHostMaintenance=TERMINATE`), named from the run key,
    adopted if it exists. A stockout walks the tree again without that zone and type. Waiting for a
@@ -44,7 +44,7 @@ resumes from its latest committed checkpoint. Checkpoints live under
 """
 
 # The stages run in this pool (create it with --include-deferred): slots = stages training at once. Machines
-# alive at once are capped by `[interlude] max_machines` (interlude.machine_slots: provision to teardown).
+# alive at once are capped by `[interlude] max_machines` (interlude.machines.slots: provision to teardown).
 ACCELERATOR_POOL = "interlude_accelerators"
 
 # MULTIPLE_OUTPUTS: the tasks returning a dict say multiple_outputs=False. Airflow infers True from a `dict` return
@@ -54,7 +54,7 @@ ACCELERATOR_POOL = "interlude_accelerators"
 
 
 def _on_failure(context: Any) -> None:
-    from interlude.callbacks import on_task_failure
+    from interlude.training.callbacks import on_task_failure
 
     on_task_failure(context)
 
@@ -77,8 +77,8 @@ with DAG(
     def resolve_run() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from interlude import lifecycle
-        from interlude.spec import RunSpecError
+        from interlude.training import tasks as lifecycle
+        from interlude.training.spec import RunSpecError
 
         ctx = get_current_context()
         start = ctx.get("data_interval_start") or ctx["dag_run"].run_after
@@ -100,13 +100,13 @@ with DAG(
 
         @task(multiple_outputs=False)
         def evaluate_capacity() -> dict[str, Any]:
-            from interlude import lifecycle
+            from interlude.training import tasks as lifecycle
 
             return lifecycle.evaluate_capacity(run_spec())
 
         @task(multiple_outputs=False)
         def decide(report: dict[str, Any]) -> dict[str, Any]:
-            from interlude import lifecycle
+            from interlude.training import tasks as lifecycle
 
             return lifecycle.decide(run_spec(), report)
 
@@ -117,7 +117,7 @@ with DAG(
 
         @task
         def stuck() -> None:
-            from interlude import lifecycle
+            from interlude.training import tasks as lifecycle
 
             lifecycle.fail_stuck(pulled("choose.decide"))
 
@@ -162,7 +162,7 @@ with DAG(
 
     @task(trigger_rule="none_failed_min_one_success", multiple_outputs=False)
     def validate_runtime() -> dict[str, Any]:
-        from interlude import lifecycle
+        from interlude.training import tasks as lifecycle
 
         decision = pulled("choose.wait_for_capacity") or pulled("choose.decide")
         return lifecycle.validate_runtime(run_spec(), decision)
@@ -181,7 +181,7 @@ with DAG(
     def teardown() -> list[str]:
         from airflow.sdk.exceptions import AirflowSkipException
 
-        from interlude import lifecycle
+        from interlude.training import tasks as lifecycle
 
         if pulled("resolve_run") is None:  # refused params: no run key, nothing was ever created
             raise AirflowSkipException("resolve_run did not succeed: nothing of this run can exist")
@@ -189,8 +189,8 @@ with DAG(
 
     @task(multiple_outputs=False)
     def run_report() -> dict[str, Any]:
-        from interlude import lifecycle
-        from interlude.relocate import current_machine
+        from interlude.machines.relocate import current_machine
+        from interlude.training import tasks as lifecycle
 
         spec = run_spec()  # the machine the run ended on (a failover may have moved it)
         return lifecycle.run_report(

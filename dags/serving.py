@@ -7,7 +7,6 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from interlude.assets import FINETUNED_CHECKPOINT
 from interlude.operators.serving import (
     ServingApplyOperator,
     ServingDeleteOperator,
@@ -17,6 +16,7 @@ from interlude.operators.serving import (
 from interlude.operators.serving_maintenance import ServingMaintenanceOperator
 from interlude.operators.serving_report import ServingReportOperator
 from interlude.serving.spec import ServeSpec
+from interlude.training.assets import FINETUNED_CHECKPOINT
 
 DOC_MD = """
 # Interlude: serving (vLLM on GKE, TPU first, GPU second)
@@ -73,8 +73,8 @@ with DAG(
     def resolve() -> dict[str, Any]:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from interlude.assets import triggering_checkpoint
         from interlude.serving.spec import ServeSpecError
+        from interlude.training.assets import triggering_checkpoint
 
         context = get_current_context()
         event_uri = triggering_checkpoint(context.get("triggering_asset_events"))

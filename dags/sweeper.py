@@ -5,7 +5,7 @@ from __future__ import annotations
 import pendulum
 from airflow.sdk import DAG, Param, get_current_context, task
 
-from interlude.spec import DEFAULT_ZONES
+from interlude.training.spec import DEFAULT_ZONES
 
 DOC_MD = """
 # Interlude: sweeper
@@ -31,7 +31,7 @@ with DAG(
 
     @task
     def sweep() -> list[str]:
-        from interlude import lifecycle
+        from interlude.training import tasks as lifecycle
 
         ctx = get_current_context()
         ti = ctx["ti"]

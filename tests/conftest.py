@@ -23,13 +23,13 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     sys.dont_write_bytecode = False
-    # Each `airflow dags test` is a child forked from a warm Airflow (plugins/interlude/warm_cli.py), not a
+    # Each `airflow dags test` is a child forked from a warm Airflow (include/devtools/interlude_dev/warm_cli.py), not a
     # cold start: ~11 of its ~16 CPU-s. INTERLUDE_WARM_AIRFLOW=0 runs each as a new process instead.
     os.environ.setdefault("INTERLUDE_WARM_AIRFLOW", "1")
     if _is_xdist_controller(config) and not config.option.collectonly:
-        from interlude import warm_cli
-
         # One warm server for the whole run, started by the controller while its workers start and collect; the
+        from interlude_dev import warm_cli
+
         # workers (and what they start) fork their `airflow` children from it (SOCKET_ENV) instead of warming up
         # one each (~7 CPU-s apiece).
         if warm_cli.enabled() and not os.environ.get(warm_cli.SOCKET_ENV):
@@ -38,7 +38,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _is_xdist_controller(config):
-        from interlude import warm_cli
+        from interlude_dev import warm_cli
 
         warm_cli.stop_server()
 
@@ -88,7 +88,7 @@ def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     this fixture starts (`dev.DB_TEMPLATE_ENV`)."""
     from filelock import FileLock
 
-    from interlude import dev
+    from interlude_dev import wiring as dev
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from interlude import apt
+from interlude_dev import apt
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"
@@ -133,7 +133,7 @@ def test_components_calling_the_local_cloud_can_reach_it(resolved: dict[str, Any
 
 def test_the_triggerer_runs_with_the_documented_environment(resolved: dict[str, Any]) -> None:
     """docker-compose's triggerer and the local stack's take the same extra settings (MALLOC_ARENA_MAX)."""
-    from interlude.dev import TRIGGERER_ENV
+    from interlude_dev.wiring import TRIGGERER_ENV
 
     env = resolved["services"]["airflow-triggerer"]["environment"]
     assert {k: env.get(k) for k in TRIGGERER_ENV} == TRIGGERER_ENV

@@ -45,7 +45,10 @@ def test_units_stack_shard_per_test_end_to_end_whole_files_and_other_files() -> 
     assert unit_of(lifecycle, plan) == lifecycle
     assert unit_of("tests/faults/test_failover.py::test_y[p]", plan) == "tests/faults/test_failover.py::test_y[p]"
     assert unit_of("tests/e2e/test_serving_dag.py::test_z", plan) == "tests/e2e/test_serving_dag.py"
-    assert unit_of("tests/plugins/interlude/test_spec.py::test_w[1]", plan) == "tests/plugins/interlude/test_spec.py"
+    assert (
+        unit_of("tests/plugins/interlude/training/test_spec.py::test_w[1]", plan)
+        == "tests/plugins/interlude/training/test_spec.py"
+    )
 
 
 def test_shards_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +73,7 @@ def test_real_workers_run_each_unit_whole_on_one_worker(tmp_path: Path) -> None:
         "            f.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + nodeid + '\\n')\n"
     )
     command = [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "--setup-plan", "-q"]
-    command += ["-p", "where_ran", "-p", "no:cacheprovider", "tests/plugins/interlude/test_spec.py"]
+    command += ["-p", "where_ran", "-p", "no:cacheprovider", "tests/plugins/interlude/training/test_spec.py"]
     command += ["tests/e2e/test_serving_dag.py", "tests/e2e/test_stack.py", "tests/e2e/test_zz_browser.py"]
     env = {"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin", "TEST_STACK_SHARDS": "2"}
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -79,9 +82,9 @@ def test_real_workers_run_each_unit_whole_on_one_worker(tmp_path: Path) -> None:
     workers_of: dict[str, set[str]] = {}
     for worker, nodeid in ran:
         path = nodeid.split("::")[0]
-        if path in ("tests/e2e/test_serving_dag.py", "tests/plugins/interlude/test_spec.py"):
+        if path in ("tests/e2e/test_serving_dag.py", "tests/plugins/interlude/training/test_spec.py"):
             workers_of.setdefault(path, set()).add(worker)
-    assert set(workers_of) == {"tests/e2e/test_serving_dag.py", "tests/plugins/interlude/test_spec.py"}
+    assert set(workers_of) == {"tests/e2e/test_serving_dag.py", "tests/plugins/interlude/training/test_spec.py"}
     stack_workers = {w for w, n in ran if n.startswith(("tests/e2e/test_stack.py", "tests/e2e/test_zz_"))}
     assert len(stack_workers) == 2, stack_workers
     assert all(len(workers) == 1 for workers in workers_of.values()), workers_of
@@ -99,7 +102,7 @@ def test_run_order_stack_shards_then_long_units_then_the_rest_each_unit_together
         "tests/e2e/test_stack.py::test_x",
         "tests/e2e/test_serving_dag.py::test_two",
         "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive",
-        "tests/plugins/interlude/test_spec.py::test_b",
+        "tests/plugins/interlude/training/test_spec.py::test_b",
     ]
     order = run_order(collected, {"tests/e2e/test_stack.py::test_x": 0})
     assert order == [
@@ -108,7 +111,7 @@ def test_run_order_stack_shards_then_long_units_then_the_rest_each_unit_together
         "tests/e2e/test_serving_dag.py::test_two",
         "tests/benchmarks/test_badput_smoke.py::test_three_rows_uninterrupted_interlude_and_naive",  # 265 s
         "tests/dags/test_dag_integrity.py::test_a",
-        "tests/plugins/interlude/test_spec.py::test_b",
+        "tests/plugins/interlude/training/test_spec.py::test_b",
     ]
     for unit in LONG_UNITS:  # each names a test file, or a test in one, that exists (else it orders nothing)
         path, _, name = unit.partition("::")

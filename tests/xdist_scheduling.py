@@ -67,19 +67,19 @@ LONG_UNITS = {
     "tests/e2e/test_serving_maintenance.py::test_a_tpu_node_maintenance_under_load_loses_no_request": 75.0,
     "tests/e2e/test_warm_dags_test.py::test_a_warm_dags_test_runs_as_a_new_process_does": 65.0,
     "tests/faults/test_failover.py::test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes": 60.0,
-    "tests/include/workload/test_agent.py": 60.0,
+    "tests/include/interlude_workload/test_agent.py": 60.0,
     "tests/benchmarks/test_dags_test_cost_smoke.py::test_one_cold_and_one_warm_plan_only_run_side_by_side": 55.0,
     "tests/faults/test_stage_watchdog.py::test_a_startup_script_that_ended_is_seen_restarted_once_then"
     "_fails[maxtext-tpu-only-guest attributes (interlude/startup) tail]": 55.0,
     "tests/faults/test_failover.py::test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint": 50.0,
     "tests/faults/test_failover.py::test_stockout_where_it_ran_moves_the_run_to_another_zone": 50.0,
-    "tests/plugins/interlude/test_warm_cli.py": 50.0,
+    "tests/interlude_dev/test_warm_cli.py": 50.0,
     "tests/faults/test_stage_watchdog.py::test_api_outage_longer_than_the_hooks_retries_is_ridden_out": 50.0,
     "tests/e2e/test_lifecycle_runs.py::test_scheduled_maintenance_in_both_stages_loses_nothing": 45.0,
     "tests/faults/test_stage_drills.py::test_non_deferrable_stages_drill_and_finish_with_the_reference_weights": 45.0,
     "tests/faults/test_stage_watchdog.py::test_a_startup_script_that_ended_is_seen_restarted_once_then"
     "_fails[cuda-kernels-gpu-only-serial console tail]": 45.0,
-    "tests/include/localcloud/gke/test_runtime.py": 45.0,
+    "tests/include/interlude_localcloud/gke/test_runtime.py": 45.0,
     "tests/faults/test_down_budget.py::test_a_gpu_vm_in_a_long_normal_maintenance_is_waited_for_not_recreated": 40.0,
     "tests/e2e/test_serving_stockout.py::test_with_gkes_tpu_delay_interludes_fallback_has_a_gpu_replica_ready_within"
     "_minutes": 35.0,
@@ -91,7 +91,7 @@ LONG_UNITS = {
     "tests/faults/test_down_budget.py::test_a_gpu_vm_google_reports_gone_is_reprovisioned_without_waiting_the"
     "_budget": 35.0,
     "tests/faults/test_provision_defers.py": 30.0,
-    "tests/include/localcloud/test_maintenance.py": 30.0,
+    "tests/include/interlude_localcloud/test_maintenance.py": 30.0,
 }
 
 

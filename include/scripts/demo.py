@@ -14,7 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-from interlude import dev, events, naming
+from interlude import naming
+from interlude.training import events
+from interlude_dev import wiring as dev
 
 ROOT = Path(__file__).resolve().parents[2]
 VAR = ROOT / "var" / "demo"

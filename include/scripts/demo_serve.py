@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import demo
 from serve_witness import Seen, Witness, first_stockout, processes_of
 
-from interlude import dev
+from interlude_dev import wiring as dev
 from interlude_localcloud.gke.policy.autoscaler import DEFAULT_BACKOFF_SECONDS
 
 DAG_ID = "interlude_serving"

@@ -125,8 +125,8 @@ def write_airflow_cfg(
             "broker_url": f"redis://127.0.0.1:{redis_port}/0",
             "result_backend": f"db+postgresql://airflow:{db_password}@127.0.0.1:{pg_port}/airflow",
             "worker_concurrency": 4,
-            # Interlude's clients imported once per worker, not once per task (interlude.worker_preload).
-            "celery_config_options": "interlude.celery_config.CELERY_CONFIG",
+            # Interlude's clients imported once per worker, not once per task (interlude.deploy.worker_preload).
+            "celery_config_options": "interlude.deploy.celery_config.CELERY_CONFIG",
         },
         "api": {
             "host": "127.0.0.1",
@@ -146,7 +146,7 @@ def write_airflow_cfg(
         "dag_processor": {"refresh_interval": 30, "min_file_process_interval": reparse_seconds},
         # A killed triggerer's triggers move to a live one after the health threshold: keep it short locally.
         "triggerer": {"capacity": 1000, "job_heartbeat_sec": 2, "triggerer_health_check_threshold": 10},
-        # Machines alive at once (interlude.machine_slots): the same number as the accelerator pool's slots.
+        # Machines alive at once (interlude.machines.slots): the same number as the accelerator pool's slots.
         "interlude": {"max_machines": max_machines},
     }
     home.mkdir(parents=True, exist_ok=True)
@@ -166,7 +166,7 @@ def jwt_secret() -> str:
 
 def component_env(state: dict[str, Any]) -> dict[str, str]:
     """dev.airflow_env (connection, STORAGE_EMULATOR_HOST) minus stray AIRFLOW__* from the caller's shell."""
-    from interlude import dev
+    from interlude_dev import wiring as dev
 
     cloud = dev.LocalCloud(
         process=None,
@@ -195,7 +195,7 @@ def component_env(state: dict[str, Any]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- local cloud
 def start_localcloud(scenario: str, state_dir: Path, port: int) -> tuple[subprocess.Popen[bytes], dict[str, Any]]:
     """`python -m interlude_localcloud`, its ready line read from a file (not a pipe: it outlives `up`)."""
-    from interlude import dev
+    from interlude_dev import wiring as dev
 
     scenario_path = Path(scenario)
     if not scenario_path.exists():
@@ -347,7 +347,8 @@ def up(
 
     `reparse_seconds`: how often the dag-processor parses each DAG file again (the test suite, which never edits
     one under a running stack, sets it long: each pass of the three files cost ~1.5 CPU-s)."""
-    from interlude import dev, warm_cli
+    from interlude_dev import warm_cli
+    from interlude_dev import wiring as dev
 
     var_dir = var_dir.resolve()
     existing = read_state(var_dir)

@@ -20,8 +20,8 @@ DB_PASSWORD_FILE = "db-password"
 # ---------------------------------------------------------------------------------------------- packages
 def ensure_packages() -> None:
     """PostgreSQL 15 and redis-server from Debian, installed only when missing (needs root, as in CI); one
-    process at a time installs (interlude.apt), so the suite's stack shards can both start on a fresh machine."""
-    from interlude import apt
+    process at a time installs (interlude_dev.apt), so the suite's stack shards can both start on a fresh machine."""
+    from interlude_dev import apt
 
     apt.ensure(
         {"postgresql-15": (PG_BIN / "initdb").exists, "redis-server": lambda: bool(shutil.which("redis-server"))},

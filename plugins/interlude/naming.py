@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 RUN_KEY_MAX = 40
 """Leaves room for a role suffix (<= 22 chars) in a 63-character resource name."""
@@ -81,3 +83,14 @@ def checkpoint_prefix(key: str, stage: str | None = None) -> str:
     from interlude_workload import layout
 
     return str(layout.stage_prefix(key, stage) if stage else layout.run_prefix(key))
+
+
+RUN_ID_METADATA = "interlude-run-id"
+DAG_ID_METADATA = "interlude-dag-id"
+"""Metadata keys naming the Airflow run that owns a machine (run ids do not fit in a label value): the
+sweeper asks Airflow for that run's state. The label `interlude-run` (the run key) must match them."""
+
+
+def queued_resource_id(machine: Mapping[str, Any]) -> str:
+    """The queued resource that asks for a machine: named from the machine (so a retry finds it)."""
+    return f"{machine['name']}-qr"

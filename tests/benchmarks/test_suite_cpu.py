@@ -20,7 +20,7 @@ VENV_BIN = str(Path(sys.executable).parent)
         (f"{VENV_BIN}/python {VENV_BIN}/airflow db migrate", "airflow db migrate"),
         ("airflow dags test interlude_training --conf {}", "airflow dags test"),  # forked by the warm server
         (
-            f"{VENV_BIN}/python -m interlude.warm_server /tmp/interlude-warm-x/sock",
+            f"{VENV_BIN}/python -m interlude_dev.warm_server /tmp/interlude-warm-x/sock",
             "airflow dags test: warm server (imports once per worker)",
         ),
         ("airflow api_server -- host:127.0.0.1 port:42073", "stack: api-server"),

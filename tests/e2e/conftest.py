@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import pytest
 
-from interlude import dev
+from interlude_dev import wiring as dev
 from tests.e2e.stack_fixtures import (  # noqa: F401 - one `stack` for test_stack, test_zz_browser, test_zz_schedule
     stack_fixture,
     stack_session,

@@ -140,7 +140,7 @@ def _scenario(var_dir: Path) -> Path:
     """The default scenario plus a zone that offers GPUs and no TPUs (for the conversion path)."""
     import yaml
 
-    from interlude import dev
+    from interlude_dev import wiring as dev
 
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
     data["zones"][GPU_ONLY_ZONE] = {
@@ -207,7 +207,7 @@ def _start_stack() -> tuple[Stack, Callable[[], None]]:
         # DAG files are never edited under a running stack here: parsed once at start, not every 30 s (~2 CPU-s a
         # minute of the stack's life).
         state = module.up(var_dir, bucket=BUCKET, scenario=str(_scenario(var_dir)), reparse_seconds=3600)
-        from interlude import dev
+        from interlude_dev import wiring as dev
 
         cloud = dev.LocalCloud(process=None, **state["localcloud"], state_dir=var_dir / "localcloud")  # type: ignore[arg-type]
         dev.ensure_bucket(cloud, DEFAULT_BUCKET)

@@ -2,7 +2,7 @@
 one scenario per test, judged by the task instance states Airflow stored and by what the local cloud holds.
 
 What the `choose` group can see is what Google exposes: offered types, regional quotas, reservations,
-queued resources. Stock is invisible until a create fails (see ``interlude.capacity``). So a scenario whose
+queued resources. Stock is invisible until a create fails (see ``interlude.capacity.report``). So a scenario whose
 shortage is *stock* (capacity 0 while the type is offered) is decided as available and then handled by
 provisioning's stockout loop; a branch such as ``choose.smaller_gpu`` or ``choose.stuck`` is taken when the
 shortage is *visible* (type not offered in the zones, quota exhausted). The tests below use variants of
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from interlude import dev
+from interlude_dev import wiring as dev
 
 if TYPE_CHECKING:  # the fixtures' types; conftest is not importable as a module under importlib mode
     from tests.e2e.conftest import DagRunResult, RunDag

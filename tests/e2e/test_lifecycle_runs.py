@@ -22,8 +22,10 @@ from typing import Any
 import pytest
 import yaml
 
-from interlude import dev, naming, warm_cli
-from interlude.assets import EXTRA_URI, FINETUNED_CHECKPOINT
+from interlude import naming
+from interlude.training.assets import EXTRA_URI, FINETUNED_CHECKPOINT
+from interlude_dev import warm_cli
+from interlude_dev import wiring as dev
 from tests.faults.support import record_task_states, waiting_in_trigger
 
 pytestmark = pytest.mark.e2e
@@ -359,8 +361,8 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
 def test_wait_for_capacity_defers_until_quota_frees(tmp_path: Path, airflow_db: Path) -> None:
     """The only GPU the zone offers has its quota used up by someone else: the tree says `wait`, the
     run waits in the triggerer, and goes on to that GPU as soon as the other VM is deleted."""
-    from interlude import provisioning
     from interlude.hooks.compute import ComputeHook
+    from interlude.machines import provisioning
 
     zone = "us-central1-a"
     scenario = {

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from interlude import dev
 from interlude.serving.render import object_refs
 from interlude.serving.spec import ServeSpec
+from interlude_dev import wiring as dev
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from interlude import dev
+from interlude_dev import wiring as dev
 from tests.e2e.test_serving_dag import Serving, deploy_conf, pods, run, started, xcom
 
 pytestmark = pytest.mark.e2e

@@ -125,7 +125,7 @@ def fired_events(log_file: Path) -> list[str]:
 def test_triggerer_restart_during_training_still_handles_maintenance(stack: Stack) -> None:
     """SIGKILL the triggerer while train is deferred and before the drill; the new triggerer job handles
     the drill's maintenance event end to end, and its record matches the workload's own log."""
-    from interlude import events
+    from interlude.training import events
     from interlude_workload.checkpoints import CheckpointStore
 
     api = stack.api
@@ -397,7 +397,7 @@ class PoolCapExceeded(AssertionError):
 
 def test_machines_alive_at_once_never_exceed_the_accelerator_pool(stack: Stack) -> None:
     """Four runs at once on a 2-slot pool: the machines alive in the local cloud never outnumber the slots (the
-    cap as users read it: the stack sets `[interlude] max_machines` to the pool's slots, interlude.machine_slots
+    cap as users read it: the stack sets `[interlude] max_machines` to the pool's slots, interlude.machines.slots
     holds it from provision to teardown), and the cap is reached. Counted from the cloud's own record of each
     machine's create and delete times (its admin view's lifetimes), not sampled: an overlap of a moment counts."""
     from interlude_localcloud.testing import Admin, most_alive_at_once

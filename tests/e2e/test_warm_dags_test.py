@@ -1,4 +1,4 @@
-"""The suite runs `airflow dags test` forked from a warm Airflow (interlude.warm_cli): the same run must come out
+"""The suite runs `airflow dags test` forked from a warm Airflow (interlude_dev.warm_cli): the same run must come out
 of it as out of a new `airflow` process, or every end-to-end test would be testing something else."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from interlude import warm_cli
+from interlude_dev import warm_cli
 
 if TYPE_CHECKING:  # the fixtures' types; conftest is not importable as a module under importlib mode
     from tests.e2e.conftest import RunDag

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import pytest
 
 from interlude import naming
-from interlude.spec import RunSpec
+from interlude.training.spec import RunSpec
 from tests.e2e.browser import Browser, chromium, is_loopback
 from tests.e2e.stack_fixtures import DAG_ID, DEFAULT_BUCKET, Stack
 
@@ -162,13 +162,13 @@ def workload_held_and_resumed(run_key: str, stage: str) -> tuple[list[int], list
 
 def recorded_drills(run_key: str) -> dict[str, dict[str, Any]]:
     """Each stage's one maintenance event, as recorded (events/) and as the report (report.json) holds it."""
-    from interlude import events
+    from interlude.training import events
     from interlude_workload import layout
 
     recorded = events.load_events(DEFAULT_BUCKET, run_key)
     blob = events.storage_client().bucket(DEFAULT_BUCKET).blob(layout.report_object(run_key))
     reported = json.loads(blob.download_as_bytes())["events"]
-    # The report holds the recorded events unchanged, each with its derived cost beside it (interlude.badput).
+    # The report holds the recorded events unchanged, each with its derived cost beside it (interlude.training.badput).
     assert all(float(e["beyond_downtime_s"]) >= 0 for e in reported), reported
     as_recorded = [{k: v for k, v in e.items() if k != "beyond_downtime_s"} for e in reported]
     assert as_recorded == recorded, "the report does not hold the recorded events"

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlude import dev
+from interlude_dev import wiring as dev
 from tests.faults.support import BUCKET, WATCHED, left_or_lost, watch_cloud
 
 

@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from interlude import dev, naming
+from interlude import naming
+from interlude_dev import wiring as dev
 
 DAG_ID = "interlude_training"
 STEP_SECONDS = 0.1

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from interlude import dev, naming
+from interlude import naming
+from interlude_dev import wiring as dev
 from tests.faults.support import seed_earlier_run, watch_cloud
 
 DAG_ID = "interlude_training"

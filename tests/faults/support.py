@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from interlude import dev
+from interlude_dev import wiring as dev
 
 DAG_ID = "interlude_training"
 BUCKET = "interlude-faults"
@@ -160,7 +160,7 @@ def dags_test(
     import json
     import sqlite3
 
-    from interlude import warm_cli
+    from interlude_dev import warm_cli
 
     if run_at:
         rc = warm_cli.run_airflow([dag_id, json.dumps(conf), run_at], env, log_path, timeout, python_c=_TEST_AT)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from interlude import dev
+from interlude_dev import wiring as dev
 from interlude_localcloud.testing import most_alive_at_once
 from tests.faults.support import ZONES, tpu_hook
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from interlude import dev
+from interlude_dev import wiring as dev
 
 from .notice_runs import TIME_SCALE, run_with_notice, write_scenario
 from .stage_fixtures import (  # noqa: F401 - fixtures

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from interlude import events
+from interlude.training import events
 from tests.faults.support import Waiting, record_task_states, waiting_in_trigger
 
 from .stage_fixtures import (  # noqa: F401 - fixtures

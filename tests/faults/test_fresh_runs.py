@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from interlude import dev, naming
+from interlude import naming
+from interlude_dev import wiring as dev
 from tests.faults.support import BASE, BUCKET, DAG_ID, ZONES, dags_test, failing_gcs_proxy, left_in_cloud
 
 pytestmark = pytest.mark.e2e

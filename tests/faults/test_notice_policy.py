@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from interlude import dev
+from interlude_dev import wiring as dev
 
 from .notice_runs import CONF, GPU_NOTICE_S, TIME_SCALE, maintenance_starts, run_with_notice, write_scenario
 from .stage_fixtures import (  # noqa: F401 - fixtures

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from interlude import dev, warm_cli
+from interlude_dev import warm_cli
+from interlude_dev import wiring as dev
 from tests.faults.support import (
     BASE,
     BUCKET,

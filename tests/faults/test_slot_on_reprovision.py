@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from interlude import dev, naming
+from interlude import naming
+from interlude_dev import wiring as dev
 from tests.faults.support import BASE, BUCKET, DAG_ID, ZONES
 
 pytestmark = pytest.mark.e2e
@@ -24,10 +25,11 @@ def _run_machines(cloud: dev.LocalCloud, key: str) -> list[str]:
 def test_a_stage_recreating_its_machine_after_teardown_takes_a_slot_first(
     cloud: dev.LocalCloud, airflow_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from interlude import lifecycle, machine_slots
+    from interlude.machines import slots as machine_slots
     from interlude.operators.stage import TrainingStageOperator
     from interlude.operators.stage_actions import CapacityWait
-    from interlude.spec import RunSpec
+    from interlude.training import tasks as lifecycle
+    from interlude.training.spec import RunSpec
 
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", airflow_env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
     monkeypatch.setenv("AIRFLOW__INTERLUDE__MAX_MACHINES", "1")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from interlude import dev
+from interlude_dev import wiring as dev
 
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BASE,

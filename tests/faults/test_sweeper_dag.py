@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from interlude import naming, provisioning, warm_cli
+from interlude import naming
+from interlude.machines import provisioning, teardown
+from interlude_dev import warm_cli
 from tests.faults.support import BUCKET, DAG_ID, ZONES, dags_test, left_in_cloud
 
 pytestmark = pytest.mark.e2e
@@ -61,6 +63,6 @@ def test_sweeper_deletes_a_finished_runs_orphan_and_keeps_a_running_runs_machine
         assert f"delete: run sweep-finished of {DAG_ID} is failed" in run.log
         assert f"keep: run sweep-running of {DAG_ID} is running" in run.log
     finally:
-        provisioning.teardown_run(naming.run_key(DAG_ID, "sweep-running"), list(ZONES), "google_cloud_default")
-        provisioning.teardown_run(naming.run_key(DAG_ID, "sweep-finished"), list(ZONES), "google_cloud_default")
+        teardown.teardown_run(naming.run_key(DAG_ID, "sweep-running"), list(ZONES), "google_cloud_default")
+        teardown.teardown_run(naming.run_key(DAG_ID, "sweep-finished"), list(ZONES), "google_cloud_default")
     assert left_in_cloud(cloud) == []

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from interlude import dev, naming
+from interlude import naming
+from interlude_dev import wiring as dev
 from tests.faults.support import BASE, BUCKET, DAG_ID, ZONES, dags_test, left_in_cloud, tpu_hook
 
 pytestmark = pytest.mark.e2e
@@ -95,8 +96,8 @@ def test_provision_failing_after_its_create_is_torn_down(cloud, airflow_env, tmp
 
 _PROVISION = textwrap.dedent("""
     import json, sys
-    from interlude import lifecycle
-    from interlude.spec import RunSpec
+    from interlude.training import tasks as lifecycle
+    from interlude.training.spec import RunSpec
     spec, validated, report = json.loads(sys.stdin.read())
     lifecycle.provision(RunSpec.from_dict(spec), validated, report)
 """)
@@ -104,8 +105,9 @@ _PROVISION = textwrap.dedent("""
 
 def test_killed_provision_leaves_an_intent_that_teardown_deletes(cloud, airflow_env, tmp_path: Path) -> None:
     """SIGKILL right after the create call reached the cloud: no except ran; the intent record did."""
-    from interlude import ledger, lifecycle
-    from interlude.spec import RunSpec
+    from interlude.machines import ledger
+    from interlude.training import tasks as lifecycle
+    from interlude.training.spec import RunSpec
     from interlude_workload import layout
 
     run_id = f"killed-{time.time_ns()}"

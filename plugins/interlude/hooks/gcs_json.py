@@ -114,7 +114,7 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_gcs() -> GcsJson:
-    """One client per process and endpoint (one pool, one token), as interlude.observe's storage client was."""
+    """One client per process and endpoint (one pool, one token), as interlude.stage.observe's storage client was."""
     base = endpoint()
     with _SHARED_LOCK:
         if base not in _SHARED:

@@ -7,7 +7,7 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from interlude.spec import RunSpec
+from interlude.training.spec import RunSpec
 from interlude.triggers.capacity import CapacityTrigger
 
 

@@ -2,7 +2,7 @@
 
 On Google the links open the Cloud Console (with `?project=`, or the console opens whatever project the
 user looked at last). On the local cloud they open the local cloud's own read-only pages
-(`/_localcloud/pages/...`, include/localcloud/pages.py): a console link there would point at a project
+(`/_localcloud/pages/...`, include/interlude_localcloud/pages.py): a console link there would point at a project
 that does not exist. Which one is decided by the Google connection's endpoint extras (hooks/connection.py):
 an endpoint outside googleapis.com is the local cloud.
 
@@ -106,7 +106,7 @@ class CheckpointsLink(BaseOperatorLink):
     name = "Checkpoints"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
-        from interlude.spec import RunSpec
+        from interlude.training.spec import RunSpec
 
         raw = getattr(operator, "spec", None)
         if not isinstance(raw, dict):

@@ -8,7 +8,7 @@ Both now defer (like the Google provider's deferrable create operators): the que
 The task runs in the default pool, which does not count deferred tasks, so a waiting provision
 frees its slot; the accelerator pool is for the stage tasks that hold a machine.
 
-Before every create call the intent record is written (interlude.ledger), so a worker killed after
+Before every create call the intent record is written (interlude.machines.ledger), so a worker killed after
 the call leaves nothing teardown cannot find.
 """
 
@@ -35,12 +35,12 @@ class ProvisionOperator(BaseOperator):
 
     @staticmethod
     def _spec(context: Any) -> Any:
-        from interlude.spec import RunSpec
+        from interlude.training.spec import RunSpec
 
         return RunSpec.from_dict(context["ti"].xcom_pull(task_ids="resolve_run"))
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from interlude import lifecycle
+        from interlude.training import tasks as lifecycle
 
         spec = self._spec(context)
         validated = context["ti"].xcom_pull(task_ids="validate_runtime")
@@ -59,7 +59,7 @@ class ProvisionOperator(BaseOperator):
         return self._attempt(context, spec, state)
 
     def _attempt(self, context: Any, spec: Any, state: dict[str, Any]) -> dict[str, Any]:
-        from interlude import lifecycle
+        from interlude.training import tasks as lifecycle
         from interlude.triggers.provision import QuotaWaitTrigger
 
         held = lifecycle.take_machine_slot(spec, state)
@@ -73,7 +73,8 @@ class ProvisionOperator(BaseOperator):
         if outcome.queued:
             machine = outcome.machine
             assert machine is not None
-            from interlude.provisioning import QUEUE_GRACE_SECONDS, queued_resource_id
+            from interlude.machines.provisioning import QUEUE_GRACE_SECONDS
+            from interlude.naming import queued_resource_id
             from interlude.triggers.provision import QueuedResourceTrigger
 
             qr_id = queued_resource_id(machine)
@@ -97,7 +98,7 @@ class ProvisionOperator(BaseOperator):
         return self._attempt(context, self._spec(context), event["state"])
 
     def queued_complete(self, context: Any, event: dict[str, Any]) -> dict[str, Any]:
-        from interlude import provisioning
+        from interlude.machines import provisioning
 
         machine = event["machine"]
         if event.get("status") == "ready":

@@ -24,7 +24,7 @@ SMOKE_PROMPT = "Interlude smoke test:"
 SMOKE_MAX_TOKENS = 8
 
 
-class _ServingOperator(BaseOperator):
+class ServingBaseOperator(BaseOperator):
     """Shared: the ServeSpec (from the resolve task's XCom) and the cluster it names."""
 
     template_fields = ("spec",)
@@ -89,7 +89,7 @@ def _fail_unless_done(event: dict[str, Any] | None, what: str) -> dict[str, Any]
     return event
 
 
-class ServingApplyOperator(_ServingOperator):
+class ServingApplyOperator(ServingBaseOperator):
     """Server-side apply the plan's objects in order; returns each object's outcome (created/configured/unchanged).
 
     The plan is re-made here from the spec (pure and deterministic: the same YAML the plan task showed), so
@@ -99,13 +99,12 @@ class ServingApplyOperator(_ServingOperator):
     ui_color = "#d1e7dd"
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from interlude.operators.serving_records import snapshot
         from interlude.serving.entrypoints import load_scripts
         from interlude.serving.plan import require_plan
 
         spec = self.serve_spec(context)
         result = require_plan(spec, scripts=load_scripts())
-        from interlude.operators.serving_report import snapshot
-
         started_at = time.time()
         applied = []
         with self.objects(spec) as kube:
@@ -119,7 +118,7 @@ class ServingApplyOperator(_ServingOperator):
         return {"started_at": started_at, "applied": applied, "changed": len(changed), **before}
 
 
-class ServingRolloutOperator(_ServingOperator):
+class ServingRolloutOperator(ServingBaseOperator):
     """Defer until the Deployment's newest template is fully Ready (or the spec's rollout timeout passes)."""
 
     ui_color = "#fff3cd"
@@ -180,7 +179,7 @@ class ServingRolloutOperator(_ServingOperator):
         self._defer(spec, kwargs, state)
 
 
-class ServingDeleteOperator(_ServingOperator):
+class ServingDeleteOperator(ServingBaseOperator):
     """Delete every object the spec renders (object_refs order), then defer until no pod, Service or
     ComputeClass of it is left."""
 
@@ -206,7 +205,7 @@ class ServingDeleteOperator(_ServingOperator):
         return done
 
 
-class ServingSmokeOperator(_ServingOperator):
+class ServingSmokeOperator(ServingBaseOperator):
     """One completion through the Service (the API server's Service proxy); fails unless the answer comes from
     the served model and /v1/models names the spec's checkpoint."""
 
@@ -229,18 +228,3 @@ class ServingSmokeOperator(_ServingOperator):
         fingerprint = completion.get("system_fingerprint")
         self.log.info("Service answered %r from %s (fingerprint %s) in %.3f s", text, root, fingerprint, latency)
         return {"root": root, "text": text, "fingerprint": fingerprint, "latency_seconds": latency}
-
-
-def watch_lines(watch: dict[str, Any] | None) -> str:
-    """The maintenance watch's part of the report: its decisions, and the drill's load figures if it ran one."""
-    from interlude.serving.loadgen import summary_lines
-
-    if not watch or watch.get("skipped"):
-        return ""
-    lines = [f"  maintenance decisions: {len(watch.get('decisions') or [])}"]
-    lines += [
-        f"    {d['kind']} {d['node']}: {d['reason']}" for d in watch.get("decisions") or [] if d["kind"] != "wait"
-    ]
-    if watch.get("load"):
-        lines += summary_lines(watch["load"])
-    return "\n".join(lines) + "\n"

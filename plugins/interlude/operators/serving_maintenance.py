@@ -9,14 +9,14 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from interlude.operators.serving import _ServingOperator
+from interlude.operators.serving import ServingBaseOperator
 
 #: After `watch_minutes`, a maintenance already being handled may finish for at most this long (seconds,
 #: real): long enough for a replacement replica to start and a drained node to come back, never forever.
 FINISH_GRACE_SECONDS = 900.0
 
 
-class ServingMaintenanceOperator(_ServingOperator):
+class ServingMaintenanceOperator(ServingBaseOperator):
     """Watch the serving nodes for host maintenance for `watch_minutes` (optionally under a bounded load)."""
 
     ui_color = "#e2e3e5"

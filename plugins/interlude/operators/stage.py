@@ -5,7 +5,7 @@ the stage plan the machine's agent runs (idempotent), then defers. Every event f
 carries the new state and the actions it implies: request a checkpoint, re-provision, record a
 maintenance event, start a pending maintenance early, complete, fail. After acting, the operator defers
 again with the new state. How a notice is answered follows the run's ``maintenance_policy`` (see
-interlude.notice_wait): a long notice is training time, the last checkpoint lands a measured margin
+interlude.stage.notice_wait): a long notice is training time, the last checkpoint lands a measured margin
 before the window, and a natural pause starts the maintenance early when Google allows it.
 Clearing and re-running the task starts from the checkpoints in GCS, never from step 0.
 """
@@ -19,8 +19,13 @@ from typing import Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException
 
-from interlude.maintenance import Action, Drill, Limits, Observation, Phase, StageState, next_step
-from interlude.observe import (
+from interlude.hooks.machines import machine_hooks
+from interlude.operators.conventions import default_deferrable
+from interlude.operators.links import CheckpointsLink, MachineConsoleLink
+from interlude.operators.stage_actions import CapacityWait, StageActions
+from interlude.stage.machine import next_step
+from interlude.stage.model import Action, Drill, Limits, Observation, Phase, StageState
+from interlude.stage.observe import (
     StartupFailure,
     is_outage,
     machine_view,
@@ -29,10 +34,7 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
-from interlude.operators.conventions import default_deferrable
-from interlude.operators.links import CheckpointsLink, MachineConsoleLink
-from interlude.operators.stage_actions import CapacityWait, StageActions
-from interlude.spec import RunSpec
+from interlude.training.spec import RunSpec
 from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
 from interlude_workload import layout
 
@@ -45,7 +47,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
     (the first periodic checkpoint, before the last step) and holds there; the trigger then asks Google
     for a simulated maintenance event (`simulateMaintenanceEvent`), and the event is recorded like a
     real one. A drill that could not run fails the stage saying why. ``stall_timeout_seconds`` and
-    ``api_outage_budget_seconds`` bound every wait (see interlude.watchdog).
+    ``api_outage_budget_seconds`` bound every wait (see interlude.stage.watchdog).
     """
 
     template_fields = ("machine", "spec")
@@ -120,9 +122,9 @@ class TrainingStageOperator(StageActions, BaseOperator):
 
     def _policy(self) -> dict[str, Any] | None:
         """The stage's maintenance policy (None: checkpoint at every notice at once), on this cloud's clock."""
-        from interlude.notice_wait import policy_for
+        from interlude.stage.notice_wait import policy_for
 
-        time_scale = self._hooks()[0].time_scale
+        time_scale = machine_hooks(self.gcp_conn_id).tpu.time_scale
         spec = self.run_spec
         policy = policy_for(
             self.machine,
@@ -149,7 +151,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
         if self.spec is None:
             self.spec = context["ti"].xcom_pull(task_ids=self.spec_task_id)
         if self.machine is None:
-            from interlude.relocate import current_machine
+            from interlude.machines.relocate import current_machine
 
             provisioned = context["ti"].xcom_pull(task_ids=self.machine_task_id)
             self.machine = current_machine(self.run_spec, provisioned) if self.spec else provisioned
@@ -202,8 +204,9 @@ class TrainingStageOperator(StageActions, BaseOperator):
         )
 
     def _hold_margins(self) -> dict[str, float | None]:
-        """The workload holds where the policy puts the last checkpoint (see interlude.notice_wait)."""
-        from interlude.notice_wait import NoticePolicy, workload_margins
+        """The workload holds where the policy puts the last checkpoint (see interlude.stage.notice_wait)."""
+        from interlude.stage.notice_policy import NoticePolicy
+        from interlude.stage.notice_wait import workload_margins
 
         seconds, commits = workload_margins(NoticePolicy.from_dict(self._policy()))
         return {"hold_margin_seconds": seconds, "hold_margin_commits": commits}
@@ -237,9 +240,9 @@ class TrainingStageOperator(StageActions, BaseOperator):
         }
 
     def _publish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
-        """The committed final checkpoint into this task's checkpoint Asset outlets (interlude.assets): Airflow
+        """The committed final checkpoint into this task's checkpoint Asset outlets (interlude.training.assets): Airflow
         records the event when the task succeeds, and DAGs scheduled on the Asset (serving) follow."""
-        from interlude.assets import CheckpointEvent, publish
+        from interlude.training.assets import CheckpointEvent, publish
 
         event = CheckpointEvent(result["final_uri"], int(result["final_step"]), self.run_key, self.stage)
         for name in publish(context["outlet_events"], self.outlets, event):
@@ -327,7 +330,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
         trigger = self._trigger(state)
         limits = self.limits()
         zone, name = self.machine["zone"], self.machine["name"]
-        tpu, compute = self._hooks()
+        tpu, compute = machine_hooks(self.gcp_conn_id)
         tpu.retry_policy = compute.retry_policy = policy
         serial = SyncSerial(compute, zone, name) if self.machine["kind"] == "gce_vm" else None
         get = (lambda: compute.get_instance(zone, name)) if serial else (lambda: tpu.get_node(zone, name))

@@ -13,8 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from interlude import events, lifecycle, provisioning
-from interlude.maintenance import StageState
+from interlude.hooks.machines import machine_hooks
+from interlude.machines import provisioning
+from interlude.stage.model import StageState
+from interlude.training import events
+from interlude.training import tasks as lifecycle
 from interlude_workload import layout
 
 
@@ -107,12 +110,12 @@ class StageActions:
 
     def _reprovision(self, why: str | None = None) -> None:
         """Bring the machine back where it was; when that place is gone, move the run (failover)."""
-        from interlude.failover import Why
+        from interlude.capacity.failover import Why
         from interlude.hooks.errors import QuotaExceededError, StockoutError
-        from interlude.relocate import RelocationRefused, relocate
+        from interlude.machines.relocate import RelocationRefused, relocate
 
         self.log.warning("Machine %s: %s: re-provisioning it", self.machine["name"], why or "gone or did not come back")
-        # Every create holds a machine slot (interlude.machine_slots): the run's own while it lives (taking it
+        # Every create holds a machine slot (interlude.machines.slots): the run's own while it lives (taking it
         # again is one list), a new one when its teardown already released it (a stage cleared on its own).
         held = lifecycle.take_machine_slot(self.run_spec, {})
         if held is not None:
@@ -137,12 +140,6 @@ class StageActions:
             self.machine["zone"],
         )
 
-    def _hooks(self) -> tuple[Any, Any]:
-        from interlude.hooks.compute import ComputeHook
-        from interlude.hooks.tpu import TpuHook
-
-        return TpuHook(gcp_conn_id=self.gcp_conn_id), ComputeHook(gcp_conn_id=self.gcp_conn_id)
-
     def _drill(self, state: StageState) -> None:
         """simulateMaintenanceEvent while the workload holds at the drill step; the plan loses its hold,
         so a later boot that resumes before that step does not hold again."""
@@ -159,7 +156,7 @@ class StageActions:
             name,
             zone,
         )
-        tpu, compute = self._hooks()
+        tpu, compute = machine_hooks(self.gcp_conn_id)
         if self.machine["kind"] == "gce_vm":
             compute.simulate_maintenance_event(zone, name)
         else:
@@ -169,7 +166,7 @@ class StageActions:
         """Stop and start the machine: its startup script (the agent) runs again on the new boot."""
         zone, name = self.machine["zone"], self.machine["name"]
         self.log.warning("Restarting the workload on %s (stop + start): %s", name, (state.event or {}).get("reason"))
-        tpu, compute = self._hooks()
+        tpu, compute = machine_hooks(self.gcp_conn_id)
         if self.machine["kind"] == "gce_vm":
             compute.stop_instance(zone, name)
             compute.start_instance(zone, name)
@@ -260,7 +257,7 @@ class StageActions:
             name,
             "the workload holding at its checkpoint" if state.event else "between two stages",
         )
-        tpu, compute = self._hooks()
+        tpu, compute = machine_hooks(self.gcp_conn_id)
         try:
             if self.machine["kind"] == "gce_vm":
                 compute.perform_maintenance(zone, name)

@@ -2,7 +2,7 @@
 
 Split by concern: ``table`` (the data file as typed objects), ``tensorflow`` (Google's ``tpu-vm-tf-*``
 names), ``tpu`` and ``gpu`` (the rules per kind), ``findings`` (the result), ``check`` (:func:`validate`).
-The facts live in ``include/runtimes.yaml``; the zone's live runtime list is the authority on names.
+The facts live in ``plugins/interlude/runtimes/runtimes.yaml``; the zone's live runtime list is the authority on names.
 """
 
 from interlude.runtimes.check import validate

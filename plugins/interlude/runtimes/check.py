@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from interlude.capacity import AcceleratorKind, kind_of
+from interlude.capacity.report import AcceleratorKind, kind_of
 from interlude.runtimes.findings import Findings, RuntimeCheck
 from interlude.runtimes.gpu import validate_gpu
 from interlude.runtimes.table import RuntimeTable, default_table

@@ -12,7 +12,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from interlude.capacity import AcceleratorKind
+from interlude.capacity.report import AcceleratorKind
 from interlude.runtimes.table import FrameworkRange, version_or_none
 
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from packaging.version import Version
 
-from interlude.capacity import AcceleratorKind
+from interlude.capacity.report import AcceleratorKind
 from interlude.runtimes.findings import Findings, RuntimeCheck, note_warning, python_problems, version_problems
 from interlude.runtimes.table import GpuType, RuntimeTable, default_table
 from interlude.runtimes.tpu import UnknownAcceleratorError, is_tpu_runtime

@@ -1,4 +1,4 @@
-"""The compatibility table (``include/runtimes.yaml``) as typed objects, loaded once.
+"""The compatibility table (``plugins/interlude/runtimes/runtimes.yaml``) as typed objects, loaded once.
 
 The facts are data so they move with Google and the frameworks without a code change; this module only
 parses them and refuses a malformed file at load, before a validation could trip over it.
@@ -10,15 +10,15 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 from packaging.version import InvalidVersion, Version
 
-# plugins/interlude/runtimes/table.py -> <project>/include/runtimes.yaml (editable install and an Airflow
-# project folder alike); INTERLUDE_RUNTIMES_YAML points elsewhere.
-DEFAULT_TABLE_PATH = Path(__file__).resolve().parents[3] / "include" / "runtimes.yaml"
+# Package data beside this module (any install); INTERLUDE_RUNTIMES_YAML points elsewhere.
+DEFAULT_TABLE_PATH = Path(str(resources.files("interlude.runtimes") / "runtimes.yaml"))
 TABLE_ENV = "INTERLUDE_RUNTIMES_YAML"
 
 
@@ -307,5 +307,5 @@ def _load_cached(path: str) -> RuntimeTable:
 
 
 def default_table() -> RuntimeTable:
-    """The table at ``$INTERLUDE_RUNTIMES_YAML`` or ``include/runtimes.yaml`` (loaded once)."""
+    """The table at ``$INTERLUDE_RUNTIMES_YAML`` or ``plugins/interlude/runtimes/runtimes.yaml`` (loaded once)."""
     return _load_cached(os.environ.get(TABLE_ENV) or str(DEFAULT_TABLE_PATH))

@@ -1,7 +1,7 @@
 """TPU side of the check: accelerator type names, hosts per slice, and which runtime fits which generation.
 
 Sources: TPU software versions (https://cloud.google.com/tpu/docs/runtimes) and the per-generation pages
-named in ``include/runtimes.yaml``.
+named in ``plugins/interlude/runtimes/runtimes.yaml``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
-from interlude.capacity import AcceleratorKind
+from interlude.capacity.report import AcceleratorKind
 from interlude.runtimes import tensorflow as tfr
 from interlude.runtimes.findings import Findings, RuntimeCheck, note_warning, python_problems, version_problems
 from interlude.runtimes.table import RuntimeTable, TpuGeneration, default_table

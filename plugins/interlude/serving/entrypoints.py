@@ -1,7 +1,7 @@
 """Ship the two entrypoint scripts with the manifests, so the upstream vLLM images run unchanged.
 
 The pod's containers run ``tpu_serve.sh`` / ``gpu_serve.sh`` (serve only when the node has the matching
-accelerator, else idle; include/serving/entrypoints). The public recipe bakes such scripts into derived
+accelerator, else idle; plugins/interlude/serving/entrypoint_scripts). The public recipe bakes such scripts into derived
 images, which then have to be rebuilt for every vLLM release. Mounting them from a ConfigMap (read-only,
 mode 0555) keeps `tpu_image` / `gpu_image` the upstream references the runtime table knows.
 Without scripts the images must carry them at the same paths.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from interlude.serving.spec import ServeSpec
 
 ENTRYPOINT_DIR = "/opt/interlude/entrypoints"
 SCRIPT_NAMES = ("tpu_serve.sh", "gpu_serve.sh")
-DEFAULT_SOURCE_DIR = Path(__file__).resolve().parents[3] / "include" / "serving" / "entrypoints"
+DEFAULT_SOURCE_DIR = Path(str(resources.files("interlude.serving") / "entrypoint_scripts"))  # package data
 VOLUME = "entrypoints"
 
 

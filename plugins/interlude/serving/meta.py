@@ -11,8 +11,8 @@ from typing import Any
 
 from interlude.serving.spec import ServeSpec
 
-ANNOTATION_CHECKPOINT = "interlude.dev/checkpoint-uri"
-ANNOTATION_DIGEST = "interlude.dev/spec-digest"
+ANNOTATION_CHECKPOINT = "interlude_dev.wiring/checkpoint-uri"
+ANNOTATION_DIGEST = "interlude_dev.wiring/spec-digest"
 MANAGED_BY = "interlude"
 
 Manifest = dict[str, Any]
@@ -26,7 +26,7 @@ def labels(spec: ServeSpec) -> dict[str, str]:
     return {
         **selector_labels(spec),
         "app.kubernetes.io/managed-by": MANAGED_BY,
-        "interlude.dev/spec-digest": spec.digest()[:16],
+        "interlude_dev.wiring/spec-digest": spec.digest()[:16],
     }
 
 

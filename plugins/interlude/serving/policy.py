@@ -44,8 +44,8 @@ LABEL_PERFORM = "cloud.google.com/perform-maintenance"
 LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
 #: On a node Interlude cordoned for its maintenance (so it uncordons only those), and on the HPA: the
 #: replicas surged per node (JSON), so a restarted watcher knows what to undo.
-CORDON_ANNOTATION = "interlude.dev/cordoned-for-maintenance"
-SURGE_ANNOTATION = "interlude.dev/maintenance-surge"
+CORDON_ANNOTATION = "interlude_dev.wiring/cordoned-for-maintenance"
+SURGE_ANNOTATION = "interlude_dev.wiring/maintenance-surge"
 
 
 # ---------------------------------------------------------------------- observations

@@ -57,7 +57,7 @@ TPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/tpu_serve.sh"
 GPU_ENTRYPOINT = f"{entrypoints.ENTRYPOINT_DIR}/gpu_serve.sh"
 GPU_DRIVER_HOST_PATH = "/home/kubernetes/bin/nvidia"  # https://cloud.google.com/kubernetes-engine/docs/how-to/gpus
 LABEL_CLASS = "cloud.google.com/compute-class"
-ANNOTATION_ORDER = "interlude.dev/priority-order"
+ANNOTATION_ORDER = "interlude_dev.wiring/priority-order"
 
 
 def node_reader_name(spec: ServeSpec) -> str:

@@ -4,7 +4,7 @@ Why: the pod carries a vLLM TPU container and a vLLM GPU container and only lear
 it lands on a node. A TPU image without support for the TPU generation, or a GPU image whose CUDA needs a
 newer driver than the node's, fails only then - after nodes are paid for, and possibly only on the
 fallback path, in the middle of a stockout. So both are checked up front against
-``include/serving_runtimes.yaml`` (each row cites its public source):
+``plugins/interlude/serving/serving_runtimes.yaml`` (each row cites its public source):
 
 - TPU image: its tag must be a known vLLM TPU release; the TPU generation must be one the release lists
   as compatible ("recommended" serves; "experimental" warns) - https://docs.vllm.ai/projects/tpu/en/latest/
@@ -157,7 +157,7 @@ def driver_findings(cuda: str, driver: str, table: ServingTable) -> list[Finding
     Below it the image is refused, not warned about: CUDA's minor version compatibility excludes PTX JIT,
     and vLLM JIT-compiles Triton/PTX kernels, so such a pod crash-loops ("the provided PTX was compiled
     with an unsupported toolchain"); vLLM's documented fix is a newer driver, and GKE documents no
-    forward-compatibility path (see include/serving_runtimes.yaml).
+    forward-compatibility path (see plugins/interlude/serving/serving_runtimes.yaml).
     """
     toolkit_min = table.toolkit_min_driver.get(cuda)
     if toolkit_min is None:

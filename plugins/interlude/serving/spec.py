@@ -1,9 +1,9 @@
 """ServeSpec: the one typed record of a serving run's parameters (the serving DAG's RunSpec).
 
-Same contract as `interlude.spec.RunSpec`: one default per param, the trigger form generated from the
+Same contract as `interlude.training.spec.RunSpec`: one default per param, the trigger form generated from the
 same table (`form_schema()`), every refusal names its param, and all problems are reported at once, in
 the first task, before anything is applied to a cluster. Checks that need the table of TPU shapes and
-images (`include/serving_runtimes.yaml`) are here too because they are pure; checks that need the
+images (`plugins/interlude/serving/serving_runtimes.yaml`) are here too because they are pure; checks that need the
 cluster (capacity, node pools) are not.
 
 The checkpoint comes from the fine-tuning DAG's Asset event (passed as `resolved`) or from the
@@ -23,7 +23,7 @@ from typing import Any
 from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names, shown
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
-from interlude.spec import bucket_problem
+from interlude.training.spec import bucket_problem
 
 ACTIONS = ("deploy", "update", "delete")
 SERVICE_TYPES = ("ClusterIP", "LoadBalancer")

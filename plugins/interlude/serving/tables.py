@@ -1,4 +1,4 @@
-"""The serving compatibility table (``include/serving_runtimes.yaml``), loaded once and typed.
+"""The serving compatibility table (``plugins/interlude/serving/serving_runtimes.yaml``), loaded once and typed.
 
 Why typed: the spec, the runtime check and the renderer all ask the same questions (what topology does
 v6e-8 have, which GKE accelerator name does it carry, which CUDA does this vLLM image ship); answering
@@ -12,13 +12,14 @@ import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 # plugins/interlude/serving/tables.py -> <project>/include/serving_runtimes.yaml
-DEFAULT_TABLE_PATH = Path(__file__).resolve().parents[3] / "include" / "serving_runtimes.yaml"
+DEFAULT_TABLE_PATH = Path(str(resources.files("interlude.serving") / "serving_runtimes.yaml"))  # package data
 TABLE_ENV = "INTERLUDE_SERVING_RUNTIMES_YAML"
 
 
@@ -147,6 +148,6 @@ def _load(path: str) -> ServingTable:
 
 
 def load_table(path: str | os.PathLike[str] | None = None) -> ServingTable:
-    """The table at `path`, else $INTERLUDE_SERVING_RUNTIMES_YAML, else include/serving_runtimes.yaml."""
+    """The table at `path`, else $INTERLUDE_SERVING_RUNTIMES_YAML, else the package's serving_runtimes.yaml."""
     chosen = path or os.environ.get(TABLE_ENV) or DEFAULT_TABLE_PATH
     return _load(str(chosen))

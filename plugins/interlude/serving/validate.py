@@ -1,6 +1,6 @@
 """Validate rendered manifests before anything is applied: core kinds against Kubernetes' own OpenAPI
 schemas (kubernetes-validate, strict: unknown fields refused) for the pinned Kubernetes version, the
-ComputeClass and PodMonitoring custom resources against the JSON schemas in include/schemas/ (written
+ComputeClass and PodMonitoring custom resources against the JSON schemas in plugins/interlude/serving/schemas/ (written
 from GKE's and Managed Prometheus' public references). Pure: reads only schema files.
 
 A CRD carries two kinds of rules: its structural schema (types, enums, ranges, unknown fields), which
@@ -18,6 +18,7 @@ import copy
 import functools
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,7 +27,7 @@ import kubernetes_validate
 
 KUBERNETES_VERSION = "1.33.0"
 """GKE's regular channel minor Interlude targets (https://cloud.google.com/kubernetes-engine/docs/release-notes)."""
-SCHEMA_DIR = Path(__file__).resolve().parents[3] / "include" / "schemas"
+SCHEMA_DIR = Path(str(resources.files("interlude.serving") / "schemas"))  # package data
 CUSTOM_SCHEMAS = {
     ("cloud.google.com/v1", "ComputeClass"): "computeclass.schema.json",
     ("monitoring.googleapis.com/v1", "PodMonitoring"): "podmonitoring.schema.json",
@@ -42,7 +43,8 @@ class CelCheck(NamedTuple):
 
 
 # --------------------------------------------------------------- the CRD's CEL rules, as pure predicates
-# Source: the x-kubernetes-validations of computeclasses.cloud.google.com (include/schemas/computeclass.schema.json
+# Source: the x-kubernetes-validations of computeclasses.cloud.google.com
+# (plugins/interlude/serving/schemas/computeclass.schema.json
 # names the CRD copy and Google's reference pages). `has(x)` is "key present"; defaults the API server applies
 # before CEL runs (priorities: [], enabled: false) are applied here with .get(..., default).
 def _autopilot(spec: Node) -> bool:

@@ -17,9 +17,9 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 def walk_again(spec: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]:
     """One fresh probe and walk, carrying the wait state (when waiting started) forward."""
-    from interlude import lifecycle
-    from interlude.decisions import Decision
-    from interlude.spec import RunSpec
+    from interlude.capacity.decisions import Decision
+    from interlude.training import tasks as lifecycle
+    from interlude.training.spec import RunSpec
 
     wait = Decision.from_dict(decision).wait_state()
     run = RunSpec.from_dict(spec)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-from interlude.observe import watched_fields
+from interlude.stage.observe import watched_fields
 
 T = TypeVar("T")
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]

@@ -20,9 +20,11 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 from airflow.utils.net import get_hostname
 
-from interlude.maintenance import Limits, Machine, Observation, Phase, StageState, Transition, next_step
-from interlude.notice_wait import watch_interval
-from interlude.observe import (
+from interlude.stage.facts import StageFactsReader, list_bucket_async
+from interlude.stage.machine import next_step
+from interlude.stage.model import Limits, Machine, Observation, Phase, StageState, Transition
+from interlude.stage.notice_wait import watch_interval
+from interlude.stage.observe import (
     StageFacts,
     StartupFailure,
     is_outage,
@@ -34,15 +36,14 @@ from interlude.observe import (
     startup_failure,
     unknown,
 )
-from interlude.stage_facts import StageFactsReader, list_bucket_async
-from interlude.startup_looks import LookClock, LookPlan, after_look, look_due, look_plan, look_spread
+from interlude.stage.startup_looks import LookClock, LookPlan, after_look, look_due, look_plan, look_spread
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
 GCS_EVERY = 3  # per-stage reads: while calm, GCS facts are read every third poll (machine state every poll)
 FACT_SOURCES = ("bucket_list", "per_stage")
 """Where a trigger's GCS facts come from: the listing of its bucket shared by every trigger in the process
-(one read per bucket and interval, interlude.stage_facts), or its own reads (read_stage_facts: a list and
+(one read per bucket and interval, interlude.stage.facts), or its own reads (read_stage_facts: a list and
 up to four downloads per read; the sync path's way, kept for comparison in benchmarks/triggerer_watch.py)."""
 
 ZONE_LISTS = ZoneListCache()
@@ -118,7 +119,9 @@ class StageTrigger(BaseTrigger):
         self._serial_next = 0
         self._outage_logged = 0.0
         self._plan: LookPlan | None = None  # when this stage may look (set on first use: _look_plan)
-        self._looks = LookClock()  # this stage's looks at its startup script's last words (interlude.startup_looks)
+        self._looks = (
+            LookClock()
+        )  # this stage's looks at its startup script's last words (interlude.stage.startup_looks)
         self._started = 0.0  # set when run() starts
         self._watch = poll_interval  # seconds to the next look (shorter while a hold before the window may begin)
 
@@ -223,7 +226,7 @@ class StageTrigger(BaseTrigger):
 
     def _look_due(self, state: StageState, machine: Machine, notice: Any) -> tuple[object, ...] | None:
         """The look's context when this quiet stage should read its startup script's last words now, else None:
-        once quiet for a period, then backed off while nothing changes (interlude.startup_looks)."""
+        once quiet for a period, then backed off while nothing changes (interlude.stage.startup_looks)."""
         if machine is not Machine.READY:
             return None
         context = (state.progress_seen_at, machine.value, notice)
@@ -236,7 +239,7 @@ class StageTrigger(BaseTrigger):
         self._looks = after_look(self._looks, context, time.monotonic(), self._look_plan())
 
     def _look_plan(self) -> LookPlan:
-        """This stage's own plan: its looks spread by its identity (interlude.startup_looks), the same after a
+        """This stage's own plan: its looks spread by its identity (interlude.stage.startup_looks), the same after a
         triggerer restart, so a thousand stages deferred together do not all look at the same poll."""
         if self._plan is None:
             m = self.machine
@@ -387,7 +390,7 @@ def stage_limits(
     notice_policy: dict[str, Any] | None = None,
 ) -> Limits:
     """The state machine's limits from the run's params (the drill gets as long as a stall)."""
-    from interlude.notice_wait import NoticePolicy
+    from interlude.stage.notice_policy import NoticePolicy
 
     return Limits(
         restart_timeout=restart_timeout,

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# Pinned outputs: if one of these changes, existing runs lose their checkpoints.
 from interlude import naming
 
-# Pinned outputs: if one of these changes, existing runs lose their checkpoints.
 PINNED = [
     ("interlude_training", "manual__2026-12-02T10:47:26.123456+00:00"),
     ("interlude_training", "backfill__2026-11-01T00:00:00+00:00"),

@@ -13,7 +13,7 @@ import pytest
 
 from interlude.params import ParamsError
 from interlude.serving.spec import ServeSpec
-from interlude.spec import RunSpec
+from interlude.training.spec import RunSpec
 
 CKPT = "gs://interlude-local/interlude/run/finetune/step-00000030/"
 SPECS: dict[type, dict[str, Any]] = {RunSpec: {}, ServeSpec: {"checkpoint_uri": CKPT}}

@@ -1,6 +1,7 @@
 """The runtime table against its public sources (issue 32, item 4): each test states a fact from a page.
 
-The expected values are copied from the pages named in each test, not from ``include/runtimes.yaml``, so
+The expected values are copied from the pages named in each test, not from
+``plugins/interlude/runtimes/runtimes.yaml``, so
 a table that drifts from Google's, vLLM's or NVIDIA's own words turns a test red.
 """
 

@@ -1,6 +1,6 @@
 """Runtime compatibility: every TPU generation and GPU type, and every kind of mismatch, with its message.
 
-Tests read the real ``include/runtimes.yaml`` (the data is the product), plus small broken tables to
+Tests read the real ``plugins/interlude/runtimes/runtimes.yaml`` (the data is the product), plus small broken tables to
 prove a bad file fails loudly at load rather than in the middle of a validation.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from interlude import runtimes
-from interlude.capacity import GPU_MACHINE_TYPES, GPU_QUOTA_METRICS, AcceleratorKind
-from interlude.profiles import DEFAULT_GPU_CANDIDATES, DEFAULT_SMALLER_GPUS, DEFAULT_TPU_CANDIDATES
+from interlude.capacity.profiles import DEFAULT_GPU_CANDIDATES, DEFAULT_SMALLER_GPUS, DEFAULT_TPU_CANDIDATES
+from interlude.capacity.report import GPU_MACHINE_TYPES, GPU_QUOTA_METRICS, AcceleratorKind
 from interlude.runtimes import (
     RuntimeCheck,
     RuntimeTable,

@@ -1,4 +1,4 @@
-"""A real local cloud (include/localcloud) for the hook tests, with a scenario made for them.
+"""A real local cloud (include/interlude_localcloud) for the hook tests, with a scenario made for them.
 
 Timings are scaled down so operations finish in a fraction of a second; scheduled maintenance notices
 stay long so ``upcomingMaintenance`` can be read while it is PENDING.

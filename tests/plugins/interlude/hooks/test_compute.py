@@ -219,7 +219,7 @@ def test_endpoint_and_project_come_from_the_airflow_connection(
 
 def test_time_scale_comes_from_the_connection(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The local cloud's dev env tells Airflow its clock; Google's connection (no extra) runs at 1."""
-    from interlude import dev
+    from interlude_dev import wiring as dev
 
     cloud = dev.LocalCloud(
         process=None,

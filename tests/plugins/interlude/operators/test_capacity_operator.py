@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 
 from interlude.operators.capacity import WaitForCapacityOperator
 from interlude.operators.conventions import default_deferrable
-from interlude.spec import RunSpec
+from interlude.training.spec import RunSpec
 from interlude.triggers.capacity import CapacityTrigger
 
 
@@ -42,7 +42,7 @@ def connected(cloud: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 def _waiting_decision() -> dict[str, Any]:
     import datetime as dt
 
-    from interlude.decisions import Decision, Leaf, Strategy
+    from interlude.capacity.decisions import Decision, Leaf, Strategy
 
     started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     return Decision(

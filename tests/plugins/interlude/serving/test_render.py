@@ -185,7 +185,7 @@ def test_params_reach_containers_as_argv_never_inside_the_shell_script() -> None
 def test_labels_and_annotations_carry_the_checkpoint_and_the_digest() -> None:
     spec = SPECS["default"][0]
     for obj in render.render_all(spec):
-        assert obj["metadata"]["labels"]["interlude.dev/spec-digest"] == spec.digest()[:16]
+        assert obj["metadata"]["labels"]["interlude_dev.wiring/spec-digest"] == spec.digest()[:16]
         assert obj["metadata"]["annotations"][meta.ANNOTATION_CHECKPOINT] == CKPT
     template = _by_kind(render.render_all(spec))["Deployment"]["spec"]["template"]["metadata"]
     assert template["annotations"][meta.ANNOTATION_DIGEST] == spec.digest()
@@ -239,6 +239,8 @@ def test_shipped_entrypoints_are_mounted_read_only_into_both_vllm_containers() -
 
 
 def test_the_project_entrypoints_ship() -> None:
-    scripts = entrypoints.load_scripts()  # include/serving/entrypoints: a missing script raises, never skips
+    scripts = (
+        entrypoints.load_scripts()
+    )  # plugins/interlude/serving/entrypoint_scripts: a missing script raises, never skips
     assert set(scripts) == set(entrypoints.SCRIPT_NAMES) and all(s.startswith("#!") for s in scripts.values())
     assert validate_all(render.render_all(SPECS["default"][0], scripts=scripts)) == []

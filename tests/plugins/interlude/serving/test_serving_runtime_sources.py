@@ -1,6 +1,7 @@
 """The serving table against its public sources (issue 32, item 4).
 
-Expected values come from the pages named here, not from ``include/serving_runtimes.yaml``: the release
+Expected values come from the pages named here, not from
+``plugins/interlude/serving/serving_runtimes.yaml``: the release
 list of vLLM TPU (https://github.com/vllm-project/tpu-inference/releases), each release's own README or
 quickstart, Google's TPU7x and GKE pages, NVIDIA's driver tables.
 """

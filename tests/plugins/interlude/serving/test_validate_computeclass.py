@@ -1,4 +1,4 @@
-"""ComputeClass validation against GKE's own CRD (include/schemas/computeclass.schema.json).
+"""ComputeClass validation against GKE's own CRD (plugins/interlude/serving/schemas/computeclass.schema.json).
 
 Google's published ComputeClasses (the reference page's example, a TPU and a GPU class from Google's
 accelerated-platforms repository, copied into data/ with their URLs) must pass; each CEL rule of the CRD

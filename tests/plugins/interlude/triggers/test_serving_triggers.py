@@ -21,7 +21,7 @@ from interlude.serving.plan import require_plan
 from interlude.serving.spec import ServeSpec
 from interlude.triggers.serving import DeletedTrigger, RolloutTrigger
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.localcloud.gke.conftest import CLUSTER, LOCATION, gke_conn, gke_lc  # noqa: F401 - fixtures
+from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION, gke_conn, gke_lc  # noqa: F401 - fixtures
 
 SPEC = ServeSpec(checkpoint_uri="gs://bucket/interlude/run/finetune/", name="trig-vllm", cluster=CLUSTER)
 

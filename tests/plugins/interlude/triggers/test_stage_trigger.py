@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 
-from interlude.maintenance import StageState
+from interlude.stage.model import StageState
 from interlude.triggers.stage import StageTrigger, ZoneListCache
 
 
@@ -88,7 +88,8 @@ def test_on_kill_asks_the_workload_for_a_checkpoint(bucket: str) -> None:
 def test_events_are_small_and_json_safe_with_a_log_tail_only_on_failure() -> None:
     import json
 
-    from interlude.maintenance import Limits, Machine, Observation, next_step
+    from interlude.stage.machine import next_step
+    from interlude.stage.model import Limits, Machine, Observation
     from interlude.triggers.stage import transition_event
 
     obs = Observation(
@@ -113,7 +114,7 @@ def test_events_are_small_and_json_safe_with_a_log_tail_only_on_failure() -> Non
 def replace_machine(obs):
     from dataclasses import replace
 
-    from interlude.maintenance import Machine
+    from interlude.stage.model import Machine
 
     return replace(obs, machine=Machine.READY)
 
@@ -121,7 +122,7 @@ def replace_machine(obs):
 def test_a_shared_zone_list_keeps_only_what_the_watchers_read() -> None:
     """Narrowing each machine in the shared list changes no verdict: the same Machine, notice and state,
     whatever the node or VM says (the fields dropped are the bulk of the list: network, metadata, ...)."""
-    from interlude.observe import gce_state, machine_view, tpu_state
+    from interlude.stage.observe import gce_state, machine_view, tpu_state
 
     bulk = {
         "networkEndpoints": [{"ipAddress": f"10.0.0.{i}", "port": 8470} for i in range(8)],

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import requests
 
-from interlude.maintenance import Phase, StageState
-from interlude.notice_wait import policy_for
-from interlude.observe import StageFacts
-from interlude.stage_facts import with_progress
+from interlude.stage.facts import with_progress
+from interlude.stage.model import Phase, StageState
+from interlude.stage.notice_wait import policy_for
+from interlude.stage.observe import StageFacts
 from interlude.triggers import stage as stage_mod
 from interlude.triggers.stage import StageTrigger
 from interlude_workload.checkpoints import CheckpointStore

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import requests
 
-from interlude.maintenance import StageState
+from interlude.stage.model import StageState
 from interlude.triggers import stage as stage_mod
 from interlude.triggers.stage import StageTrigger
 from interlude_workload.checkpoints import CheckpointStore

@@ -1,0 +1,1 @@
+"""Deployment glue: what an Airflow deployment points its configuration at (Celery config, worker preload)."""
