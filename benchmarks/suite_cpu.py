@@ -34,7 +34,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 # (kind, pattern over the command line): the first match names the process. Order matters: the stack's
 # components before "airflow (other)", the workload's agent before its other modules.
 KINDS: tuple[tuple[str, str], ...] = (
-    ("airflow dags test: warm server (imports once per worker)", r"interlude\.warm_server"),
+    ("airflow dags test: warm server (imports once per worker)", r"interlude_dev\.warm_server"),
     ("airflow dags test", r"airflow dags test"),
     ("airflow db migrate", r"airflow db migrate"),
     ("stack: api-server", r"api.server"),

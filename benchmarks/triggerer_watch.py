@@ -595,7 +595,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     cloud: LocalCloud | None = None
     bench: Bench | None = None
     try:
-        cloud = start_localcloud(ROOT / "include" / "localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud")
+        cloud = start_localcloud(
+            ROOT / "include" / "interlude_localcloud" / "scenarios" / "benchmark.yaml", work / "localcloud"
+        )
         bench = setup(args, work, cloud)
         if MAIN in args.design:
             bench.main_plugins = export_tree(args.main_ref, work / "tree-main")

@@ -18,7 +18,7 @@ from interlude_workload.sdk import encode_payload
 
 ROOT = Path(__file__).resolve().parents[3]
 STANDIN = ROOT / "include" / "serving" / "vllm_standin.py"
-ENTRYPOINTS = ROOT / "include" / "serving" / "entrypoints"
+ENTRYPOINTS = ROOT / "plugins" / "interlude" / "serving" / "entrypoint_scripts"
 
 
 def write_checkpoint(bucket: str, run_key: str, step: int, seed: int) -> tuple[str, dict[str, np.ndarray]]:
