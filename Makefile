@@ -16,9 +16,9 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml include/devtools/pypro
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@# uv (from PyPI) installs the pinned tree in seconds; output is kept quiet unless a step fails.
 	@$(PY) -m pip install -q "uv>=0.5" > $(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
-	@# The project (runtime deps from requirements.txt) with its test and dev extras, and the tooling distribution
+	@# The project (runtime deps from requirements.txt) with its test, dev and workload extras, and the tooling distribution
 	@# (include/devtools, interlude_dev), every version pinned by constraints.txt.
-	@$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test,dev]' -e include/devtools >> $(VENV)/install.log 2>&1 \
+	@$(VENV)/bin/uv pip install -q --python $(PY) -c constraints.txt -e '.[test,dev,workload]' -e include/devtools >> $(VENV)/install.log 2>&1 \
 		|| { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
 	@echo "installed into $(VENV) (log: $(VENV)/install.log)"
