@@ -16,6 +16,12 @@ And it answers partial responses as Google's front end does (``fields``, interlu
 emulator ignored the parameter and sent every object's whole resource, ~4x more JSON per listing than GCS sends
 a watcher that asks for five fields, which made a triggerer here parse more than it would on Google. A malformed
 selection is a 400. (Field names are not checked against a schema here: no storage discovery document is kept.)
+Reads and listings answer as Google's JSON API does (interlude_localcloud.gcs_reads): the emulator
+sent a download without ``x-goog-generation``, ignored read preconditions, suffix ranges and ``startOffset``/
+``endOffset``/``maxResults``/``pageToken``. tensorstore (Orbax's array store) needs each: it takes a download's
+generation from that header and builds its next conditional write on it, re-reads OCDBT manifests with
+``ifGenerationNotMatch`` expecting 304, and lists a key range only through the offsets (ignored, a prefix's
+DeleteRange would have listed -- and deleted -- the whole bucket).
 Everything else is the emulator's, unchanged.
 """
 
@@ -35,7 +41,7 @@ from gcp_storage_emulator.exceptions import NotFound
 from gcp_storage_emulator.handlers import objects
 from gcp_storage_emulator.storage import Storage
 
-from interlude_localcloud import partial
+from interlude_localcloud import gcs_reads, partial
 
 _LOCK = threading.Lock()
 _NOT_MET = {
@@ -89,6 +95,7 @@ def patch_handlers() -> None:
         for method, handler in list(methods.items()):
             if handler in wrapped:
                 methods[method] = wrapped[handler]
+    objects.insert = wrapped[objects.insert]  # the router's own fallback for uploads POSTed without /upload
 
 
 def honour_fields() -> None:
@@ -163,6 +170,7 @@ def debounce_state_file() -> _Flusher:
 
 if __name__ == "__main__":
     patch_handlers()
+    gcs_reads.patch_reads()
     honour_fields()
     debounce_state_file()
     emulator_main.main()

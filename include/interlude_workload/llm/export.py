@@ -1,0 +1,164 @@
+"""Export the JAX model as a Hugging Face model directory, verified before anyone serves it.
+
+``export_hf(params, config, tokenizer_dir, out_dir)`` writes what ``LlamaForCausalLM.from_pretrained``,
+vLLM (``--load-format safetensors``/``auto`` from a directory or a Cloud Storage FUSE mount,
+``runai_streamer`` from ``gs://``) and the local stand-in read::
+
+    config.json               LlamaForCausalLM, float32, bos/eos/pad 0/1/2 (LlamaConfig.to_hf_config)
+    model.safetensors         HF tensor names, [out, in] layout, metadata {"format": "pt"}
+    tokenizer.json            the byte-level BPE, copied from tokenizer_dir
+    tokenizer_config.json     its special tokens, copied from tokenizer_dir
+    generation_config.json    bos/eos/pad, greedy
+    interlude_reference.json  fixed prompts, their token ids, the JAX model's last-position logits and
+                              greedy completions (what benchmarks/export_parity.py compares real loaders with)
+
+It writes to a local directory: the caller uploads it to Cloud Storage and commits it with its marker.
+Then it verifies what it wrote by reading it back as a loader would (tensor names, shapes and dtypes
+against ``config.json``, the tokenizer's ids) and comparing the numpy forward over the written
+safetensors with the JAX forward over ``params`` on fixed prompts: logits within :data:`TOLERANCE` and
+equal greedy completions, or :class:`ExportError`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from interlude_workload.llm import model, numpy_forward
+from interlude_workload.llm.config import BOS_ID, EOS_ID, PAD_ID, SPECIAL_TOKENS, LlamaConfig
+from interlude_workload.llm.numpy_forward import ExportError
+from interlude_workload.llm.tokenizer import TOKENIZER_CONFIG_FILE, TOKENIZER_FILE, load_tokenizer
+
+TOLERANCE = 1e-5
+PROMPTS = ("Today is", "The quick fox", "Ada likes", "On 2024-02-01 the weather")
+MAX_NEW_TOKENS = 16
+REFERENCE_FILE = "interlude_reference.json"
+REFERENCE_FORMAT = "interlude-export-reference/1"
+_HF_LAYER_NAMES = {
+    "input_layernorm": "input_layernorm",
+    "q_proj": "self_attn.q_proj",
+    "k_proj": "self_attn.k_proj",
+    "v_proj": "self_attn.v_proj",
+    "o_proj": "self_attn.o_proj",
+    "post_attention_layernorm": "post_attention_layernorm",
+    "gate_proj": "mlp.gate_proj",
+    "up_proj": "mlp.up_proj",
+    "down_proj": "mlp.down_proj",
+}
+
+__all__ = ["ExportError", "export_hf", "to_hf_tensors", "verify_export"]
+
+
+def to_hf_tensors(params: Any) -> dict[str, np.ndarray]:
+    """The model's parameters under Hugging Face Llama names, as contiguous float32 host arrays."""
+
+    def host(a: Any) -> np.ndarray:
+        return np.ascontiguousarray(np.asarray(a, dtype=np.float32))
+
+    tensors = {
+        "model.embed_tokens.weight": host(params["embed_tokens"]),
+        "model.norm.weight": host(params["norm"]),
+        "lm_head.weight": host(params["lm_head"]),
+    }
+    for n, layer in enumerate(params["layers"]):
+        for key, hf in _HF_LAYER_NAMES.items():
+            tensors[f"model.layers.{n}.{hf}.weight"] = host(layer[key])
+    return tensors
+
+
+def generation_config() -> dict[str, Any]:
+    return {"bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": PAD_ID, "do_sample": False}
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.write_text(json.dumps(value, indent=2) + "\n")
+
+
+def export_hf(
+    params: Any,
+    config: LlamaConfig,
+    tokenizer_dir: str | Path,
+    out_dir: str | Path,
+    *,
+    prompts: tuple[str, ...] = PROMPTS,
+) -> float:
+    """Write the Hugging Face directory ``out_dir`` (local), verify it, and return the max |logit| difference.
+
+    Raises :class:`ExportError` (after writing, before the reference file) when the verification fails.
+    """
+    from safetensors.numpy import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / REFERENCE_FILE).unlink(missing_ok=True)  # present only once this export has been verified
+    save_file(to_hf_tensors(params), str(out / "model.safetensors"), metadata={"format": "pt"})
+    _write_json(out / "config.json", config.to_hf_config())
+    _write_json(out / "generation_config.json", generation_config())
+    for name in (TOKENIZER_FILE, TOKENIZER_CONFIG_FILE):
+        shutil.copyfile(Path(tokenizer_dir) / name, out / name)
+    reference = verify_export(out, params, config, prompts=prompts)
+    _write_json(out / REFERENCE_FILE, reference)
+    return float(reference["max_abs_logit_diff"])
+
+
+def _check_config(export_dir: Path, config: LlamaConfig) -> None:
+    written = LlamaConfig.from_hf_config(json.loads((export_dir / "config.json").read_text()))
+    if written != config:
+        raise ExportError(f"config.json describes {written}, the model is {config}")
+
+
+def _check_tokenizer(export_dir: Path, config: LlamaConfig) -> Any:
+    tok = load_tokenizer(export_dir)
+    if tok.get_vocab_size() != config.vocab_size:
+        raise ExportError(f"tokenizer has {tok.get_vocab_size()} ids, the model {config.vocab_size}")
+    ids = [tok.token_to_id(t) for t in SPECIAL_TOKENS]
+    if ids != [BOS_ID, EOS_ID, PAD_ID]:
+        raise ExportError(f"special tokens {SPECIAL_TOKENS} have ids {ids}, expected {[BOS_ID, EOS_ID, PAD_ID]}")
+    return tok
+
+
+def verify_export(
+    export_dir: str | Path, params: Any, config: LlamaConfig, *, prompts: tuple[str, ...] = PROMPTS
+) -> dict[str, Any]:
+    """Read the export back and compare it with ``params``; the reference record, or :class:`ExportError`."""
+    root = Path(export_dir)
+    _check_config(root, config)
+    from safetensors import SafetensorError
+
+    try:
+        weights, _ = numpy_forward.load_export(root)
+    except (OSError, ValueError, SafetensorError) as exc:
+        raise ExportError(f"model.safetensors does not load as this model: {exc}") from exc
+    tok = _check_tokenizer(root, config)
+    records, worst = [], 0.0
+    for text in prompts:
+        ids = tok.encode(text).ids
+        jax_logits = model.padded_logits(params, config, ids)
+        diff = float(np.max(np.abs(numpy_forward.forward(weights, config, ids) - jax_logits)))
+        worst = max(worst, diff)
+        if not diff <= TOLERANCE:  # also catches NaN
+            raise ExportError(f"prompt {text!r}: numpy logits differ from JAX by {diff:.3g} > {TOLERANCE}")
+        jax_new = model.greedy_generate(params, config, ids, MAX_NEW_TOKENS)
+        np_new = numpy_forward.greedy_generate(weights, config, ids, MAX_NEW_TOKENS)
+        if jax_new != np_new:
+            raise ExportError(f"prompt {text!r}: greedy tokens differ, JAX {jax_new} vs export {np_new}")
+        records.append(
+            {
+                "text": text,
+                "token_ids": ids,
+                "jax_last_logits": [float(x) for x in jax_logits[-1]],
+                "greedy_token_ids": jax_new,
+                "greedy_text": tok.decode(jax_new),
+            }
+        )
+    return {
+        "format": REFERENCE_FORMAT,
+        "tolerance": TOLERANCE,
+        "max_abs_logit_diff": worst,
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "prompts": records,
+    }
