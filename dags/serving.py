@@ -1,4 +1,4 @@
-"""Interlude's serving DAG: the fine-tuned checkpoint served with vLLM on GKE, TPU first and GPU second."""
+"""Interlude's serving DAG: the fine-tuned model's export served with vLLM on GKE, TPU first and GPU second."""
 
 from __future__ import annotations
 
@@ -21,10 +21,13 @@ from interlude.training.assets import FINETUNED_CHECKPOINT
 DOC_MD = """
 # Interlude: serving (vLLM on GKE, TPU first, GPU second)
 
-One run = one rollout of a fine-tuned checkpoint (`checkpoint_uri`, gs://BUCKET/interlude/RUN/finetune/...)
-onto a GKE cluster, the way Google's TPU/GPU interoperability guide serves with vLLM: a custom
-**ComputeClass** lists TPU node pools first and GPU pools second; each pod carries a vLLM TPU container and
-a vLLM GPU container, and the one matching its node's accelerator serves.
+One run = one rollout of a fine-tuned model's Hugging Face export (`checkpoint_uri`: a gs:// directory with
+config.json, model.safetensors and tokenizer files) onto a GKE cluster, the way Google's TPU/GPU
+interoperability guide serves with vLLM: a custom **ComputeClass** lists TPU node pools first and GPU pools
+second; each pod carries a vLLM TPU container and a vLLM GPU container, and the one matching its node's
+accelerator serves. Each reads the export as Google documents for its image: `--load-format=runai_streamer`
+from gs:// where the image has the Run:ai streamer's GCS backend, else a Cloud Storage FUSE CSI volume; the pods'
+ServiceAccount reads the bucket through Workload Identity (`model_loader`, `gcp_service_account`).
 
 Scheduled on the Asset `interlude_finetuned_checkpoint`: each fine-tuned checkpoint the training DAG commits
 starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoint_uri` param wins).
@@ -33,16 +36,18 @@ starts a run that serves it (the event's `checkpoint_uri`; an explicit `checkpoi
    before anything touches the cluster.
 2. **route** — `action=delete` goes to **delete**, anything else to **plan**.
 3. **plan** — runtimes checked (the vLLM TPU image supports the TPU generation, the GPU image's CUDA fits the
-   driver; an unknown image tag is refused naming the param), every manifest rendered and validated (Kubernetes
-   schemas, the ComputeClass and PodMonitoring schemas). The log shows the exact YAML. `plan_only` stops here.
+   driver, the image can load the export the way `model_loader` asks; an unknown image tag is refused naming the
+   param), every manifest rendered and validated (Kubernetes schemas, the ComputeClass and PodMonitoring
+   schemas, each container's `vllm serve` args against vLLM's parser or its flag table). The log shows the exact
+   YAML. `plan_only` stops here.
 4. **apply** — server-side apply of the plan's objects in order through the provider's GKE hooks; a re-run with
    the same params changes nothing (each object's outcome is logged: created / configured / unchanged).
 5. **rollout** — deferred to the triggerer until the new pods are Ready (or `rollout_timeout_seconds` passes);
    logs the accelerator each pod landed on. Pods pending on a TPU stockout (the autoscaler's events) for
    `fallback_after_seconds` make it re-apply the ComputeClass GPU-first (logged with the reason; listed in
    the report): GPU replicas within minutes instead of GKE's TPU wait.
-6. **smoke** — one `/v1/completions` request through the Service (API server proxy); fails unless the answer
-   comes from the served model and `/v1/models` names the checkpoint.
+6. **smoke** — one greedy `/v1/completions` request through the Service (API server proxy); fails unless the
+   answer comes from the served model and `/v1/models` names the export (or its FUSE mount).
 7. **maintenance_watch** — for `watch_minutes` (0 = skip), deferred: a TPU/GPU node labelled
    `cloud.google.com/scheduled-maintenance-time` is cordoned, a replacement replica surged (HPA min/max + 1)
    and awaited Ready elsewhere, the node's pod evicted (Eviction API, PodDisruptionBudgets honoured), the

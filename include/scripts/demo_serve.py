@@ -1,6 +1,9 @@
-"""`make demo-serve`: serve the fine-tuned checkpoint of `make demo` with vLLM on the local cloud's GKE.
+"""`make demo-serve`: serve the fine-tuned model of `make demo` with vLLM on the local cloud's GKE.
 
-Continues from the training demo (runs it first when its fine-tuned checkpoint is not there): the training
+Continues from the training demo (runs it first when its fine-tuned model is not there): its Hugging Face export
+(config.json, model.safetensors, tokenizer files) is what vLLM loads - the TPU image streams it from gs:// with the
+Run:ai streamer, the L4 image (no GCS streamer) reads it through a Cloud Storage FUSE volume - and the smoke
+answer must be the export's own greedy completion, computed here from the same files. The training
 cloud's Cloud Storage is copied into a local cloud whose GKE cluster is Google's TPU-first / L4-fallback
 serving example (scenario gke_serving_demo: a TPU v6e pool of one node, an L4 pool), and the
 `interlude_serving` DAG runs three times with Airflow's `dags test`:
@@ -80,6 +83,11 @@ class ServeOutcome:
     pods_left: list[str]
     processes_left: list[int]
     var: Path
+    expected_answer: str | None = None  # the export's greedy completion of the smoke prompt, computed here
+
+    @property
+    def answers(self) -> list[str]:
+        return [r.xcoms["smoke"]["text"] for r in self.runs if "smoke" in r.xcoms]
 
     @property
     def ok(self) -> bool:
@@ -88,14 +96,43 @@ class ServeOutcome:
             and len(self.runs) == 3
             and not self.pods_left
             and not self.processes_left
+            and bool(self.answers)
+            and all(a == self.expected_answer for a in self.answers)
         )
 
 
 def finetuned() -> dict[str, str] | None:
-    """The training demo's fine-tuned checkpoint, if its record and its Cloud Storage are still on disk."""
+    """The training demo's fine-tuned model, if its record and its Cloud Storage are still on disk."""
     if not (demo.FINETUNED.exists() and (demo.VAR / "localcloud" / "gcs").is_dir()):
         return None
     return dict(json.loads(demo.FINETUNED.read_text()))
+
+
+def model_uri(record: dict[str, str]) -> str:
+    """The Hugging Face export the training demo recorded (the record's `export_uri`; `checkpoint_uri` in a
+    record from before exports, which vLLM cannot load)."""
+    return record.get("export_uri") or record["checkpoint_uri"]
+
+
+def export_answer(uri: str, cloud: dev.LocalCloud) -> str:
+    """The export's greedy completion of the smoke prompt: its files read from the serving cloud's Cloud Storage
+    and run through the workload's numpy forward, as the answer served must be."""
+    import tempfile
+
+    from tokenizers import Tokenizer
+
+    from interlude.operators.serving import SMOKE_MAX_TOKENS, SMOKE_PROMPT
+    from interlude_workload.llm.config import EOS_ID
+    from interlude_workload.llm.numpy_forward import greedy_generate, load_export
+
+    bucket, _, prefix = uri.removeprefix("gs://").partition("/")
+    with tempfile.TemporaryDirectory(prefix="demo-serve-export-") as tmp:
+        for blob in dev.gcs_client(cloud).list_blobs(bucket, prefix=prefix.rstrip("/") + "/", delimiter="/"):
+            blob.download_to_filename(str(Path(tmp) / blob.name.rsplit("/", 1)[-1]))
+        weights, config = load_export(tmp)
+        tok = Tokenizer.from_file(str(Path(tmp) / "tokenizer.json"))
+    new = greedy_generate(weights, config, tok.encode(SMOKE_PROMPT).ids, SMOKE_MAX_TOKENS)
+    return str(tok.decode(new[:-1] if new and new[-1] == EOS_ID else new, skip_special_tokens=True))
 
 
 def xcoms(db: Path, run_id: str) -> dict[str, Any]:
@@ -183,8 +220,8 @@ def drill(
     return box["r"], node
 
 
-def copy_checkpoint(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> int:
-    """Copy the checkpoint's objects from the training cloud's Cloud Storage (its emulator's data directory,
+def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> int:
+    """Copy the export's objects from the training cloud's Cloud Storage (its emulator's data directory,
     served again for the copy) into the serving cloud's, by name (as `gcloud storage cp -r` would); how many."""
     from interlude_localcloud.gcs import GcsEmulator
     from interlude_workload.gcs import storage_client
@@ -211,13 +248,15 @@ def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcom
     var.mkdir(parents=True, exist_ok=True)
     cloud = dev.start_localcloud(SCENARIO, var / "localcloud")
     runs: list[RunOutcome] = []
-    gpu_ready, node, pods_left = None, None, ["?"]
+    gpu_ready, node, pods_left, answer = None, None, ["?"], None
     try:
         print(
             f"local cloud: {cloud.api_endpoint} (GKE cluster {CLUSTER}, time_scale {cloud.time_scale:g}); "
             f"state in {var}"
         )
-        print(f"copied {copy_checkpoint(uri, gcs_dir, cloud)} objects of {uri} into the serving cloud's Cloud Storage")
+        print(f"copied {copy_export(uri, gcs_dir, cloud)} objects of {uri} into the serving cloud's Cloud Storage")
+        answer = export_answer(uri, cloud)
+        print(f"the export's own greedy answer to the smoke prompt: {answer!r}")
         env = dev.airflow_env(airflow_home, cloud)
         dev.ensure_airflow_db(env)
         with kube_api(env, cloud) as api:
@@ -234,7 +273,7 @@ def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcom
     finally:
         cloud.stop()
     time.sleep(1)
-    return ServeOutcome(runs, seen, gpu_ready, node, pods_left, processes_of(var / "localcloud"), var)
+    return ServeOutcome(runs, seen, gpu_ready, node, pods_left, processes_of(var / "localcloud"), var, answer)
 
 
 def summary(out: ServeOutcome) -> str:
@@ -261,6 +300,11 @@ def summary(out: ServeOutcome) -> str:
             f"  load during the TPU node maintenance ({out.maintained_node}): {load['sent']} requests sent, "
             f"{load['failed']} failed, p50 {load['p50_seconds'] * 1000:.0f} ms, p99 {load['p99_seconds'] * 1000:.0f} ms"
         )
+    same = bool(out.answers) and all(a == out.expected_answer for a in out.answers)
+    lines.append(
+        f"  smoke answers {out.answers}: {'the' if same else 'NOT the'} export's own greedy completion "
+        f"{out.expected_answer!r}"
+    )
     lines.append("  runs: " + ", ".join(f"{r.name} {r.state} in {r.seconds:.0f} s" for r in out.runs))
     lines.append(
         f"  serving pods left after delete: {out.pods_left or 'none'}; "
@@ -276,14 +320,14 @@ def summary(out: ServeOutcome) -> str:
 def main() -> int:
     record = finetuned()
     if record is None:
-        print("No fine-tuned checkpoint from `make demo` on disk: running the training demo first.\n")
+        print("No fine-tuned model from `make demo` on disk: running the training demo first.\n")
         if demo.main() != 0 or (record := finetuned()) is None:
             print("the training demo failed: nothing to serve")
             return 1
-    print(f"\nServing the fine-tuned checkpoint {record['checkpoint_uri']}")
+    print(f"\nServing the fine-tuned model's export {model_uri(record)}")
     started = time.monotonic()
     out = serve(
-        record["checkpoint_uri"],
+        model_uri(record),
         demo.VAR / "localcloud" / "gcs",
         demo.ROOT / "var" / "demo-serve",
         demo.VAR / "airflow",

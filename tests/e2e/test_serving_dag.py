@@ -1,15 +1,18 @@
 """Issue 14's "must show" for the serving DAG, as real runs: `airflow dags test interlude_serving` against the
 local cloud's GKE cluster with pods running (scenario gke_serving_run: a TPU v6e pool of one node, an L4 pool;
 the vLLM images run the stand-in behind the shipped entrypoints). Judged by what the cluster holds (read with
-the real kubernetes client), the pod's own log and the checkpoint's manifest in GCS, not by the DAG's account.
+the real kubernetes client), the pod's own log and the model export (its weights' digest, its greedy answer computed
+here), not by the DAG's account.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,48 +40,60 @@ class Serving:
     cloud: dev.LocalCloud
     env: dict[str, str]
     home: Path
-    uri: str
-    manifest_sha256: str
+    uri: str  # the Hugging Face export in the cloud's GCS
+    weights_sha256: str  # sha256 of its model.safetensors (the stand-in's system_fingerprint is fp_ + 16 hex)
+    export: Path  # the same export, local: what the smoke answer is computed from here
     api: client.ApiClient
     runs: int = 0
 
+    def smoke_answer(self) -> str:
+        """The export's greedy completion of the smoke prompt, computed here with the workload's numpy forward."""
+        from tokenizers import Tokenizer
 
-def _write_checkpoint(cloud: dev.LocalCloud) -> tuple[str, str]:
-    """A committed reference-model checkpoint in the cloud's GCS, as the trainer writes it; its URI and manifest
-    digest (the stand-in's system_fingerprint is ckpt- + its first 16 hex digits)."""
-    import numpy as np
+        from interlude.operators.serving import SMOKE_MAX_TOKENS, SMOKE_PROMPT
+        from interlude_workload.llm.numpy_forward import greedy_generate, load_export
 
-    from interlude_workload import model
-    from interlude_workload.checkpoints import CheckpointStore
-    from interlude_workload.sdk import encode_payload
+        weights, config = load_export(self.export)
+        tok = Tokenizer.from_file(str(self.export / "tokenizer.json"))
+        new = greedy_generate(weights, config, tok.encode(SMOKE_PROMPT).ids, SMOKE_MAX_TOKENS)
+        return str(tok.decode(new[:-1] if new and new[-1] == 1 else new, skip_special_tokens=True))
 
+
+@functools.cache
+def local_export() -> Path:
+    """One export per test process (a fresh reference model, written and verified by the workload's export_hf)."""
+    from tests.include.serving.standin_proc import make_export
+
+    return make_export(Path(tempfile.mkdtemp(prefix="serving-e2e-")) / "export", seed=7)
+
+
+def _write_export(cloud: dev.LocalCloud) -> tuple[str, str, Path]:
+    """The export uploaded to the cloud's GCS, as the training chain leaves it; its URI, weights digest, local copy."""
+    from tests.include.serving.standin_proc import upload_export
+
+    export = local_export()
     dev.ensure_bucket(cloud, BUCKET)
-    params = model.init_params(np.random.default_rng(7), features=4, classes=3)
-    arrays = {f"param_{k}": v for k, v in params.items()}
-    store = CheckpointStore(BUCKET, "serve-e2e", "finetune", client=dev.gcs_client(cloud))
-    uri = store.write(5, encode_payload(arrays, {"seed": 7})).checkpoint.uri
-    prefix = uri.removeprefix(f"gs://{BUCKET}/").rstrip("/")
-    manifest = dev.gcs_client(cloud).bucket(BUCKET).blob(f"{prefix}/manifest.json").download_as_bytes()
-    return uri, hashlib.sha256(manifest).hexdigest()
+    uri = upload_export(export, dev.gcs_client(cloud), BUCKET, "interlude/serve-e2e/finetune/export-00000005")
+    return uri, hashlib.sha256((export / "model.safetensors").read_bytes()).hexdigest(), export
 
 
 @contextmanager
 def started(tmp: Path, migrated_airflow_db: Path, scenario: str | Path = "gke_serving_run") -> Iterator[Serving]:
-    """The gke_serving_run local cloud, an Airflow home using it, a committed checkpoint and a kubernetes client."""
+    """The gke_serving_run local cloud, an Airflow home using it, a model export in its GCS and a kubernetes client."""
     cloud = dev.start_localcloud(scenario, tmp / "cloud")
     try:
         home = tmp / "airflow"
         home.mkdir()
         shutil.copy(migrated_airflow_db, home / "airflow.db")
         env = dev.airflow_env(home, cloud)
-        uri, digest = _write_checkpoint(cloud)
+        uri, digest, export = _write_export(cloud)
         with pytest.MonkeyPatch.context() as mp:  # the test's own kubernetes client, through the same connection
             mp.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
             from interlude.hooks.gke import GKEHook
 
             hook = GKEHook(location="us-central1")
             with hook.kubernetes_hook("interlude-serving", project_id=cloud.project).get_conn() as api:
-                yield Serving(cloud, env, home, uri, digest, api)
+                yield Serving(cloud, env, home, uri, digest, export, api)
     finally:
         cloud.stop()
 
@@ -175,10 +190,11 @@ def test_deploy_serves_the_checkpoint_on_tpu_then_rerun_changes_nothing_then_del
     node = client.CoreV1Api(s.api).read_node(ready[0].spec.node_name)
     assert node.metadata.labels.get(TPU_LABEL) == "tpu-v6e-slice", node.metadata.labels
     pod_log = client.CoreV1Api(s.api).read_namespaced_pod_log(ready[0].metadata.name, NS)
-    assert f"loading {s.uri}" in pod_log, pod_log[-2000:]
-    # the smoke answer came from that checkpoint: its fingerprint is the manifest's digest, read from GCS here
+    assert f"loading {s.uri.rstrip('/')} (load format runai_streamer)" in pod_log, pod_log[-2000:]
+    # the smoke answer is the export's own greedy completion (computed here), from those weights (their digest)
     smoke = xcom(s, "smoke")
-    assert smoke["fingerprint"] == f"ckpt-{s.manifest_sha256[:16]}", smoke
+    assert smoke["text"] == s.smoke_answer(), smoke
+    assert smoke["fingerprint"] == f"fp_{s.weights_sha256[:16]}", smoke
     assert smoke["root"].rstrip("/") == s.uri.rstrip("/")
     assert xcom(s, "report")["pods_per_accelerator"] == {"tpu": 1}
     before = cluster_objects(s)

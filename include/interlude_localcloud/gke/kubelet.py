@@ -30,6 +30,7 @@ from typing import Any
 
 import requests
 
+from interlude_localcloud.gke import gcsfuse
 from interlude_localcloud.gke.containers import (
     NodeHost,
     expand,
@@ -172,6 +173,8 @@ class PodRunner:
                 write_file(d / src["serviceAccountToken"].get("path", "token"), "localcloud-pod-token", mode)
             if "configMap" in src:
                 self._write_config_map(d, src["configMap"]["name"], src["configMap"].get("items"), mode)
+        if gcsfuse.is_gcsfuse(vol):  # the GCS FUSE CSI driver: the bucket's objects appear under the mount
+            gcsfuse.mount(d, vol, self.pod, self.env.extra_env.get("STORAGE_EMULATOR_HOST"))
 
     mounts_by_volume: dict[str, str]
 
@@ -210,6 +213,7 @@ class PodRunner:
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
             value = fields.get(ref, "") if ref else expand(str(item.get("value", "")), env)
             env[item["name"]] = rewrite_paths(value, self.mounts)
+        env.update(gcsfuse.mounts_env(c, self.mounts_by_volume))
         bindir = self.dir / "bin" / c["name"]
         bindir.mkdir(parents=True, exist_ok=True)
         for cmd, argv in image_commands(self.env.images, c.get("image", "")).items():

@@ -25,7 +25,17 @@ SMOKE_MAX_TOKENS = 8
 
 
 class ServingBaseOperator(BaseOperator):
-    """Shared: the ServeSpec (from the resolve task's XCom) and the cluster it names."""
+    """Shared: the ServeSpec (from the resolve task's XCom) and the cluster it names.
+
+    Subclasses add only ``execute``: each reaches the cluster through GKEHook, and each wait defers to a
+    trigger with a wall-clock deadline and the spec's ``poll_seconds`` divided by the connection's
+    ``time_scale`` (at least one second) between polls.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     template_fields = ("spec",)
     template_fields_renderers = {"spec": "json"}
@@ -94,6 +104,11 @@ class ServingApplyOperator(ServingBaseOperator):
 
     The plan is re-made here from the spec (pure and deterministic: the same YAML the plan task showed), so
     what is applied is exactly what plan_only shows.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
     """
 
     ui_color = "#d1e7dd"
@@ -119,7 +134,16 @@ class ServingApplyOperator(ServingBaseOperator):
 
 
 class ServingRolloutOperator(ServingBaseOperator):
-    """Defer until the Deployment's newest template is fully Ready (or the spec's rollout timeout passes)."""
+    """Defer until the Deployment's newest template is fully Ready (or the spec's rollout timeout passes).
+
+    ``rollout_timeout_seconds`` is wall-clock time. Pods pending on a TPU stockout may be moved to GPU (and
+    back) by re-applying the ComputeClass order; each such decision is logged and returned in ``fallbacks``.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     ui_color = "#fff3cd"
 
@@ -180,8 +204,16 @@ class ServingRolloutOperator(ServingBaseOperator):
 
 
 class ServingDeleteOperator(ServingBaseOperator):
-    """Delete every object the spec renders (object_refs order), then defer until no pod, Service or
-    ComputeClass of it is left."""
+    """Delete every object the spec renders (object_refs order), then defer until none is left.
+
+    The wait ends when no pod, Service or ComputeClass of the spec remains, or fails after the spec's
+    ``rollout_timeout_seconds`` (wall-clock). An object already gone is logged, not an error.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     ui_color = "#f8d7da"
 
@@ -206,21 +238,37 @@ class ServingDeleteOperator(ServingBaseOperator):
 
 
 class ServingSmokeOperator(ServingBaseOperator):
-    """One completion through the Service (the API server's Service proxy); fails unless the answer comes from
-    the served model and /v1/models names the spec's checkpoint."""
+    """One completion through the Service (the API server's Service proxy), proving what is served.
+
+    Fails without retry unless the answer comes from the served model and ``/v1/models`` names the spec's
+    checkpoint (or a step under it) as its root; returns the root, the text, the fingerprint and the latency in seconds.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     def execute(self, context: Any) -> dict[str, Any]:
+        from interlude.serving.loading import served_roots
         from interlude.serving.rollout import smoke_problems
+        from interlude.serving.tables import load_table
 
         spec = self.serve_spec(context)
         assert spec.checkpoint_uri is not None  # resolve refuses deploy without one
-        body = {"model": spec.served_model_name, "prompt": SMOKE_PROMPT, "max_tokens": SMOKE_MAX_TOKENS}
+        body = {  # temperature 0: greedy, so the answer is the model's own (vLLM samples at 1.0 by default)
+            "model": spec.served_model_name,
+            "prompt": SMOKE_PROMPT,
+            "max_tokens": SMOKE_MAX_TOKENS,
+            "temperature": 0,
+        }
         with self.objects(spec) as kube:
             models = kube.service_call(spec.namespace, spec.name, "v1/models")
             started = time.monotonic()
             completion = kube.service_call(spec.namespace, spec.name, "v1/completions", body)
             latency = time.monotonic() - started
-        problems = smoke_problems(models, completion, spec.served_model_name, spec.checkpoint_uri)
+        roots = served_roots(spec, load_table())  # the gs:// URI (streamer) or the FUSE mount of it
+        problems = smoke_problems(models, completion, spec.served_model_name, spec.checkpoint_uri, roots)
         if problems:
             raise AirflowFailException("smoke test failed:\n  - " + "\n  - ".join(problems))
         root = next(m["root"] for m in models["data"] if m["id"] == spec.served_model_name)

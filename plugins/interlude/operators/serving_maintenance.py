@@ -17,7 +17,16 @@ FINISH_GRACE_SECONDS = 900.0
 
 
 class ServingMaintenanceOperator(ServingBaseOperator):
-    """Watch the serving nodes for host maintenance for `watch_minutes` (optionally under a bounded load)."""
+    """Watch the serving nodes for host maintenance for `watch_minutes` (optionally under a bounded load).
+
+    The spec's ``watch_minutes`` (0: skip, return ``{"skipped": True}``) is wall-clock time; maintenance still
+    in flight then may finish for up to ``FINISH_GRACE_SECONDS`` more before the task fails as a timeout.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     ui_color = "#e2e3e5"
 

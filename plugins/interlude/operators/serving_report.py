@@ -104,7 +104,16 @@ def build(core: client.CoreV1Api, namespace: str, name: str, xcoms: dict[str, di
 
 
 class ServingReportOperator(ServingBaseOperator):
-    """The serving report (interlude.serving.report) from the watch, the pods' logs and the rollout's fallbacks."""
+    """The serving report (interlude.serving.report) from the watch, the pods' logs and the rollout's fallbacks.
+
+    Reads the ``apply``, ``rollout`` and ``maintenance_watch`` XComs and the cluster's own records; what could
+    not be counted is named in the report's notes rather than guessed.
+
+    :param spec: the ServeSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param spec_task_id: the task whose XCom holds the ServeSpec.
+    :param gcp_conn_id: the Google connection GKEHook reaches the spec's cluster through (credentials, project,
+        the ``container_endpoint`` and ``time_scale`` extras).
+    """
 
     def execute(self, context: Any) -> dict[str, Any]:
         spec = self.serve_spec(context)

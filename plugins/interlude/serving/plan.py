@@ -1,4 +1,5 @@
-"""One call from a ServeSpec to what would be applied: runtimes checked, manifests rendered and validated.
+"""One call from a ServeSpec to what would be applied: runtimes checked, manifests rendered and validated
+(Kubernetes schemas, and the vLLM containers' `vllm serve` args against vLLM's parser or its flag table).
 
 Why one call: `plan_only` must show exactly what `deploy` applies, so both paths take this plan; the
 apply step sends `plan.objects` (server-side apply, in order) and nothing else.
@@ -15,6 +16,7 @@ from interlude.serving.runtime_check import RuntimeReport, check_runtimes
 from interlude.serving.spec import ServeSpec
 from interlude.serving.tables import ServingTable, load_table
 from interlude.serving.validate import KUBERNETES_VERSION, validate_all
+from interlude.serving.vllm_args import deployment_problems
 
 
 class ServingPlanError(ValueError):
@@ -53,7 +55,8 @@ def plan(
     table = table or load_table()
     runtime = check_runtimes(spec, table, gpu_driver=gpu_driver)
     objects = tuple(render_all(spec, order, table, scripts=scripts))
-    problems = tuple(runtime.errors() + validate_all(objects, kubernetes_version))
+    vllm = [p for o in objects for p in deployment_problems(o)]  # would vLLM itself accept the args?
+    problems = tuple(runtime.errors() + validate_all(objects, kubernetes_version) + vllm)
     return ServingPlan(objects, to_yaml(list(objects)), problems, runtime)
 
 

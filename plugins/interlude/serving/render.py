@@ -40,7 +40,8 @@ from typing import Any
 
 import yaml
 
-from interlude.serving import entrypoints, node_facts
+from interlude.serving import entrypoints, loading, node_facts
+from interlude.serving.loading import Loading
 from interlude.serving.meta import (
     Manifest,
     annotations_for,
@@ -106,15 +107,20 @@ def compute_class(spec: ServeSpec, order: str = "tpu_first", table: ServingTable
 
 
 # ---------------------------------------------------------------------- RBAC + the node-facts script
+def _with_annotations(meta: dict[str, Any], extra: Mapping[str, str]) -> dict[str, Any]:
+    return {**meta, "annotations": {**meta["annotations"], **extra}}
+
+
 def node_reader(spec: ServeSpec, table: ServingTable | None = None) -> list[Manifest]:
     """ServiceAccount, ClusterRole (get nodes, nothing else), its binding, and the init container's script."""
     table = table or load_table()
     name = node_reader_name(spec)
     return [
         {
+            # the pods' identity: Workload Identity Federation for GKE lets it read the export's bucket
             "apiVersion": "v1",
             "kind": "ServiceAccount",
-            "metadata": metadata(spec, spec.name),
+            "metadata": _with_annotations(metadata(spec, spec.name), loading.service_account_annotations(spec)),
             "automountServiceAccountToken": False,
         },
         {
@@ -165,20 +171,25 @@ def _drain_pause() -> dict[str, Any]:
     return {"preStop": {"sleep": {"seconds": PRESTOP_SECONDS}}}
 
 
-def _serve_args(spec: ServeSpec, parallel: int) -> list[str]:
-    assert spec.checkpoint_uri is not None
-    # Kubernetes expands $(VAR) in args; $$ keeps a literal $ (a GCS object name may contain one).
-    uri = spec.checkpoint_uri.replace("$", "$$")
+def _serve_args(spec: ServeSpec, parallel: int, model: Loading) -> list[str]:
+    """`vllm serve` with the export as the model (a gs:// URI for the streamer, the FUSE mount otherwise);
+    interlude.serving.vllm_args checks every flag against vLLM's own parser or its flag table."""
     return [
         "vllm",
         "serve",
-        uri,
+        model.model,
         "--host=0.0.0.0",
         f"--port={PORT}",
         f"--served-model-name={spec.served_model_name}",
-        f"--max-model-len={spec.max_model_len}",
+        # unset: vLLM takes the model's max_position_embeddings (and refuses a larger --max-model-len)
+        *([f"--max-model-len={spec.max_model_len}"] if spec.max_model_len else []),
         f"--tensor-parallel-size={parallel}",
+        *model.flags,
     ]
+
+
+def _model_mounts(model: Loading) -> list[dict[str, Any]]:
+    return [loading.fuse_mount()] if model.fuse else []
 
 
 def _requests() -> dict[str, Any]:
@@ -199,13 +210,13 @@ def _privileged() -> dict[str, Any]:
     return {"privileged": True}
 
 
-def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
+def _tpu_container(spec: ServeSpec, table: ServingTable, model: Loading) -> dict[str, Any]:
     chips = table.tpu_shapes[spec.tpu_type].chips
     return {
         "name": "vllm-tpu",
         "image": spec.tpu_image,
         "command": ["/bin/sh", "-c", node_facts.SOURCE_AND_EXEC, "tpu-env"],
-        "args": [TPU_ENTRYPOINT, *_serve_args(spec, chips)],
+        "args": [TPU_ENTRYPOINT, *_serve_args(spec, chips, model)],
         "env": [
             {"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}},
             {"name": "VBAR_CONTROL_SERVICE_URL", "value": "$(NODE_IP):8353"},
@@ -214,20 +225,26 @@ def _tpu_container(spec: ServeSpec, table: ServingTable) -> dict[str, Any]:
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "resources": _requests(),
         "securityContext": _privileged(),
-        "volumeMounts": [{"name": "node-facts", "mountPath": node_facts.ENV_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "node-facts", "mountPath": node_facts.ENV_DIR, "readOnly": True},
+            *_model_mounts(model),
+        ],
         **_probes(),
     }
 
 
-def _gpu_container(spec: ServeSpec) -> dict[str, Any]:
+def _gpu_container(spec: ServeSpec, model: Loading) -> dict[str, Any]:
     return {
         "name": "vllm-gpu",
         "image": spec.gpu_image,
         "command": [GPU_ENTRYPOINT],
-        "args": _serve_args(spec, spec.gpu_count),
+        "args": _serve_args(spec, spec.gpu_count, model),
         "resources": _requests(),
         "securityContext": _privileged(),
-        "volumeMounts": [{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True}],
+        "volumeMounts": [
+            {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True},
+            *_model_mounts(model),
+        ],
         **_probes(),
     }
 
@@ -255,7 +272,8 @@ def _init_container(spec: ServeSpec) -> dict[str, Any]:
     }
 
 
-def _volumes(spec: ServeSpec) -> list[dict[str, Any]]:
+def _volumes(spec: ServeSpec, models: dict[str, Loading]) -> list[dict[str, Any]]:
+    fuse = [loading.fuse_volume(spec)] if any(m.fuse for m in models.values()) else []
     return [
         {"name": "node-facts", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
         {"name": "node-facts-script", "configMap": {"name": f"{spec.name}-node-facts", "defaultMode": 0o444}},
@@ -271,11 +289,13 @@ def _volumes(spec: ServeSpec) -> list[dict[str, Any]]:
         },
         # On a TPU node the directory does not exist and is created empty: no nvidia-smi, the GPU container idles.
         {"name": "nvidia-driver", "hostPath": {"path": GPU_DRIVER_HOST_PATH, "type": "DirectoryOrCreate"}},
+        *fuse,
     ]
 
 
 def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
     table = table or load_table()
+    models = loading.pod_loadings(spec, table)
     tolerations = [
         {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
@@ -290,7 +310,10 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
             "revisionHistoryLimit": 3,
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": {
-                "metadata": {"labels": labels(spec), "annotations": annotations_for(spec)},
+                "metadata": {
+                    "labels": labels(spec),
+                    "annotations": {**annotations_for(spec), **loading.pod_annotations(models)},
+                },
                 "spec": {
                     "serviceAccountName": spec.name,
                     "automountServiceAccountToken": False,
@@ -300,8 +323,8 @@ def deployment(spec: ServeSpec, table: ServingTable | None = None) -> Manifest:
                     "terminationGracePeriodSeconds": 60,
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "initContainers": [_init_container(spec)],
-                    "containers": [_tpu_container(spec, table), _gpu_container(spec)],
-                    "volumes": _volumes(spec),
+                    "containers": [_tpu_container(spec, table, models["tpu"]), _gpu_container(spec, models["gpu"])],
+                    "volumes": _volumes(spec, models),
                 },
             },
         },

@@ -8,7 +8,7 @@ desired replica is updated and available, and no pod of an older template is lef
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,18 +102,22 @@ def leftovers(pods: Sequence[Obj], services: Sequence[Obj], classes: Sequence[Ob
     return out
 
 
-def smoke_problems(models: Obj, completion: Obj, served_model_name: str, checkpoint_uri: str) -> list[str]:
-    """Why the Service's answers do not prove the checkpoint is served ([] when they do).
+def smoke_problems(
+    models: Obj, completion: Obj, served_model_name: str, checkpoint_uri: str, roots: Collection[str] = ()
+) -> list[str]:
+    """Why the Service's answers do not prove the export is served ([] when they do).
 
-    vLLM's /v1/models names the served model and its `root` (the path it loaded); the completion must come
-    from the same served name and carry generated text.
+    vLLM's /v1/models names the served model and its `root` (the model argument it was started with: the
+    export's gs:// URI with the streamer, the FUSE mount of that export otherwise: `roots`, from
+    interlude.serving.loading.served_roots); the completion must come from the same served name and carry
+    generated text.
     """
     problems: list[str] = []
-    want = checkpoint_uri.rstrip("/")
-    roots = {str(m.get("root", "")).rstrip("/") for m in models.get("data") or () if m.get("id") == served_model_name}
-    # a stage prefix serves its newest committed step: the root is then the step under it
-    if not roots or not all(r == want or r.startswith(want + "/") for r in roots):
-        problems.append(f"/v1/models serves {sorted(roots) or 'nothing'} as {served_model_name!r}, not {want}")
+    wanted = {r.rstrip("/") for r in roots} | {checkpoint_uri.rstrip("/")}
+    served = {str(m.get("root", "")).rstrip("/") for m in models.get("data") or () if m.get("id") == served_model_name}
+    if not served or not served <= wanted:
+        expected = " or ".join(sorted(wanted))
+        problems.append(f"/v1/models serves {sorted(served) or 'nothing'} as {served_model_name!r}, not {expected}")
     if completion.get("model") != served_model_name:
         problems.append(f"/v1/completions answered for model {completion.get('model')!r}, not {served_model_name!r}")
     choices = completion.get("choices") or ()

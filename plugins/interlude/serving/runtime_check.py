@@ -14,6 +14,11 @@ fallback path, in the middle of a stockout. So both are checked up front against
   compute capability; the driver must support the GPU itself; vLLM needs compute capability >= 7.0.
 
 An unknown repository or tag is refused naming the param: a "bad image tag" stops the run here.
+
+- Model loading: each container reads the export the way Google documents for its image
+  (interlude.serving.loading): `model_loader=runai_streamer` on an image without the Run:ai streamer's GCS
+  backend (vLLM GPU < 0.11.1, vLLM TPU < 0.18.0, or a tag that names no release) cannot load gs:// and is
+  refused naming `model_loader`; `auto` takes a Cloud Storage FUSE volume for such an image.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 
 from packaging.version import InvalidVersion, Version
 
+from interlude.serving import loading
 from interlude.serving.images import ImageRef, parse_image
 from interlude.serving.spec import ServeSpec, ServeSpecError, spec_problems
 from interlude.serving.tables import ServingTable, load_table
@@ -48,6 +54,7 @@ class RuntimeReport:
     tpu_generation: str
     gpu_cuda: str | None
     gpu_driver: str | None
+    loaders: tuple[tuple[str, str], ...] = ()  # (container kind, loader) for the log: ("tpu", "runai_streamer")
 
     @property
     def ok(self) -> bool:
@@ -217,6 +224,41 @@ def gpu_type_findings(cuda: str, gpu_type: str, table: ServingTable) -> list[Fin
     return out
 
 
+def loader_findings(spec: ServeSpec, table: ServingTable) -> list[Finding]:
+    """Can each container load gs:// with the loader the spec asks for? (auto always can: FUSE as the fallback)"""
+    if spec.model_loader != "runai_streamer":
+        return []
+    out: list[Finding] = []
+    for kind in loading.KINDS:
+        try:
+            image = parse_image(f"{kind}_image", spec.tpu_image if kind == "tpu" else spec.gpu_image)
+        except ValueError:
+            continue  # reported as the image's own finding
+        if loading.streams_gcs(image, kind, table):
+            continue
+        release = loading.image_release(image)
+        named = f"release {release}" if release else "no release tag"
+        floor = table.model_loaders.streamer_min_version[kind]
+        out.append(
+            Finding(
+                "model_loader",
+                "error",
+                f"runai_streamer cannot load gs:// in {image} ({named}; "
+                f"the {kind.upper()} image streams from Cloud Storage from {floor}): set model_loader to gcsfuse or "
+                f"auto, or {kind}_image to a newer release",
+                table.model_loaders.streamer_source[kind],
+            )
+        )
+    return out
+
+
+def _loaders(spec: ServeSpec, table: ServingTable) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple((kind, loading.loader_for(spec, kind, table)) for kind in loading.KINDS)
+    except ValueError:
+        return ()  # an unparsable image: already a finding
+
+
 def check_runtimes(
     spec: ServeSpec, table: ServingTable | None = None, *, gpu_driver: str | None = None
 ) -> RuntimeReport:
@@ -246,7 +288,8 @@ def check_runtimes(
                 findings += gpu_driver_findings(driver, spec.gpu_type, table) + driver_findings(cuda, driver, table)
             except InvalidVersion:
                 findings.append(Finding("gpu_driver_version", "error", f"{driver!r} is not a driver version"))
-    return RuntimeReport(tuple(findings), shape.generation, cuda, driver)
+    findings += loader_findings(spec, table)
+    return RuntimeReport(tuple(findings), shape.generation, cuda, driver, _loaders(spec, table))
 
 
 def require_runtimes(

@@ -6,8 +6,9 @@ the first task, before anything is applied to a cluster. Checks that need the ta
 images (`plugins/interlude/serving/serving_runtimes.yaml`) are here too because they are pure; checks that need the
 cluster (capacity, node pools) are not.
 
-The checkpoint comes from the fine-tuning DAG's Asset event (passed as `resolved`) or from the
-`checkpoint_uri` param; `delete` needs none.
+The model comes from the fine-tuning DAG's Asset event (passed as `resolved`) or from the `checkpoint_uri`
+param: a Hugging Face model directory in Cloud Storage (the stage's export), which is what vLLM loads;
+`delete` needs none.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from interlude.training.spec import bucket_problem
 ACTIONS = ("deploy", "update", "delete")
 SERVICE_TYPES = ("ClusterIP", "LoadBalancer")
 GPU_DRIVER_CHANNELS = ("default", "latest")
+MODEL_LOADERS = ("auto", "runai_streamer", "gcsfuse")
 MAX_REPLICAS = 64
 HPA_METRIC = "prometheus.googleapis.com|vllm:num_requests_waiting|gauge"
 """vLLM's queue length as Managed Prometheus exports it to the HPA through the Custom Metrics Stackdriver
@@ -44,6 +46,8 @@ TOPOLOGY_RE = re.compile(r"^[1-9][0-9]?x[1-9][0-9]?(x[1-9][0-9]?)?$")
 # gs://BUCKET/OBJECT-PREFIX (https://cloud.google.com/storage/docs/objects#naming): no whitespace, no
 # '.'/'..' segments, at most 1024 bytes of object name.
 GS_URI_RE = re.compile(r"^gs://(?P<bucket>[^/]+)/(?P<path>[^\s]+)$")
+# https://cloud.google.com/iam/docs/service-accounts-create#creating (6-30 characters, the account's domain)
+GSA_RE = re.compile(r"^[a-z][a-z0-9-]{4,28}[a-z0-9]@[a-z][a-z0-9.:-]{3,61}\.gserviceaccount\.com$")
 
 
 class ServeSpecError(ParamsError):
@@ -86,7 +90,8 @@ class ServeSpec:
     checkpoint_uri: str | None = _param(
         None,
         {"type": ["null", "string"]},
-        "gs://BUCKET/PATH of the fine-tuned checkpoint; empty = the one named by the triggering Asset event.",
+        "gs://BUCKET/PATH of the fine-tuned model's Hugging Face export (config.json, *.safetensors, tokenizer "
+        "files); empty = the one named by the triggering Asset event.",
     )
     cluster: str = _text("interlude-serving", "GKE cluster name.")
     location: str = _text("us-central1", "GKE cluster location (region or zone).")
@@ -116,11 +121,32 @@ class ServeSpec:
         {"type": "array", "items": {"type": "string"}},
         "Existing GPU node pools (empty: GKE creates them from the class).",
     )
-    tpu_image: str = _text("docker.io/vllm/vllm-tpu:v0.11.1", "vLLM TPU image (tag or @sha256 digest).")
+    # TPU: the first vLLM TPU release that streams the export from gs:// (serving_runtimes.yaml, model_loaders).
+    # GPU: the newest release whose CUDA (12.8) the L4's driver channels run; it reads the export through a
+    # Cloud Storage FUSE volume (the GCS streamer came with 0.11.1, built for CUDA 12.9).
+    tpu_image: str = _text("docker.io/vllm/vllm-tpu:v0.18.0", "vLLM TPU image (tag or @sha256 digest).")
     gpu_image: str = _text("docker.io/vllm/vllm-openai:v0.11.0", "vLLM GPU image (tag or @sha256 digest).")
+    model_loader: str = _enum(
+        "auto",
+        MODEL_LOADERS,
+        "How vLLM reads the export from Cloud Storage: runai_streamer (--load-format=runai_streamer from gs://), "
+        "gcsfuse (a Cloud Storage FUSE CSI volume), auto = the streamer where the image has it, else FUSE.",
+    )
+    gcp_service_account: str | None = _param(
+        None,
+        {"type": ["null", "string"]},
+        "Google service account the pods act as through Workload Identity (the Kubernetes ServiceAccount is "
+        "annotated iam.gke.io/gcp-service-account); empty = grant the bucket to the ServiceAccount's own principal.",
+    )
     # -- the server -----------------------------------------------------------------------------------
     served_model_name: str = _text("interlude", "Model name clients send in requests.")
-    max_model_len: int = _int(2048, 16, 1_048_576, "vLLM --max-model-len.")
+    max_model_len: int = _int(
+        0,
+        0,
+        1_048_576,
+        "vLLM --max-model-len (at least 16); 0 = the model's own context (max_position_embeddings of its "
+        "config.json), which vLLM refuses to exceed.",
+    )
     service_type: str = _enum("ClusterIP", SERVICE_TYPES, "How the Service is exposed.")
     hpa_metric: str = _text(HPA_METRIC, "Pods metric the HPA averages (vLLM's waiting requests).")
     hpa_target_waiting: float = _num(1.0, 0.1, 1000, "Target average waiting requests per pod.")
@@ -252,6 +278,8 @@ def _range_problems(spec: ServeSpec) -> list[str]:
             out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
         if "maximum" in schema and value > schema["maximum"]:
             out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
+    if 0 < spec.max_model_len < 16:
+        out.append(f"max_model_len: must be 0 (the model's own) or at least 16 (got {spec.max_model_len})")
     if spec.replicas_min > spec.replicas_max:
         out.append(f"replicas_min: must not exceed replicas_max ({spec.replicas_min} > {spec.replicas_max})")
     return out
@@ -271,6 +299,11 @@ def _shape_problems(spec: ServeSpec) -> list[str]:
             out.append(f"{name}: {shown(value)} does not have the shape GKE/Kubernetes expects ({pattern.pattern})")
     for name, pools in (("tpu_nodepools", spec.tpu_nodepools), ("gpu_nodepools", spec.gpu_nodepools)):
         out += [f"{name}: {shown(p)} is not a node pool name" for p in pools if not CLUSTER_RE.match(p)]
+    if spec.gcp_service_account is not None and not GSA_RE.match(spec.gcp_service_account):
+        out.append(
+            f"gcp_service_account: {shown(spec.gcp_service_account)} is not a service account email "
+            "(NAME@PROJECT.iam.gserviceaccount.com)"
+        )
     if not re.match(r"^[-A-Za-z0-9_.|:/]{1,200}$", spec.hpa_metric):
         out.append(f"hpa_metric: {shown(spec.hpa_metric)} is not a metric name")
     for name in ("tpu_image", "gpu_image"):

@@ -55,6 +55,15 @@ class GpuType:
 
 
 @dataclass(frozen=True)
+class ModelLoaders:
+    """Which images can stream the export from gs:// (the Run:ai streamer), and the pages that say so."""
+
+    streamer_min_version: Mapping[str, str]  # "gpu"/"tpu" -> first vLLM (TPU) release whose image streams gs://
+    streamer_source: Mapping[str, str]
+    gcsfuse_source: str
+
+
+@dataclass(frozen=True)
 class ServingTable:
     tpu_shapes: Mapping[str, TpuShape]
     tpu_repositories: tuple[str, ...]
@@ -66,6 +75,7 @@ class ServingTable:
     driver_channels: Mapping[str, str]
     driver_channels_by_type: Mapping[str, Mapping[str, str]]  # gpu type -> channel -> driver GKE installs
     gpu_types: Mapping[str, GpuType]
+    model_loaders: ModelLoaders
 
     def channel_driver(self, channel: str, gpu_type: str) -> str | None:
         """The driver GKE installs for `channel` on nodes of `gpu_type`: GKE picks per GPU type, so a GPU
@@ -113,6 +123,15 @@ def _gpu_type(name: str, row: Mapping[str, Any]) -> GpuType:
     )
 
 
+def _model_loaders(rows: Mapping[str, Any]) -> ModelLoaders:
+    streamer = rows["runai_streamer"]
+    return ModelLoaders(
+        streamer_min_version={str(k): str(v) for k, v in streamer["min_version"].items()},
+        streamer_source={str(k): str(v) for k, v in streamer["source"].items()},
+        gcsfuse_source=str(rows["gcsfuse"]["source"]),
+    )
+
+
 def parse_table(data: Mapping[str, Any]) -> ServingTable:
     try:
         tpu_images = data["vllm_tpu_images"]
@@ -131,6 +150,7 @@ def parse_table(data: Mapping[str, Any]) -> ServingTable:
                 for t, row in (data["gpu"].get("driver_channels_by_type") or {}).items()
             },
             gpu_types={str(name): _gpu_type(str(name), row) for name, row in data["gpu"]["types"].items()},
+            model_loaders=_model_loaders(data["model_loaders"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ServingTableError(f"malformed serving table: {exc!r}") from exc

@@ -37,7 +37,18 @@ async def _get_or_none(call: Any, *args: Any) -> Any:
 
 
 class _ClusterTrigger(BaseTrigger):
-    """What both triggers share: which cluster (through which connection), the deadline, the poll interval."""
+    """What both triggers share: which cluster (through which connection), the deadline, the poll interval.
+
+    :param gcp_conn_id: the Google connection GKEHook reaches the cluster through.
+    :param project_id: the cluster's Google Cloud project.
+    :param location: the cluster's region or zone.
+    :param cluster: the GKE cluster's name.
+    :param namespace: the Kubernetes namespace of the serving objects.
+    :param name: the name the spec's objects share (Deployment, Service, ComputeClass, HPA; the pods' label).
+    :param deadline: end the wait with ``timeout`` after this wall-clock time, in epoch seconds.
+    :param poll_interval: wall-clock seconds between two polls (the operators pass the spec's poll_seconds
+        divided by the connection's ``time_scale``, at least 1).
+    """
 
     def __init__(
         self,
@@ -100,6 +111,17 @@ class RolloutTrigger(_ClusterTrigger):
     `policy.fallback_decision` whether pods pending on a TPU stockout should go to GPU (or back): a decision
     other than "none" ends the wait with status "fallback" and the plan; the operator applies the class order
     and defers again. The trigger itself only reads the cluster.
+
+    :param fallback: ``{"state": FallbackState dict, "spec": ServeSpec dict}``; None: no fallback decisions,
+        only wait for the rollout.
+    :param gcp_conn_id: the Google connection GKEHook reaches the cluster through.
+    :param project_id: the cluster's Google Cloud project.
+    :param location: the cluster's region or zone.
+    :param cluster: the GKE cluster's name.
+    :param namespace: the Kubernetes namespace of the serving objects.
+    :param name: the name the spec's objects share (Deployment, Service, ComputeClass, HPA; the pods' label).
+    :param deadline: end the wait with ``timeout`` after this wall-clock time, in epoch seconds.
+    :param poll_interval: wall-clock seconds between two polls.
     """
 
     def __init__(self, *, fallback: dict[str, Any] | None = None, **kwargs: Any) -> None:
@@ -152,7 +174,17 @@ class RolloutTrigger(_ClusterTrigger):
 
 
 class DeletedTrigger(_ClusterTrigger):
-    """Until no pod, Service or ComputeClass of the spec is left (`name` is the shared object name)."""
+    """Until no pod, Service or ComputeClass of the spec is left (`name` is the shared object name).
+
+    :param gcp_conn_id: the Google connection GKEHook reaches the cluster through.
+    :param project_id: the cluster's Google Cloud project.
+    :param location: the cluster's region or zone.
+    :param cluster: the GKE cluster's name.
+    :param namespace: the Kubernetes namespace of the serving objects.
+    :param name: the name the spec's objects share (Deployment, Service, ComputeClass, HPA; the pods' label).
+    :param deadline: end the wait with ``timeout`` after this wall-clock time, in epoch seconds.
+    :param poll_interval: wall-clock seconds between two polls.
+    """
 
     async def poll(self, api: async_client.ApiClient) -> tuple[bool, dict[str, Any]]:
         from interlude.serving.rollout import leftovers

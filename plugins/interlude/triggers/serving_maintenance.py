@@ -144,10 +144,24 @@ def _waiting(hpa: dict[str, Any] | None) -> float:
 
 
 class MaintenanceWatchTrigger(_ClusterTrigger):
-    """Watch the serving pods' nodes for maintenance until `watch_until` (and nothing in flight) or `deadline`."""
+    """Watch the serving pods' nodes for maintenance until `watch_until` (and nothing in flight) or `deadline`.
+
+    :param spec: the ServeSpec as a dict (the maintenance policy's settings, the load's size).
+    :param watch_until: stop watching at this wall-clock time, in epoch seconds, once no maintenance step is
+        in flight and the load (if any) has finished.
+    :param pods_since: the resourceVersion the apply step listed the pods at, where the pod watch starts;
+        "" starts it from now.
+    :param gcp_conn_id: the Google connection GKEHook reaches the cluster through.
+    :param project_id: the cluster's Google Cloud project.
+    :param location: the cluster's region or zone.
+    :param cluster: the GKE cluster's name.
+    :param namespace: the Kubernetes namespace of the serving objects.
+    :param name: the name the spec's objects share (Deployment, Service, ComputeClass, HPA; the pods' label).
+    :param deadline: end the wait with ``timeout`` after this wall-clock time, in epoch seconds.
+    :param poll_interval: wall-clock seconds between two polls.
+    """
 
     def __init__(self, *, spec: dict[str, Any], watch_until: float, pods_since: str = "", **kwargs: Any) -> None:
-        """`pods_since`: the resourceVersion the apply step listed the pods at (the pod watch starts there)."""
         super().__init__(**kwargs)
         self.kw.update({"spec": spec, "watch_until": watch_until, "pods_since": pods_since})
 

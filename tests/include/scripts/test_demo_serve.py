@@ -1,5 +1,5 @@
 """`make demo-serve`'s serving part, end to end: `demo_serve.serve` on a fresh local cloud (scenario
-gke_serving_demo) with a committed checkpoint in a Cloud Storage directory standing in for the training demo's.
+gke_serving_demo) with a model export in a Cloud Storage directory standing in for the training demo's.
 
 Judged by independent facts: the load generator's own counts (the watch task's XCom: what it sent and what
 failed), the completions each vLLM container answered (access-log lines in the pods' container log files on
@@ -29,31 +29,36 @@ pytestmark = [pytest.mark.e2e, pytest.mark.usefixtures("airflow_db_template")]
 BUCKET = "interlude-demo"
 
 
-def _seed_checkpoint(gcs_dir: Path) -> tuple[str, str]:
-    """A committed reference-model checkpoint in a GCS emulator data directory (as the training demo leaves
-    one); its URI and manifest digest."""
-    import numpy as np
-
+def _seed_export(gcs_dir: Path, tmp: Path) -> tuple[str, str, Path]:
+    """A model export (a fresh reference model, written by the workload's export_hf) in a GCS emulator data
+    directory, as the training demo leaves its fine-tuned export; its URI, weights digest and local copy."""
     from interlude_localcloud.gcs import GcsEmulator
-    from interlude_workload import model
-    from interlude_workload.checkpoints import CheckpointStore
     from interlude_workload.gcs import storage_client
-    from interlude_workload.sdk import encode_payload
+    from tests.include.serving.standin_proc import make_export, upload_export
 
+    export = make_export(tmp / "export", seed=3)
     emulator = GcsEmulator(0, gcs_dir)
     emulator.start()
     try:
         client = storage_client(project="interlude-local", emulator=emulator.endpoint)
         client.create_bucket(BUCKET)
-        params = model.init_params(np.random.default_rng(3), features=4, classes=3)
-        store = CheckpointStore(BUCKET, "demo-serve-test", "finetune", client=client)
-        payload = encode_payload({f"param_{k}": v for k, v in params.items()}, {"seed": 3})
-        uri = store.write(7, payload).checkpoint.uri
-        prefix = uri.removeprefix(f"gs://{BUCKET}/").rstrip("/")
-        manifest = client.bucket(BUCKET).blob(f"{prefix}/manifest.json").download_as_bytes()
+        uri = upload_export(export, client, BUCKET, "interlude/demo-serve-test/finetune/export-00000007")
     finally:
         emulator.stop()
-    return uri, hashlib.sha256(manifest).hexdigest()
+    return uri, hashlib.sha256((export / "model.safetensors").read_bytes()).hexdigest(), export
+
+
+def _greedy_answer(export: Path) -> str:
+    """The export's greedy completion of the smoke prompt, computed here with the workload's numpy forward."""
+    from tokenizers import Tokenizer
+
+    from interlude.operators.serving import SMOKE_MAX_TOKENS, SMOKE_PROMPT
+    from interlude_workload.llm.numpy_forward import greedy_generate, load_export
+
+    weights, config = load_export(export)
+    tok = Tokenizer.from_file(str(export / "tokenizer.json"))
+    new = greedy_generate(weights, config, tok.encode(SMOKE_PROMPT).ids, SMOKE_MAX_TOKENS)
+    return str(tok.decode(new[:-1] if new and new[-1] == 1 else new, skip_special_tokens=True))
 
 
 def _served_per_container(state: Path) -> tuple[dict[str, int], int]:
@@ -81,17 +86,21 @@ def _processes_naming(directory: Path) -> list[int]:
 
 
 def test_demo_serve_falls_back_scales_out_survives_maintenance_and_leaves_nothing(tmp_path: Path) -> None:
-    uri, digest = _seed_checkpoint(tmp_path / "training-gcs")
+    uri, digest, export = _seed_export(tmp_path / "training-gcs", tmp_path)
     out = demo_serve.serve(uri, tmp_path / "training-gcs", tmp_path / "serve", tmp_path / "airflow")
     print(demo_serve.summary(out))
     states = {r.name: r.state for r in out.runs}
     assert list(states.values()) == ["success"] * 3, states
     stockout, drill, _delete = out.runs
 
-    # 1: in the TPU stockout the replica came up on L4 through Interlude's fallback, serving this checkpoint
+    # 1: in the TPU stockout the replica came up on L4 through Interlude's fallback, serving this export (its
+    # weights: their digest; its answer: the model's own greedy completion, computed here)
     fallbacks = stockout.xcoms["rollout"]["fallbacks"]
     assert [f["action"] for f in fallbacks] == ["fall_back_to_gpu"], fallbacks
-    assert stockout.xcoms["smoke"]["fingerprint"] == f"ckpt-{digest[:16]}"
+    assert stockout.xcoms["smoke"]["fingerprint"] == f"fp_{digest[:16]}"
+    answer = _greedy_answer(export)
+    assert out.expected_answer == answer and out.answers == [answer, answer], (out.answers, answer)
+    assert out.ok
     first = next(counts for _, counts in out.seen.timeline if counts)
     assert first == {"gpu": 1}, out.seen.timeline
     assert out.stockout_to_gpu_ready is not None and out.stockout_to_gpu_ready > 0

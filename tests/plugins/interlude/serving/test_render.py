@@ -36,6 +36,7 @@ SPECS: dict[str, tuple[ServeSpec, str]] = {
             replicas_min=2,
             replicas_max=8,
             hpa_target_waiting=0.5,
+            gcp_service_account="vllm-reader@my-project.iam.gserviceaccount.com",
         ),
         "tpu_first",
     ),
@@ -170,7 +171,10 @@ def test_privilege_is_confined_to_the_two_vllm_containers() -> None:
     assert init["runAsNonRoot"] and init["readOnlyRootFilesystem"] and not init["allowPrivilegeEscalation"]
     assert init["capabilities"] == {"drop": ["ALL"]}
     gpu = pod["containers"][1]
-    assert gpu["volumeMounts"] == [{"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True}]
+    assert gpu["volumeMounts"] == [  # the driver and (vLLM 0.11.0 has no GCS streamer) the export, both read-only
+        {"name": "nvidia-driver", "mountPath": "/usr/local/nvidia", "readOnly": True},
+        {"name": "model-export", "mountPath": "/models/export", "readOnly": True},
+    ]
     assert objects["ClusterRole"]["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
     assert objects["ServiceAccount"]["automountServiceAccountToken"] is False
 

@@ -82,8 +82,8 @@ COMPLETION = {"model": "interlude", "choices": [{"text": " alpha beta"}]}
     ("models", "completion", "uri", "problem"),
     [
         (MODELS, COMPLETION, CKPT, None),
-        (MODELS, COMPLETION, "gs://b/interlude/run/finetune", None),  # a stage prefix serves its newest step
-        (MODELS, COMPLETION, "gs://b/interlude/run/fine", "/v1/models serves"),  # not a path boundary
+        (MODELS, COMPLETION, CKPT.rstrip("/") + "/", None),  # vLLM reports the model as given, slash or not
+        (MODELS, COMPLETION, "gs://b/interlude/run/finetune", "/v1/models serves"),  # a prefix is another model
         (MODELS, COMPLETION, "gs://b/interlude/other/finetune/", "/v1/models serves"),
         ({"data": [{"id": "other", "root": CKPT}]}, COMPLETION, CKPT, "nothing"),
         (MODELS, {**COMPLETION, "model": "other"}, CKPT, "answered for model 'other'"),
@@ -97,3 +97,19 @@ def test_smoke_problems(models: Any, completion: Any, uri: str, problem: str | N
         assert found == []
     else:
         assert len(found) == 1 and problem in found[0], found
+
+
+def test_a_fuse_served_replica_reports_the_mount_as_its_root() -> None:
+    """vLLM's root is the model it was started with: the FUSE mount of the export on an image without the GCS
+    streamer. That root proves the export only where the rendered pod mounts this export there."""
+    from interlude.serving.loading import FUSE_MOUNT, served_roots
+    from interlude.serving.spec import ServeSpec
+    from interlude.serving.tables import load_table
+
+    fused = {"data": [{"id": "interlude", "root": FUSE_MOUNT}]}
+    roots = served_roots(ServeSpec(checkpoint_uri=CKPT), load_table())
+    assert roots == {CKPT.rstrip("/"), FUSE_MOUNT}  # default images: TPU streams, GPU (vLLM 0.11.0) mounts
+    assert smoke_problems(fused, COMPLETION, "interlude", CKPT, roots) == []
+    assert smoke_problems(fused, COMPLETION, "interlude", CKPT) != []  # without the roots the mount is not the URI
+    streamed_only = served_roots(ServeSpec(checkpoint_uri=CKPT, model_loader="runai_streamer"), load_table())
+    assert streamed_only == {CKPT.rstrip("/")}

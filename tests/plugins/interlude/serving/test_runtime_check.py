@@ -45,7 +45,9 @@ def test_a_generation_the_release_does_not_list_is_refused(tmp_path: Path) -> No
     )
     path = tmp_path / "t.yaml"
     path.write_text(narrowed)
-    report = check_runtimes(BASE.replace(tpu_type="v6e-8"), load_table(path))
+    report = check_runtimes(
+        BASE.replace(tpu_type="v6e-8", tpu_image="docker.io/vllm/vllm-tpu:v0.11.1"), load_table(path)
+    )
     assert report.errors() == [
         "error: tpu_image: docker.io/vllm/vllm-tpu:v0.11.1 does not support TPU v6e (compatible: v5e) "
         "(source: https://github.com/vllm-project/tpu-inference/blob/v0.11.1/docs/getting_started/quickstart.md)"

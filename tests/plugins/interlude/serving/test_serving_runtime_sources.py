@@ -119,7 +119,15 @@ def test_no_source_is_a_personal_fork() -> None:
         if parsed.hostname == "github.com":
             assert parsed.path.split("/")[1] in {"vllm-project", "AI-Hypercomputer", "GoogleCloudPlatform"}, url
         else:
-            assert parsed.hostname in {"cloud.google.com", "docs.vllm.ai", "docs.nvidia.com", "developer.nvidia.com"}
+            # discuss.google.dev: Google Cloud's developer community blog (the TPU streamer's announcement)
+            hosts = {
+                "cloud.google.com",
+                "docs.vllm.ai",
+                "docs.nvidia.com",
+                "developer.nvidia.com",
+                "discuss.google.dev",
+            }
+            assert parsed.hostname in hosts, url
     yaml.safe_load(text)  # still one parseable document
 
 
