@@ -15,7 +15,8 @@ instance to DEFERRED with ``trigger_id`` and ``next_method``. No worker, schedul
 needed, and the triggerer cannot tell these rows from ones a worker wrote.
 
 SPEC.json: {"dag_id", "run_id", "bucket", "poll_interval", "restart_timeout", "trigger_kwargs" (optional,
-more StageTrigger arguments: the watch design), "trigger" (optional: "stage", the default, or "datetime":
+more StageTrigger arguments: the watch design), "trigger" (optional: "stage", the default, the shipped
+StageTrigger; "per_stage", the benchmark's PerStageReadsTrigger, triggerer_watch_modes.py; or "datetime":
 Airflow's DateTimeTrigger a day ahead, the floor any trigger costs), "placements": [{"kind", "zone", "name",
 "run_key"}, ...]} (one per map index, in order).
 """
@@ -72,6 +73,7 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
     from airflow.utils.state import DagRunState, TaskInstanceState
     from airflow.utils.types import DagRunTriggeredByType, DagRunType
     from sqlalchemy import select
+    from triggerer_watch_modes import PerStageReadsTrigger  # this script's folder, sys.path[0]
 
     from interlude.stage.model import StageState
     from interlude.triggers.stage import StageTrigger
@@ -104,8 +106,9 @@ def seed(spec: dict[str, Any]) -> dict[str, Any]:
         for ti, p in zip(tis, placements, strict=True):
             # A stage that runs: the workload reported progress with this boot id; the trigger carries it.
             state = StageState(target_step=1_000_000, boot_id="bench-boot", last_step_seen=100).to_dict()
-            trigger = floor_trigger() if spec.get("trigger") == "datetime" else None
-            trigger = trigger or StageTrigger(
+            kind = spec.get("trigger", "stage")
+            trigger = floor_trigger() if kind == "datetime" else None
+            trigger = trigger or (PerStageReadsTrigger if kind == "per_stage" else StageTrigger)(
                 machine={"kind": p["kind"], "zone": p["zone"], "name": p["name"]},
                 bucket=spec["bucket"],
                 run_key=p["run_key"],

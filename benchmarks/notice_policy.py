@@ -4,10 +4,11 @@ checkpoint-at-notice (issue 15), side by side, in one run.
 Starts the local cloud (the default scenario at 600x: a GPU VM's hour of notice is 6 s, its 5-minute
 host maintenance 0.5 s) and a SQLite Airflow home, then runs the lifecycle DAG (`airflow dags test`)
 once per policy; at step 20 of training Google announces a SCHEDULED maintenance on the run's VM. The
-figures come from the workload's own log and the local cloud's event log (tests/faults/notice_runs.py):
-how long it trained on after the notice, how long before the window its last checkpoint committed,
-idle seconds (stopped stepping -> stepping again on the new boot) and lost seconds (idle + recomputed
-steps). Seconds are real seconds on this machine; multiply by the time scale for Google's.
+figures come from the workload's own log and the local cloud's event log (interlude_dev.notice_runs, the runs
+tests/faults/test_notice_policy.py asserts on): how long it trained on after the notice, how long before the
+window its last checkpoint committed, idle seconds (stopped stepping -> stepping again on the new boot) and
+lost seconds (idle + recomputed steps). Seconds are real seconds on this machine; multiply by the time
+scale for Google's.
 
     .venv/bin/python benchmarks/notice_policy.py            # ~2-4 min on a loaded 2-core machine
     .venv/bin/python benchmarks/notice_policy.py --json     # the figures as JSON too
@@ -21,11 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from interlude_dev import wiring as dev  # noqa: E402
-from tests.faults.notice_runs import TIME_SCALE, NoticeFigures, run_with_notice, write_scenario  # noqa: E402
+from interlude_dev import wiring as dev
+from interlude_dev.notice_runs import TIME_SCALE, NoticeFigures, run_with_notice, write_scenario
 
 BUCKET = "interlude-bench-notice"
 POLICIES = ("by_notice", "checkpoint_at_notice")

@@ -9,7 +9,8 @@ serial log come from users and workloads).
                                                            maintenance, the serial log's tail; a deleted
                                                            machine shows its event history instead
     /_localcloud/pages/gcs/{bucket}/{prefix...}          objects under gs://bucket/prefix with size, and
-                                                           whether each checkpoint step is COMMITTED
+                                                           whether each checkpoint step is committed (Orbax
+                                                           finalised it: its commit_success.txt is there)
 """
 
 from __future__ import annotations
@@ -31,8 +32,8 @@ SERIAL_TAIL_LINES = 40
 MAX_OBJECTS = 5000
 # https://cloud.google.com/storage/docs/buckets#naming (lowercase letters, digits, -, _ and .; 3-222 chars)
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
-STEP_RE = re.compile(r"^(?P<step>.*/step-\d+/)")
-COMMITTED = "COMMITTED"  # the marker the workload writes last (include/interlude_workload/checkpoints.py)
+STEP_RE = re.compile(r"^(?P<step>(?:.*/)?checkpoints/\d+/)")  # Orbax's step dirs (interlude_workload.orbax_layout)
+COMMITTED = "commit_success.txt"  # Orbax's last write of a step on GCS: the step is finalised
 
 _STYLE = (
     "body{font-family:sans-serif;margin:2em;color:#202124}table{border-collapse:collapse}"
@@ -78,7 +79,7 @@ def serial_tail(m: Machine, lines: int = SERIAL_TAIL_LINES) -> str:
 
 
 def committed_steps(objects: Iterable[GcsObject]) -> set[str]:
-    """The step folders (`.../step-00000010/`) that hold a COMMITTED marker."""
+    """The step folders (`.../checkpoints/10/`) that hold Orbax's commit marker."""
     out = set()
     for o in objects:
         step = STEP_RE.match(o.name)

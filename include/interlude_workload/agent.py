@@ -80,8 +80,8 @@ class Agent:
         """Best effort: the serial console has the same words when GCS is what fails."""
         from google.cloud.storage.retry import DEFAULT_RETRY
 
+        from interlude_workload.boot import boot_id
         from interlude_workload.gcs import storage_client
-        from interlude_workload.sdk import boot_id
 
         body = {"boot_id": boot_id(), "updated_at_epoch": time.time(), **fields}
         try:

@@ -13,7 +13,8 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
         machines/NAME.json                                 machine_intent_object: written before each create
         _preflight                                         preflight_object (written and removed at start)
         STAGE/                                             stage_prefix (checkpoints.CheckpointStore)
-            step-00001200/{payload, manifest.json, COMMITTED}
+            checkpoints/1200/...                           Orbax's CheckpointManager root, its step dirs
+                                                           (orbax_layout: commit_success.txt = finalised)
             control/request-ID.json, control/ack-ID.json, control/drill.json
             progress.json, fresh.json, log/*.log
 """

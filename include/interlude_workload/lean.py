@@ -7,8 +7,6 @@ one that google-cloud-storage's stack imports only for a feature the workload do
 in ``sys.modules`` makes ``import NAME`` raise ImportError
 (https://docs.python.org/3/reference/import.html#the-module-cache):
 
-- ``grpc`` (and ``grpc_status`` with it): google-cloud-core and google-api-core import it only to build gRPC
-  channels and to map gRPC status codes; the workload talks to GCS over the JSON API.
 - ``chardet`` and ``charset_normalizer``: requests imports whichever is installed to guess the text encoding
   of a response that declares none (``Response.apparent_encoding``, used by ``Response.text``); without one it
   takes UTF-8. GCS's JSON API declares its charset (``application/json; charset=UTF-8``) and is UTF-8 anyway
@@ -20,7 +18,10 @@ in ``sys.modules`` makes ``import NAME`` raise ImportError
 
 Measured (benchmarks/README.md, 2026-12-04): charset detection and OpenTelemetry were ~15 % of the agent's
 import time. What is left is needed at import time (protobuf for google-api-core's error details, cryptography
-for google-auth's signers, numpy for the model).
+for google-auth's signers, numpy for the model, Orbax and JAX for the checkpoints). gRPC was skipped too until the
+checkpoints became Orbax's: Orbax reaches ``gs://`` paths through etils.epath and gcsfs, and gcsfs (2026.10)
+imports google-cloud-storage's gRPC client (``google.cloud._storage_v2``) when it is itself imported, so a
+``None`` for ``grpc`` made every trainer fail at its first save or restore.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ import os
 import sys
 import warnings
 
-ALWAYS = ("grpc", "chardet", "charset_normalizer")
+ALWAYS = ("chardet", "charset_normalizer")
 TELEMETRY = ("opentelemetry",)
 TELEMETRY_ENV = ("ENABLE_GCS_PYTHON_CLIENT_OTEL_TRACES", "GCP_STORAGE_PYTHON_ENABLE_OTEL_METRICS")
 _TRUE = {"1", "true", "yes", "on"}

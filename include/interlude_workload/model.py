@@ -31,26 +31,23 @@ class TrainState:
     position: int  # next row of ``order`` to use
     epoch: int
 
-    def to_payload(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        arrays = {
-            **{f"param_{k}": v for k, v in self.params.items()},
-            **{f"velocity_{k}": v for k, v in self.velocity.items()},
-            "order": self.order,
-        }
-        state = {"rng": self.rng.bit_generator.state, "position": self.position, "epoch": self.epoch}
-        return arrays, state
+    def to_checkpoint(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(arrays as a pytree, JSON side): what the SDK saves as Orbax's ``state`` and ``meta`` items."""
+        arrays = {"params": dict(self.params), "velocity": dict(self.velocity), "order": self.order}
+        meta = {"rng": self.rng.bit_generator.state, "position": self.position, "epoch": self.epoch}
+        return arrays, meta
 
     @classmethod
-    def from_payload(cls, arrays: dict[str, np.ndarray], state: dict[str, Any]) -> TrainState:
-        bit_generator = getattr(np.random, state["rng"]["bit_generator"])()
-        bit_generator.state = state["rng"]
+    def from_checkpoint(cls, arrays: dict[str, Any], meta: dict[str, Any]) -> TrainState:
+        bit_generator = getattr(np.random, meta["rng"]["bit_generator"])()
+        bit_generator.state = meta["rng"]
         return cls(
-            params={k: arrays[f"param_{k}"].copy() for k in PARAM_NAMES},
-            velocity={k: arrays[f"velocity_{k}"].copy() for k in PARAM_NAMES},
+            params={k: np.array(arrays["params"][k]) for k in PARAM_NAMES},
+            velocity={k: np.array(arrays["velocity"][k]) for k in PARAM_NAMES},
             rng=np.random.Generator(bit_generator),
-            order=arrays["order"].copy(),
-            position=int(state["position"]),
-            epoch=int(state["epoch"]),
+            order=np.array(arrays["order"]),
+            position=int(meta["position"]),
+            epoch=int(meta["epoch"]),
         )
 
 

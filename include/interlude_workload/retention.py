@@ -1,16 +1,19 @@
 """Retention of older checkpoints off the training loop: one background thread per Checkpointer.
 
-Why: after each commit the SDK deletes the checkpoints beyond the last ``keep`` (a listing, a manifest and
-COMMITTED check of the latest, then four deletes per old step: ~0.03-0.05 s against the local GCS, more on
-Google's). Done inline, every commit stopped training for that long; a maintenance event adds two commits of
-its own (at the notice and at the control plane's request), so each event paid it twice. Retention is
-housekeeping: nothing waits for it. Here the loop only asks for it and trains on; one thread does it, at most
-one pass at a time (requests that arrive during a pass make one more pass, not one each).
+Why: after each commit the SDK deletes the checkpoints beyond the last ``keep`` (a listing, a step metadata check
+of the latest, then a delete per object of each old step: Orbax writes a dozen objects per step). Done inline,
+every commit stopped training for that long; a maintenance event adds two commits of its own (at the notice and
+at the control plane's request), so each event paid it twice. Retention is housekeeping: nothing waits for it.
+Here the loop only asks for it and trains on; one thread does it, at most one pass at a time (requests that arrive
+during a pass make one more pass, not one each).
 
-Why it is safe next to a commit in progress: a pass deletes only committed steps beyond the last ``keep`` of
-its own listing (never the latest verified one) and uncommitted leftovers *below* the latest verified step;
-a step being written is above every committed step (steps only grow in a run), and COMMITTED is deleted
-first, so a half-deleted step never reads as committed (see ``CheckpointStore.retain``).
+Why not Orbax's own ``max_to_keep``: it counts a step from the moment its save starts and prunes even when that
+(async) save then fails to finalise, so the latest finalised step can go (interlude_workload.orbax_io says how).
+
+Why it is safe next to a save in progress: a pass deletes only committed steps beyond the last ``keep`` of its own
+listing (never the latest verified one) and unfinished leftovers *below* the latest verified step; a step being
+saved is above every committed step (steps only grow in a run, and Orbax saves one step at a time), and the commit
+markers are deleted first, so a half-deleted step never reads as committed (see ``CheckpointStore.retain``).
 
 The pass uses a store with its own storage client: the library's HTTP session is not meant to be shared
 between threads (the SDK's control-request poller has its own for the same reason).

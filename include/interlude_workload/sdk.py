@@ -1,13 +1,18 @@
-"""The SDK a training loop calls to live by Interlude's checkpoint contract.
+"""The SDK a training loop calls to live by Interlude's checkpoint contract: a thin layer over Orbax.
 
 One object, :class:`Checkpointer`, answers the three questions a loop has:
 
-* where do I resume? (:meth:`Checkpointer.start` returns the latest committed, verified checkpoint);
+* where do I resume? (:meth:`Checkpointer.start` restores the latest finalised, verified Orbax step);
 * should I checkpoint now? (:meth:`Checkpointer.step_finished` returns a reason or None: periodic,
   final, SIGTERM, a maintenance notice from the metadata server, a control-plane request, or the
   maintenance window drawing near);
-* commit this step (:meth:`Checkpointer.commit` writes arrays + JSON state through
-  :mod:`interlude_workload.checkpoints`, COMMITTED last, and answers control requests).
+* commit this step (:meth:`Checkpointer.commit`: ``CheckpointManager.save(step, force=True)`` of the state pytree
+  and its JSON side through :mod:`interlude_workload.orbax_io`, then the answers to control requests).
+
+The checkpoint itself is Orbax's (one ``ocp.CheckpointManager`` per stage, rooted at ``STAGE/checkpoints/``): its
+array I/O, finalisation, multi-host coordination and async saves. Periodic saves may run in the background
+(``async_saves``: Orbax's ``enable_async_checkpointing``); a save for a notice, a request, SIGTERM, a hold or the
+final step waits until Orbax finalised it before anything is acknowledged or the process exits.
 
 Around that it keeps the machine honest with the control plane: progress.json about once a second, the
 log to stdout and to GCS chunks, a hold (no stepping) right before a maintenance window so that no step
@@ -17,87 +22,31 @@ is computed twice, and exit-after-commit on SIGTERM. The reference trainer uses 
 from __future__ import annotations
 
 import hashlib
-import io
-import json
-import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from types import FrameType, TracebackType
 from typing import Any
 
 import numpy as np
 from google.cloud import storage
 
-from interlude_workload.checkpoints import Checkpoint, CheckpointStore, log_writer_id, now_iso
+from interlude_workload import orbax_io
+from interlude_workload.boot import BOOT_ID_ENV, BOOT_STARTED_ENV, boot_id, boot_started_at
+from interlude_workload.checkpoints import Checkpoint, CheckpointStore
 from interlude_workload.gcs import storage_client
 from interlude_workload.maintenance import MaintenanceWatcher, Notice, metadata_url_from_env
+from interlude_workload.orbax_io import Restored
 from interlude_workload.retention import Retainer
+from interlude_workload.sdk_holds import Holding
+from interlude_workload.sdk_progress import ProgressReporting
+from interlude_workload.stage_files import log_writer_id
 
-ARRAYS_FILE = "arrays.npz"
-STATE_FILE = "state.json"
+__all__ = ["BOOT_ID_ENV", "BOOT_STARTED_ENV", "EXIT_SIGTERM", "Checkpointer", "Restored", "boot_id", "weights_digest"]
+
 EXIT_SIGTERM = 143
-LOG_CHUNK_BYTES = 64 * 1024
-BOOT_ID_ENV = "INTERLUDE_BOOT_ID"
-BOOT_STARTED_ENV = "INTERLUDE_BOOT_STARTED_AT"
-KERNEL_BOOT_ID = "/proc/sys/kernel/random/boot_id"
-
-
-def boot_id() -> str:
-    """Something that changes on every boot of the machine and only then.
-
-    The startup script (run once per boot) exports it; on a real VM it is the kernel's boot id
-    (https://man7.org/linux/man-pages/man4/random.4.html); without either, this process's id, which at
-    least changes with every start of the workload.
-    """
-    value = os.environ.get(BOOT_ID_ENV, "").strip()
-    if value:
-        return value
-    try:
-        with open(KERNEL_BOOT_ID) as f:
-            return f.read().strip() or log_writer_id()
-    except OSError:
-        return log_writer_id()
-
-
-def boot_started_at() -> float:
-    """When this boot started (epoch seconds): from the startup script, else the kernel's uptime."""
-    try:
-        return float(os.environ[BOOT_STARTED_ENV])
-    except (KeyError, ValueError):
-        pass
-    try:
-        with open("/proc/uptime") as f:
-            return time.time() - float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return time.time()
-
-
-@dataclass
-class Restored:
-    """A checkpoint read back: numpy arrays and the JSON state the loop stored with them."""
-
-    step: int
-    arrays: dict[str, np.ndarray]
-    state: dict[str, Any]
-    checkpoint: Checkpoint
-
-
-def encode_payload(arrays: Mapping[str, np.ndarray], state: Mapping[str, Any]) -> dict[str, bytes]:
-    buffer = io.BytesIO()
-    np.savez(buffer, **{name: np.asarray(value) for name, value in sorted(arrays.items())})
-    return {ARRAYS_FILE: buffer.getvalue(), STATE_FILE: json.dumps(state, sort_keys=True).encode()}
-
-
-def decode_payload(files: Mapping[str, bytes]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    with np.load(io.BytesIO(files[ARRAYS_FILE]), allow_pickle=False) as npz:
-        arrays = {name: npz[name] for name in npz.files}
-    state = json.loads(files[STATE_FILE]) if STATE_FILE in files else {}
-    return arrays, state
 
 
 def weights_digest(arrays: Mapping[str, np.ndarray]) -> str:
@@ -110,7 +59,7 @@ def weights_digest(arrays: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-class Checkpointer:
+class Checkpointer(ProgressReporting, Holding):
     """Checkpoint/resume/notice handling for one stage of one run. Use as a context manager."""
 
     def __init__(
@@ -132,6 +81,7 @@ class Checkpointer:
         hold_at_step: int | None = None,
         handle_sigterm: bool = True,
         control_requests: bool = True,
+        async_saves: bool = False,
         client: storage.Client | None = None,
     ) -> None:
         """``metadata_url``: "" = from INTERLUDE_METADATA_URL or Google's; None = do not watch.
@@ -143,6 +93,9 @@ class Checkpointer:
         ``fresh``: wipe this stage's checkpoints before starting, once per distinct token (a startup
         script runs again on every boot, so a plain "always wipe" would throw away progress after every
         maintenance; the token makes the wipe happen only on the first boot that carries it).
+
+        ``async_saves``: periodic saves finish in the background (Orbax's async checkpointing); every other
+        reason still waits for Orbax to finalise its step.
         """
         if total_steps < 1 or checkpoint_every < 1:
             raise ValueError("total_steps and checkpoint_every must be >= 1")
@@ -160,6 +113,10 @@ class Checkpointer:
         self.hold_at_step = hold_at_step
         self.handle_sigterm = handle_sigterm
         self.control_requests = control_requests
+        self.async_saves = async_saves
+        self._manager: Any = None  # the stage's ocp.CheckpointManager, opened by start()
+        self._in_flight: tuple[int, float, str] | None = None  # (step, started, reason) of a background save
+        self._proven_bad: set[int] = set()  # finalised steps a restore here proved bad: saved again when reached
 
         self._lock = threading.RLock()  # log() takes it too, also from code that already holds it
         self._wake = threading.Event()  # set on notice changes: interrupts holds (never from the signal handler)
@@ -205,8 +162,11 @@ class Checkpointer:
     ) -> None:
         self.close("failed" if exc_type and exc_type is not SystemExit else None)
 
-    def start(self) -> Restored | None:
-        """Start watchers and reporters; return the checkpoint to resume from (None: start at step 0)."""
+    def start(self, target: Any = None) -> Restored | None:
+        """Start watchers and reporters; return the checkpoint to resume from (None: start at step 0).
+
+        ``target``: the state's abstract tree for Orbax's restore (shapes, dtypes, shardings); None restores the
+        arrays as they were saved (numpy)."""
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
         if self.fresh:
@@ -216,7 +176,9 @@ class Checkpointer:
                 self.log(f"start fresh (token {self.fresh}): removed {count} objects of this stage")
             else:
                 self.log(f"fresh token {self.fresh} already applied; resuming")
-        restored = self.restore()
+        orbax_io.bind(self.store)  # this process's Orbax writes where its store reads
+        self._manager = orbax_io.open_manager(self.store, async_saves=self.async_saves)
+        restored = self.restore(target=target)
         if restored is not None:
             self._last_committed = restored.step
             if restored.step >= self.total_steps:
@@ -257,23 +219,32 @@ class Checkpointer:
             self._watcher.start()
         return restored
 
-    def restore(self, stage: str | None = None) -> Restored | None:
-        """Latest committed+verified checkpoint of this stage (or another stage of the same run)."""
-        store = self.store if stage is None else self.store.for_stage(stage)
-        checkpoint, files, rejected = store.restore()
+    def restore(self, stage: str | None = None, target: Any = None) -> Restored | None:
+        """Latest finalised, verified step of this stage (or of another stage of the same run), every array read.
+
+        A step a successful read proved bad is skipped (and, in this stage, saved again when training reaches
+        it); one that could not be read raises CheckpointUnreadable: nothing older is resumed from."""
+        own = stage is None
+        store = self.store if own else self.store.for_stage(stage)
+        restored, rejected = orbax_io.restore_latest(store, self._manager if own else None, target)
         for rejection in rejected:
             self.log(f"skipped {store.stage} step {rejection.step}: {rejection.reason}")
-        if checkpoint is None:
+            if own and rejection.corrupt:
+                self._proven_bad.add(rejection.step)
+        if restored is None:
             return None
-        arrays, state = decode_payload(files)
-        which = "resume point" if stage is None else f"latest of stage {store.stage}"
-        self.log(f"{which}: step {checkpoint.step} ({checkpoint.uri})")
-        return Restored(step=checkpoint.step, arrays=arrays, state=state, checkpoint=checkpoint)
+        which = "resume point" if own else f"latest of stage {store.stage}"
+        self.log(f"{which}: step {restored.step} ({restored.checkpoint.uri})")
+        return restored
 
     def close(self, final_state: str | None = None) -> None:
         """Stop background threads and flush progress and log (idempotent)."""
         if self._closing.is_set():
             return
+        try:
+            self._settle(wait=True)  # a background save finishes (or fails) before the state is told
+        except Exception as exc:  # noqa: BLE001 - said, and the close goes on: the step is simply not committed
+            self.log(f"background save failed: {exc}")
         if final_state is None:
             done = self._last_committed is not None and self._last_committed >= self.total_steps
             final_state = "done" if done else "stopped" if self._sigterm_at is not None else "exited"
@@ -284,6 +255,8 @@ class Checkpointer:
         if self._watcher is not None:
             self._watcher.stop()
         self._retainer.close()
+        if self._manager is not None:
+            self._manager.close()
         for thread in self._threads:
             thread.join(timeout=10)
         self._flush()
@@ -307,10 +280,13 @@ class Checkpointer:
 
     @property
     def last_committed_step(self) -> int | None:
+        """The last step Orbax finalised for this process (a background save counts once it is finished)."""
+        self._settle(wait=False)
         return self._last_committed
 
     def step_finished(self, step: int, loss: float | None = None, **metrics: Any) -> str | None:
         """Record progress of a finished step; return why it must be committed now, or None."""
+        self._settle(wait=False)
         self._record_progress(step, loss, metrics)
         if step == self._last_committed:
             return None
@@ -334,22 +310,73 @@ class Checkpointer:
     def commit(
         self,
         step: int,
-        arrays: Mapping[str, np.ndarray],
-        state: Mapping[str, Any],
+        state: Any,
+        meta: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
         reason: str = "",
-    ) -> Checkpoint:
-        """Write and commit ``step``; then answer requests, report notice latency, apply retention."""
+    ) -> Checkpoint | None:
+        """Save ``step`` through the stage's Orbax manager (``force=True``): ``state`` is the pytree of arrays,
+        ``meta`` its JSON side (RNG state, data position), ``metrics`` / ``extra`` what the control plane reads
+        (the step metadata's custom part). Once Orbax finalised it: answer requests, report notice latency, retain.
+
+        A periodic save with ``async_saves`` returns None at once and is settled when Orbax finishes it in the
+        background; any other reason returns the committed checkpoint. A step committed already is kept."""
+        self._settle(wait=True)  # one save at a time (Orbax waits too); a finished one is told first
         with self._lock:
             notice_seq, pending = self._notice_seq, set(self._pending)
         started = time.monotonic()
-        result = self.store.write(step, encode_payload(arrays, state), metrics=metrics, extra=extra)
+        background = self.async_saves and reason == "periodic"
+        result = orbax_io.commit(
+            self.store,
+            self._manager,
+            step,
+            state,
+            meta=meta,
+            metrics=metrics,
+            extra=extra,
+            reason=reason,
+            wait=not background,
+            proven_bad=frozenset(self._proven_bad),
+        )
+        self._proven_bad.discard(step)
+        if result is None:
+            self._in_flight = (step, started, reason)
+            return None
         elapsed = time.monotonic() - started
-        self._last_committed = step
         self._commit_seconds = [*self._commit_seconds[-4:], elapsed]
         how = "committed" if result.written else "already committed"
         self.log(f"checkpoint step {step} {how} in {elapsed:.3f}s ({reason or 'request'}) {result.checkpoint.uri}")
+        self._committed(step, result.checkpoint, notice_seq, pending)
+        return result.checkpoint
+
+    def _settle(self, wait: bool) -> None:
+        """Tell a background save's outcome once Orbax finished it (``wait``: block until then). A save that did
+        not finalise is said and forgotten: its step is not committed, and the next save proceeds."""
+        if self._in_flight is None or self._manager is None:
+            return
+        if not wait and self._manager.is_saving_in_progress():
+            return
+        step, started, reason = self._in_flight
+        self._in_flight = None
+        try:
+            self._manager.wait_until_finished()
+            checkpoint = orbax_io.committed_result(self.store, step).checkpoint
+        except Exception as exc:  # noqa: BLE001 - the step stays uncommitted; training and the next save go on
+            self.log(f"background save of step {step} failed: {exc}")
+            return
+        self.log(
+            f"checkpoint step {step} committed in the background in {time.monotonic() - started:.3f}s "
+            f"({reason}) {checkpoint.uri}"
+        )
+        with self._lock:
+            handled = self._notice_handled
+        self._committed(step, checkpoint, handled, set())
+
+    def _committed(self, step: int, checkpoint: Checkpoint, notice_seq: int, pending: set[str]) -> None:
+        """After Orbax finalised ``step``: answer the requests pending when it was asked for, report the notice's
+        latency, start a hold when one is due, and ask for retention (after the hold is said, when one starts)."""
+        self._last_committed = step
         for request_id in sorted(pending):
             self.store.acknowledge(request_id, step)
             self.log(f"control request {request_id} answered with step {step}")
@@ -368,14 +395,13 @@ class Checkpointer:
             holds_next = self._hold_committed_step == step or self._drill_hold == step
         self._set_progress(
             last_checkpoint_step=step,
-            last_checkpoint_uri=result.checkpoint.uri,
-            commit_seconds=round(max(self._commit_seconds), 4),
+            last_checkpoint_uri=checkpoint.uri,
+            commit_seconds=round(max(self._commit_seconds), 4) if self._commit_seconds else None,
         )
         if holds_next:  # the hold is said first (the control plane may start the window then): see wait_while_held
             self._retention_due = True
         else:
             self._retain()
-        return result.checkpoint
 
     def _retain(self) -> None:
         """Ask for retention of older checkpoints; it runs in the background (retention.py), the loop trains on."""
@@ -385,194 +411,6 @@ class Checkpointer:
     def _own_store(self) -> CheckpointStore:
         """This stage's store with a storage client of its own, for a background thread."""
         return CheckpointStore(self.store.bucket_name, self.store.run_key, self.store.stage, client=storage_client())
-
-    def wait_while_held(self) -> None:
-        """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
-
-        Returns when the notice clears (training continues), when a drill's maintenance passed without
-        a restart, after ``max_hold_seconds``, or on SIGTERM (the loop then sees :attr:`stop_requested`;
-        its step is already committed, so nothing is lost). Control requests that arrive meanwhile are
-        answered with the held step: it is the state the workload will resume from.
-        """
-        with self._lock:
-            committed = self._last_committed
-            notice_hold = self._hold_due() and self._hold_committed_step == committed
-            drill_hold = self._drill_hold is not None and self._drill_hold == committed
-        if not (notice_hold or drill_hold):
-            return
-        what = (
-            f"maintenance near ({self._notice.describe()})"
-            if notice_hold
-            else f"drill step {committed}: waiting for the simulated maintenance"
-        )
-        self.log(f"holding at committed step {committed}: {what}")
-        self._set_progress(state="holding", held_at=committed)
-        # Said now, not at the reporter's next turn (up to progress_seconds later): the control plane starts a
-        # pending maintenance early when it sees the hold, and each moment before it does is an idle machine. The
-        # progress alone (one small upload; the log goes at the reporter's turn), and the retention of older
-        # checkpoints after it, in the hold (a commit that starts a hold leaves it for here).
-        self._flush(log=False)
-        if self._retention_due:
-            self._retain()
-        deadline = time.monotonic() + self.max_hold_seconds
-        why = "closing"
-        while not self._closing.is_set() and not self.stop_requested:
-            self._answer_while_held()
-            with self._lock:
-                reason = self._release_reason(deadline)
-            if reason is not None:
-                why = reason
-                break
-            self._wake.wait(0.2)
-            self._wake.clear()
-        if not self.stop_requested:
-            self.log(f"hold released: {why}")
-            self._set_progress(state="running", held_at=None)
-            self._flush()  # a hold still shown after it ended could start a maintenance early mid-training
-
-    def _release_reason(self, deadline: float) -> str | None:
-        """Caller holds the lock. Why the hold ends now, or None to keep holding."""
-        if time.monotonic() >= deadline:
-            self._hold_timed_out_seq = self._notice_seq  # train on until a new notice arrives
-            self._drill_hold = None
-            return f"held {self.max_hold_seconds:.0f}s and the machine is still up"
-        if self._drill_hold is not None:
-            if self._notice.active:
-                self._drill_notice_seen = True
-                return None
-            if self._drill_notice_seen:
-                self._drill_hold = None
-                return "the drill's maintenance passed without a restart"
-            return None
-        if not self._hold_due():
-            return "notice cleared" if not self._notice.active else "window not near yet"
-        return None
-
-    def _answer_while_held(self) -> None:
-        """Answer control requests and notices with the committed step held at (no new step comes)."""
-        with self._lock:
-            pending, step = set(self._pending), self._last_committed
-            self._notice_handled = self._notice_seq
-        if not pending or step is None:
-            return
-        try:
-            for request_id in sorted(pending):
-                self.store.acknowledge(request_id, step)
-                self.log(f"control request {request_id} answered with held step {step}")
-        except Exception as exc:  # noqa: BLE001 - answered on the next pass
-            self.log(f"answering control requests failed (will retry): {exc}")
-            return
-        with self._lock:
-            self._pending -= pending
-            self._acked |= pending
-
-    def pace(self, step_started: float, step_seconds: float) -> None:
-        """Sleep until ``step_started + step_seconds`` (monotonic), waking early on SIGTERM (polled every 0.1 s).
-
-        A plain sleep, not a wait on ``_wake``: a notice sets that event and only a hold clears it, so from the
-        notice to the hold every wait here returned at once and pacing spun a whole core (the hour of a
-        maintenance notice; 6 s per event in benchmarks/badput.py, on a 2-core machine shared with the control
-        plane). A notice never shortened a step anyway: the loop only ends at the deadline or on SIGTERM.
-
-        The paced part of a step stands for an accelerator's compute, whose length the host's scheduler does not
-        change. A sleep that ends late (the OS woke the trainer after the deadline: a loaded host) is taken off the
-        next step's sleep, at most half a step, so the steps keep their length on average. Only oversleep is
-        carried: a step whose own work took its whole budget (the model, the SDK's threads in this process, a
-        commit) sleeps nothing and carries nothing, so time the workload really spent stays spent."""
-        target = step_started + step_seconds - self._pace_late
-        self._pace_late = 0.0
-        if time.monotonic() >= target:
-            return
-        while not self.stop_requested:
-            remaining = target - time.monotonic()
-            if remaining <= 0:
-                self._pace_late = min(-remaining, step_seconds / 2)
-                return
-            time.sleep(min(remaining, 0.1))
-
-    # ----------------------------------------------------------------- logs and progress
-    def log(self, message: str) -> None:
-        line = f"{now_iso()} [{self.store.run_key}/{self.store.stage}] {message}"
-        with self._lock:
-            self._log_buffer.append(line)
-            try:  # one write per line: threads must not interleave; a dead console must not stop training
-                sys.stdout.write(line + "\n")
-                sys.stdout.flush()
-            except (OSError, ValueError):
-                pass
-
-    def _record_progress(self, step: int, loss: float | None, metrics: Mapping[str, Any]) -> None:
-        now = time.monotonic()
-        if self._first_step is None:
-            self._first_step = (now, step - 1)
-        t_first, s_first = self._first_step
-        mean = (now - t_first) / (step - s_first) if step > s_first else None
-        self._rate_window.append((now, step))
-        self._rate_window = [(t, s) for t, s in self._rate_window if now - t <= 10.0] or [(now, step)]
-        t0, s0 = self._rate_window[0]
-        rate = (step - s0) / (now - t0) if now > t0 and step > s0 else None
-        eta = (self.total_steps - step) / rate if rate else None
-        self._set_progress(
-            step=step,
-            total_steps=self.total_steps,
-            loss=loss,
-            steps_per_second=round(rate, 4) if rate else None,
-            eta_seconds=round(eta, 1) if eta is not None else None,
-            mean_step_seconds=round(mean, 6) if mean is not None else None,
-            metrics=dict(metrics),
-            state=self._progress.get("state") if self._progress.get("state") == "holding" else "running",
-        )
-
-    def _set_progress(self, **fields: Any) -> None:
-        with self._lock:
-            self._progress.update(fields)
-            self._progress.update(
-                run_key=self.store.run_key,
-                stage=self.store.stage,
-                updated_at=now_iso(),
-                updated_at_epoch=time.time(),
-            )
-            self._progress_dirty = True
-
-    def _flush(self, log: bool = True) -> None:
-        """Upload new log lines (unless ``log`` is False) and changed progress (from the reporter thread, at a
-        hold, and once at close).
-
-        The log goes to a rolling chunk: the current chunk object is rewritten with its new lines until
-        it passes LOG_CHUNK_BYTES, then the next one starts, so a long run makes few objects and a failed
-        upload loses nothing (the lines stay in the chunk and go up with the next flush). One flush at a time:
-        two at once would race on the chunk, and an older progress could land after a newer one.
-        """
-        with self._flush_lock:
-            self._flush_unlocked(log)
-
-    def _flush_unlocked(self, log: bool) -> None:
-        with self._lock:
-            lines: list[str] = []
-            if log:
-                lines, self._log_buffer = self._log_buffer, []
-            progress = dict(self._progress) if self._progress_dirty else None
-            self._progress_dirty = False
-        try:
-            if lines:
-                self._chunk_lines += lines
-                self.store.write_log_chunk(self._writer_id, self._log_seq, self._chunk_lines)
-                if sum(len(line) + 1 for line in self._chunk_lines) >= LOG_CHUNK_BYTES:
-                    self._log_seq += 1
-                    self._chunk_lines = []
-            if progress is not None:
-                self.store.write_progress(progress)
-        except Exception as exc:  # noqa: BLE001 - reporting must never kill training
-            with self._lock:
-                self._progress_dirty = self._progress_dirty or progress is not None
-            try:
-                sys.stderr.write(f"progress/log upload failed (will retry): {exc}\n")
-            except (OSError, ValueError):
-                pass
-
-    def _report_loop(self) -> None:
-        while not self._closing.wait(self.progress_seconds):
-            self._flush()
 
     # ----------------------------------------------------------------- signals, notices, requests
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
@@ -595,26 +433,6 @@ class Checkpointer:
                 self._hold_committed_step = None
         self.log(f"metadata notice: {notice.describe()}")
         self._wake.set()
-
-    def _hold_due(self) -> bool:
-        """Caller holds the lock. True when the machine is about to go down for a known reason."""
-        notice = self._notice
-        if not notice.active or self._hold_timed_out_seq == self._notice_seq:
-            return False
-        start = notice.window_start
-        if start is not None:
-            return datetime.now(UTC) >= start - self.margin()
-        return notice.imminent
-
-    def margin(self) -> timedelta:
-        """How long before a window the last checkpoint starts: ``hold_margin_seconds``, or with
-        ``hold_margin_commits`` that many times what getting a checkpoint committed really costs here (one
-        step to reach the check, then the commit; the slowest of the last few commits), if longer."""
-        if self.hold_margin_commits <= 0 or not self._commit_seconds:
-            return self.hold_margin
-        mean = self._progress.get("mean_step_seconds") or 0.0
-        cost = float(mean) + max(self._commit_seconds)
-        return max(self.hold_margin, timedelta(seconds=self.hold_margin_commits * cost))
 
     def _control_loop(self) -> None:
         store = self._own_store()

@@ -5,7 +5,10 @@ and one day's data slice) the small MLP of :mod:`interlude_workload.model`, thro
 (:mod:`interlude_workload.sdk`) like any user's code would: resume from the latest committed checkpoint,
 checkpoint every N steps, on SIGTERM, on maintenance notices and control requests, hold before a
 maintenance window. Resume is bit-identical to an uninterrupted run; the final digest (sha256 of the
-final weights) is printed and stored in the final manifest. Exit codes: 0 done (also at once when the
+final weights) is printed and stored with the final step (its Orbax step metadata: ``metrics.digest``). The
+model (:mod:`interlude_workload.model`) and the checkpointing (the SDK) meet only in
+``TrainState.to_checkpoint`` / ``from_checkpoint``: a pytree of arrays and a JSON side, which is all the SDK asks
+of a model. Exit codes: 0 done (also at once when the
 final step is already committed), 143 stopped by SIGTERM after committing, 2 bad input, 1 other failure.
 """
 
@@ -82,6 +85,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "SIGTERM (it ends the process). The naive baseline of benchmarks/badput.py",
     )
     parser.add_argument("--control-poll-seconds", type=float, default=1.0)
+    parser.add_argument(
+        "--async-saves",
+        action="store_true",
+        help="periodic saves finish in the background (Orbax's async checkpointing); every other save waits",
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.checkpoint_every < 1:
         parser.error("--steps and --checkpoint-every must be >= 1")
@@ -108,6 +116,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         hold_at_step=args.hold_at_step,
         handle_sigterm=not args.periodic_only,
         control_requests=not args.periodic_only,
+        async_saves=args.async_saves,
     )
     with ckpt:
         restored = ckpt.start()
@@ -118,7 +127,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             ckpt.close("done")
             return 0
         if restored is not None:
-            state = model.TrainState.from_payload(restored.arrays, restored.state)
+            state = model.TrainState.from_checkpoint(restored.state, restored.meta)
             start_step = restored.step
         else:
             rng = np.random.default_rng([args.seed, STAGE_SEED_OFFSET[args.stage]])
@@ -128,7 +137,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
                     ckpt.log(f"no committed checkpoint in stage {args.init_from_stage} to start from")
                     ckpt.close("failed")
                     return 2
-                params = {k: source.arrays[f"param_{k}"] for k in model.PARAM_NAMES}
+                params = {k: np.asarray(source.state["params"][k]) for k in model.PARAM_NAMES}
                 ckpt.log(f"initial weights from {args.init_from_stage} step {source.step}")
             else:
                 params = model.init_params(rng, x.shape[1], CLASSES)
@@ -174,13 +183,13 @@ class _Run:
 
 def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
     """Commit ``step``; the final step's checkpoint also carries the weights' digest and training accuracy."""
-    arrays, json_state = run.state.to_payload()
+    arrays, meta = run.state.to_checkpoint()
     extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
     if step >= run.args.steps:
         extra["weights_sha256"] = weights_digest(run.state.params)
         extra["train_accuracy"] = model.accuracy(run.state.params, run.x, run.y)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
-    ckpt.commit(step, arrays, json_state, metrics=metrics, extra=extra, reason=reason)
+    ckpt.commit(step, arrays, meta, metrics=metrics, extra=extra, reason=reason)
 
 
 def _stop(ckpt: Checkpointer, run: _Run, step: int, loss: float, *, held: bool) -> int:

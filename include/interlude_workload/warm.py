@@ -12,8 +12,9 @@ step; its exit code (0 done, 143 stopped after committing, 2 bad input) reaches 
 the agent waits for it before starting anything else, so there is still one writer of checkpoints.
 
 Forking is safe only from a single-threaded process (a lock held by another thread at the fork stays held in
-the child forever), so :func:`can_fork` says no when the agent has any other thread, and the agent then starts
-the trainer as a command, as before. ``python -m interlude_workload.train`` stays the way users run it.
+the child forever), so :func:`can_fork` says no when the agent has any other thread (Python's or a native
+library's), and the agent then starts the trainer as a command, as before. ``python -m interlude_workload.train``
+stays the way users run it.
 """
 
 from __future__ import annotations
@@ -27,13 +28,33 @@ from collections.abc import Sequence
 
 
 def preload() -> None:
-    """Import what the trainer imports (numpy, google-cloud-storage, the SDK), once, in the agent."""
-    import interlude_workload.train  # noqa: F401
+    """Import what the trainer imports, once, in the agent: numpy, google-cloud-storage, the SDK, Orbax with JAX
+    and tensorstore (~2.5 s of a cold start), and gcsfs (Orbax's client for gs:// paths, which fsspec imports only
+    at a trainer's first save or restore).
+
+    Imports only: no JAX backend is initialised, no file system or tensorstore context is made, so no thread is
+    started (JAX's own fork warning is about an initialised backend; measured: the agent stays at one native thread,
+    and :func:`can_fork` checks it). The forked trainer initialises its own backend and clients."""
+    import importlib
+
+    importlib.import_module("interlude_workload.train")  # first: it pins the BLAS thread pools to one thread
+    importlib.import_module("gcsfs")
+    importlib.import_module("etils.epath.backend")
 
 
 def can_fork() -> bool:
-    """A warm start needs fork() and a process with no other thread (see the module's docstring)."""
-    return hasattr(os, "fork") and threading.active_count() == 1
+    """A warm start needs fork() and a process with no other thread (see the module's docstring): no other Python
+    thread, and no native one either (a library's thread pool: OpenBLAS's, tensorstore's, JAX's once a backend is
+    up), which ``threading`` cannot see; Linux lists a process's threads in /proc/self/task."""
+    return hasattr(os, "fork") and threading.active_count() == 1 and native_threads() <= 1
+
+
+def native_threads() -> int:
+    """This process's threads as the kernel counts them (1 where /proc is missing: nothing to go by)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
 
 
 class ForkedTrainer:

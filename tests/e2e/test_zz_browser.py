@@ -242,7 +242,7 @@ def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(st
         assert machine.count("machine_boot") == 3 and machine.count("maintenance_start") == 2, machine[:4000]
         checkpoints = open_link(b, links["Checkpoints"], "Checkpoints")
         assert f"{naming.checkpoint_prefix(run_key, 'train')}" in checkpoints, checkpoints[:2000]
-        assert "step-00000060/COMMITTED" in checkpoints, checkpoints[:3000]
+        assert "checkpoints/60/commit_success.txt" in checkpoints, checkpoints[:3000]
     assert len(b.saved) >= 8 and all(p.stat().st_size > 0 for p in b.saved)
 
 

@@ -4,7 +4,7 @@ the test used (the session's, a module's own, and the one `stage_stack` starts f
 1. Nothing is left: no TPU node, VM (the cloud's own admin view) or queued resource (TPU API list) in
    any zone of the scenario. A test that leaves one fails, whatever it asserted itself.
 2. Nothing committed was lost: every checkpoint that was committed in that cloud before the test (across
-   every bucket and run) still verifies in full (manifest hash against COMMITTED, payload sha256).
+   every bucket and run) still verifies in full (Orbax's commit marker and step metadata, every array restored).
 
 The check runs right after the test body (`pytest_runtest_call` below), while every fixture's cloud still
 runs: a check in a fixture's teardown would come after `stage_stack` stopped its cloud, and a failure there

@@ -25,7 +25,8 @@ BASE = {
     "bucket": BUCKET,
     "poll_seconds": 0.5,
 }
-_COMMITTED = re.compile(r"^interlude/(?P<run>[^/]+)/(?P<stage>[^/]+)/step-(?P<step>[0-9]+)/COMMITTED$")
+# Orbax's finalisation marker at a step's root (interlude_workload.orbax_layout), not an item's.
+_COMMITTED = re.compile(r"^interlude/(?P<run>[^/]+)/(?P<stage>[^/]+)/checkpoints/(?P<step>[0-9]+)/commit_success\.txt$")
 
 
 def tpu_hook(cloud: dev.LocalCloud) -> Any:
@@ -83,7 +84,7 @@ def verify_failures(cloud: dev.LocalCloud, checkpoints: list[Committed]) -> list
         if status is None or not status.committed:
             problems.append(f"{c}: gone")
             continue
-        _, reason = store._verify(status, "full")
+        _, reason = store.verify(status, "full")
         if reason:
             problems.append(f"{c}: {reason}")
     return problems
@@ -93,13 +94,17 @@ EARLIER_RUN = "interlude_training__an-earlier-run"  # a run key no test's run ca
 
 
 def seed_earlier_run(cloud: dev.LocalCloud, bucket: str = BUCKET) -> None:
-    """Commit a checkpoint of a run that finished before the test, as its trainer would have (payload, manifest,
-    COMMITTED): a fresh cloud otherwise holds no checkpoint a test could lose, and the promise "nothing committed
-    is lost" would be checked against nothing."""
+    """Commit a checkpoint of a run that finished before the test, as its trainer would have (an Orbax step): a
+    fresh cloud otherwise holds no checkpoint a test could lose, and the promise "nothing committed is lost" would
+    be checked against nothing."""
+    import numpy as np
+
     from interlude_workload.checkpoints import CheckpointStore
 
     store = CheckpointStore(bucket, EARLIER_RUN, "finetune", client=dev.gcs_client(cloud))
-    store.write(10, {"weights.bin": b"weights of an earlier run" * 64}, metrics={"digest": "earlier"})
+    store.write(
+        10, {"weights": np.frombuffer(b"weights of an earlier run" * 64, np.uint8)}, metrics={"digest": "earlier"}
+    )
 
 
 # The clouds a test used, each with the checkpoints committed in it when the test started (conftest checks them).

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from interlude_dev import wiring as dev
+from interlude_dev.notice_runs import TIME_SCALE, run_with_notice, write_scenario
 
-from .notice_runs import TIME_SCALE, run_with_notice, write_scenario
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BUCKET,
     run_dag,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -24,12 +25,13 @@ pytestmark = pytest.mark.e2e
 
 
 def _commit_times(cloud: dev.LocalCloud, run_key: str) -> dict[str, float]:
-    """Every COMMITTED marker of the run -> its GCS creation time (the storage's clock, not ours)."""
+    """Every step's commit marker (Orbax's commit_success.txt at the step's root) of the run -> its GCS creation
+    time (the storage's clock, not ours)."""
     client = dev.gcs_client(cloud)
     return {
         b.name: b.time_created.timestamp()
         for b in client.list_blobs(BUCKET, prefix=f"interlude/{run_key}/")
-        if b.name.endswith("/COMMITTED")
+        if re.search(r"/checkpoints/\d+/commit_success\.txt$", b.name)
     }
 
 
@@ -95,20 +97,23 @@ def test_failed_fresh_marker_read_wipes_nothing(cloud) -> None:
     assert _commit_times(cloud, run_key) == before, "committed checkpoints were deleted on an unknown"
 
 
-def test_empty_committed_marker_does_not_skip_the_manifest_hash(cloud) -> None:
-    from interlude_workload.checkpoints import CheckpointStore
+def test_a_commit_marker_does_not_skip_the_step_metadata_check(cloud) -> None:
+    """Orbax's commit_success.txt is there, but the step metadata says the save never finished (no commit time, as
+    Orbax leaves it mid-save): the marker alone is no evidence."""
+    import numpy as np
+
+    from interlude_workload.checkpoints import STEP_METADATA, CheckpointStore
 
     run_key = naming.run_key(DAG_ID, f"empty-marker-{time.time_ns()}")
     store = CheckpointStore(BUCKET, run_key, "train", client=dev.gcs_client(cloud))
-    store.write(10, {"weights": b"w" * 64}, metrics={"loss": 1.0})
-    prefix = store.step_prefix(10)
-    manifest = json.loads(store.bucket.blob(prefix + "manifest.json").download_as_bytes())
-    manifest["metrics"] = {"loss": 0.0}  # a manifest that is not the one committed
-    store.bucket.blob(prefix + "manifest.json").upload_from_string(json.dumps(manifest))
-    store.bucket.blob(prefix + "COMMITTED").upload_from_string(b"")
+    store.write(10, {"weights": np.zeros(64)}, metrics={"loss": 1.0})
+    blob = store.bucket.blob(store.step_prefix(10) + STEP_METADATA)
+    metadata = json.loads(blob.download_as_bytes())
+    del metadata["commit_timestamp_nsecs"]
+    blob.upload_from_string(json.dumps(metadata))
     try:
         result = store.latest(verify="full")
-        assert result.checkpoint is None, "an empty COMMITTED marker let an unverified manifest through"
+        assert result.checkpoint is None, "a commit marker let a step Orbax never finished through"
         assert [r.step for r in result.rejected] == [10]
     finally:
         store.wipe()  # a tampered "committed" step must not stay for later tests' checks

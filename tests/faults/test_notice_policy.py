@@ -15,8 +15,16 @@ from pathlib import Path
 import pytest
 
 from interlude_dev import wiring as dev
+from interlude_dev.notice_runs import (
+    CONF,
+    GPU_NOTICE_S,
+    TIME_SCALE,
+    line_time,
+    maintenance_starts,
+    run_with_notice,
+    write_scenario,
+)
 
-from .notice_runs import CONF, GPU_NOTICE_S, TIME_SCALE, maintenance_starts, run_with_notice, write_scenario
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BASE,
     BUCKET,
@@ -77,13 +85,11 @@ def _check_boundary(cloud: dev.LocalCloud, run_key: str) -> None:
     run report records the early start."""
     import re
 
-    from .notice_runs import _stamp
-
     window = maintenance_starts(cloud, run_key)[-1]
     train, finetune = workload_log(cloud, run_key, "train"), workload_log(cloud, run_key, "finetune")
     final = next(ln for ln in train.splitlines() if re.search(rf"checkpoint step {CONF['train_steps']} committed", ln))
     first = next(ln for ln in finetune.splitlines() if re.search(r"training finetune steps 1\.\.", ln))
-    assert _stamp(final) < window < _stamp(first), (final, window, first)
+    assert line_time(final) < window < line_time(first), (final, window, first)
     report = dev.read_report(cloud, BUCKET, run_key)
     assert report is not None
     early = [e for e in report["events"] if e["kind"] == "maintenance_started_early"]

@@ -1,13 +1,18 @@
 """When the place is gone: where a running stage moves, or why it cannot (pure, over the capacity report).
 
+A move is what the run report calls it (event kind ``move``); this module plans one (:func:`plan_move`),
+:mod:`interlude.machines.relocate` carries it out (:func:`~interlude.machines.relocate.move_run`).
+
 A stage is pinned to nothing. When its machine cannot come back where it is (re-provisioning met a
 stockout or a quota wall, the machine stayed gone past its budget, the zone errors), the zone x type
 is marked out and the run's own decision tree is walked again: another zone of the same type, another
 type, or the other accelerator family when the profile runs there. The stage then resumes from its
 latest committed checkpoint on the new machine.
 
-Moving across families is only safe for a checkpoint whose format any family can load. The reference
-trainer's checkpoints (plain arrays, `interlude-checkpoint/1`) are; a sharded, device-layout-specific
+Moving across families is only safe for a checkpoint whose format any family can load. Orbax steps (`orbax`,
+what the workload saves) are: a restore names the dtypes, shapes and shardings it wants for each leaf, so a step
+saved on one mesh restores onto another
+(https://orbax.readthedocs.io/en/latest/guides/checkpoint/checkpointing_pytrees.html); a device-layout-specific
 format is not, and resuming it elsewhere would fail after paying for the new machine, so the move is
 refused with the reason and the run waits (if its profile allows) or fails.
 """
@@ -24,8 +29,9 @@ from interlude.capacity.decision_model import Decision, Leaf, Strategy
 from interlude.capacity.profiles import ModelProfile
 from interlude.capacity.report import AcceleratorKind, CapacityReport, kind_of, mark_stockout
 
-PORTABLE_FORMATS: frozenset[str] = frozenset({"interlude-checkpoint/1"})
-"""Checkpoint formats that load on either family (named in each checkpoint's manifest)."""
+PORTABLE_FORMATS: frozenset[str] = frozenset({"orbax", "interlude-checkpoint/1"})
+"""Checkpoint formats that load on either family (``Checkpoint.format``; interlude-checkpoint/1 was the format
+before Orbax)."""
 
 MOVABLE_LEAVES = (Leaf.TPU, Leaf.GPU, Leaf.SMALLER_GPU)
 """A move never converts the model: that needs a person (see the conversion approval)."""
@@ -84,7 +90,7 @@ def excluded(report: CapacityReport, places: Iterable[Place]) -> CapacityReport:
     return report
 
 
-def plan_failover(
+def plan_move(
     report: CapacityReport,
     profile: ModelProfile,
     strategy: Strategy | str,

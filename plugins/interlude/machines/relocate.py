@@ -1,4 +1,4 @@
-"""Carry out a failover: provision where `failover.plan_failover` says, record the move, remember the machine.
+"""Carry out a move: provision where `capacity.failover.plan_move` says, record the move, remember the machine.
 
 Called by the stage operator when re-provisioning in place fails (stockout, quota wall). The new
 machine gets the run's usual name and labels, so teardown finds it like any other; its record is kept
@@ -14,7 +14,7 @@ import logging
 import time
 from typing import Any
 
-from interlude.capacity.failover import PORTABLE_FORMATS, Move, Place, Refusal, Why, move_event, plan_failover
+from interlude.capacity.failover import PORTABLE_FORMATS, Move, Place, Refusal, Why, move_event, plan_move
 from interlude.training.spec import RunSpec
 
 log = logging.getLogger(__name__)
@@ -23,7 +23,7 @@ MAX_ATTEMPTS = 4
 """A move target can itself be stocked out by the time we ask; each miss is marked lost and the tree walked again."""
 
 
-class RelocationRefused(RuntimeError):
+class MoveRefused(RuntimeError):
     """No place the run may move to (capacity, or a checkpoint that cannot load on the other family).
 
     ``max_wait_seconds`` > 0 when the model's profile lets the run wait for capacity to come back (the
@@ -58,7 +58,7 @@ def checkpoint_format(spec: RunSpec) -> str:
     for stage in STAGES:
         latest = CheckpointStore(spec.bucket, spec.run_key, stage).latest().checkpoint
         if latest is not None:
-            formats.append(str(latest.manifest.get("format") or "unknown"))
+            formats.append(latest.format)
     odd = [f for f in formats if f not in PORTABLE_FORMATS]
     return odd[0] if odd else next(iter(sorted(PORTABLE_FORMATS)))  # nothing committed yet: nothing to carry
 
@@ -79,7 +79,7 @@ def _plan(spec: RunSpec, machine: dict[str, Any], why: Why, lost: list[Place]) -
     from interlude.training import tasks as lifecycle
 
     report = CapacityReport.from_dict(lifecycle.evaluate_capacity(spec))
-    return plan_failover(
+    return plan_move(
         report,
         get_profile(spec.model_profile),
         spec.strategy,
@@ -105,8 +105,8 @@ def _provision(spec: RunSpec, move: Move, gcp_conn_id: str | None) -> dict[str, 
     return dict(record)
 
 
-def relocate(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_conn_id: str | None) -> dict[str, Any]:
-    """Move the run off ``machine``'s place; return the new machine record (raises RelocationRefused)."""
+def move_run(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_conn_id: str | None) -> dict[str, Any]:
+    """Move the run off ``machine``'s place; return the new machine record (raises MoveRefused)."""
     from interlude.hooks.errors import QuotaExceededError, StockoutError
     from interlude.training import events
     from interlude_workload import layout
@@ -120,14 +120,14 @@ def relocate(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
             from interlude.capacity.profiles import get_profile
 
             wait = get_profile(spec.model_profile).max_wait.total_seconds() if plan.wait else 0.0
-            raise RelocationRefused(
+            raise MoveRefused(
                 f"stage {stage}: cannot move off {plan.source} ({why.value}): {plan.reason}", max_wait_seconds=wait
             )
-        log.warning("Failover: %s", plan.reason())
+        log.warning("Moving: %s", plan.reason())
         try:
             record = _provision(spec, plan, gcp_conn_id)
         except (StockoutError, QuotaExceededError) as exc:
-            log.warning("Failover target %s is unavailable too (%s); walking the tree again", plan.target, exc)
+            log.warning("Move target %s is unavailable too (%s); walking the tree again", plan.target, exc)
             lost.append(plan.target)
             continue
         storage_client().bucket(spec.bucket).blob(layout.machine_object(spec.run_key)).upload_from_string(
@@ -137,4 +137,4 @@ def relocate(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
         events.record_event(spec.bucket, spec.run_key, stage, event)
         log.warning("Moved: %s (%.1fs to provision)", event["reason"], event["time_lost_s"])
         return record
-    raise RelocationRefused(f"stage {stage}: every move target was unavailable: {', '.join(map(str, lost))}")
+    raise MoveRefused(f"stage {stage}: every move target was unavailable: {', '.join(map(str, lost))}")

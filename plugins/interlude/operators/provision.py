@@ -24,7 +24,17 @@ GCP_CONN_ID = "google_cloud_default"
 
 
 class ProvisionOperator(BaseOperator):
-    """Create (or adopt) the run's machine from the validated decision; return the machine record."""
+    """Create (or adopt) the run's machine from the validated decision; return the machine record.
+
+    Reads the RunSpec (``resolve_run``), the validated decision (``validate_runtime``) and the capacity report
+    (``choose.evaluate_capacity``) from XCom. A queued resource is waited for in the triggerer, and a failed
+    one is deleted before the task fails; a quota error or a full machine-slot count is waited out there too.
+
+    :param gcp_conn_id: the Google connection the queued-resource wait and its clean-up use. The create and
+        queue calls themselves go through ``interlude.training.tasks.GCP_CONN_ID`` (``google_cloud_default``).
+    :param poll_interval: seconds between two looks at a queued resource; at most 4 x the run's
+        ``poll_seconds``, whichever is shorter.
+    """
 
     ui_color = "#d7ecff"
 

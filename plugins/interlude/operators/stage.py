@@ -42,12 +42,25 @@ from interlude_workload import layout
 class TrainingStageOperator(StageActions, BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
 
-    :param machine: the MachineRecord dict the provisioning task returned (XCom).
-    The run spec's ``drill_maintenance`` rehearses maintenance: the workload commits the drill step
-    (the first periodic checkpoint, before the last step) and holds there; the trigger then asks Google
-    for a simulated maintenance event (`simulateMaintenanceEvent`), and the event is recorded like a
-    real one. A drill that could not run fails the stage saying why. ``stall_timeout_seconds`` and
-    ``api_outage_budget_seconds`` bound every wait (see interlude.stage.watchdog).
+    Steps, checkpoint interval, poll and timeouts come from the RunSpec. Its ``drill_maintenance`` rehearses
+    maintenance: the workload commits the drill step (the first periodic checkpoint, before the last step)
+    and holds there; the trigger then asks Google for a simulated maintenance event
+    (`simulateMaintenanceEvent`), recorded like a real one. A drill that could not run fails the stage
+    saying why. ``stall_timeout_seconds`` and ``api_outage_budget_seconds`` bound every wait (interlude.stage.watchdog).
+
+    :param stage: the stage's name, e.g. ``train``; names its plan and checkpoints. ``finetune`` is the last.
+    :param order: the stage's place in the run (1, 2, ...): the machine's agent runs the plans in this order.
+    :param machine: the MachineRecord dict; None pulls ``machine_task_id``'s XCom, followed to where the
+        run has moved since (templated).
+    :param spec: the RunSpec as a dict; None pulls it from ``spec_task_id``'s XCom (templated).
+    :param init_from_stage: a fresh stage starts from this stage's last committed weights (``train`` for
+        finetune); None starts from fresh weights. A stage with checkpoints of its own resumes from them.
+    :param spec_task_id: the task whose XCom holds the RunSpec.
+    :param machine_task_id: the task whose XCom holds the provisioned MachineRecord.
+    :param gcp_conn_id: the Google connection for the TPU and Compute APIs (its ``time_scale`` extra scales
+        the maintenance policy's Google-real seconds); None: anonymous, no Airflow connection.
+    :param deferrable: watch from the triggerer (StageTrigger); False watches on the worker with the same
+        decisions. None: ``[operators] default_deferrable``, True if unset.
     """
 
     template_fields = ("machine", "spec")

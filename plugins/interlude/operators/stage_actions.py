@@ -109,10 +109,10 @@ class StageActions:
                 wait = again
 
     def _reprovision(self, why: str | None = None) -> None:
-        """Bring the machine back where it was; when that place is gone, move the run (failover)."""
+        """Bring the machine back where it was; when that place is gone, move the run."""
         from interlude.capacity.failover import Why
         from interlude.hooks.errors import QuotaExceededError, StockoutError
-        from interlude.machines.relocate import RelocationRefused, relocate
+        from interlude.machines.relocate import MoveRefused, move_run
 
         self.log.warning("Machine %s: %s: re-provisioning it", self.machine["name"], why or "gone or did not come back")
         # Every create holds a machine slot (interlude.machines.slots): the run's own while it lives (taking it
@@ -128,8 +128,8 @@ class StageActions:
             cause = Why.QUOTA if isinstance(exc, QuotaExceededError) else Why.STOCKOUT
             self.log.warning("Cannot come back in %s (%s): looking for another place", self.machine["zone"], exc)
         try:
-            self.machine = relocate(self.run_spec, self.machine, cause, self.stage, self.gcp_conn_id)
-        except RelocationRefused as exc:
+            self.machine = move_run(self.run_spec, self.machine, cause, self.stage, self.gcp_conn_id)
+        except MoveRefused as exc:
             if exc.max_wait_seconds > 0:
                 raise CapacityWait(str(exc), exc.max_wait_seconds) from exc
             raise AirflowException(str(exc)) from exc

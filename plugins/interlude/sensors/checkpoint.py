@@ -43,7 +43,7 @@ class CommittedCheckpointSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer; defaults to ``[operators] default_deferrable`` (True if unset).
     :param fail_on_corrupt: a corrupt checkpoint at the target fails the task without retry.
     :param gcp_conn_id: the Google connection for GCS (None: the environment's credentials or emulator).
-    :param project: the Google Cloud project for the storage client.
+    :param project: the Google Cloud project of the storage client, used only when ``gcp_conn_id`` is None.
     """
 
     template_fields = ("bucket", "run_key", "stage", "min_step")

@@ -4,8 +4,8 @@ Why: a triggerer watching a thousand stages used to read each stage's facts itse
 object, and two downloads to re-verify the same COMMITTED marker every time). Here every watcher in the
 process shares one listing of the bucket's ``interlude/`` tree per interval, narrowed with ``matchGlob`` to
 the objects the facts come from (step directories, control acks, progress.json; not logs or events), and
-each stage's reader downloads only what changed since its last look, by object generation: a committed step's
-manifest and COMMITTED once per generation (a marker is never re-verified while it is unchanged), an ack once.
+each stage's reader downloads only what changed since its last look, by object generation: a finalised Orbax
+step's metadata once per generation (a step is never re-verified while it is unchanged), an ack once.
 progress.json is rewritten about every second by a training stage, so it is not downloaded at all: the workload
 copies its JSON into the object's custom metadata (``layout.PROGRESS_METADATA_KEY``), which the listing returns;
 only a progress too long for the copy (or written without it) is downloaded. A stage, calm or training, then
@@ -13,7 +13,8 @@ costs no GCS call of its own.
 
 The reads go over GCS's JSON API with httpx (interlude.hooks.gcs_json: no google-cloud-storage, google.api_core
 or grpc in the trigger runner); the checks that make a step committed are the checkpoint contract's own
-(interlude_workload.committed).
+(interlude_workload.orbax_layout: Orbax's commit_success.txt and _CHECKPOINT_METADATA; the listing asks only for
+those, not for the arrays' objects).
 
 Object generations: https://cloud.google.com/storage/docs/metadata#generation-number ; listing with a
 glob: https://cloud.google.com/storage/docs/json_api/v1/objects/list#list-object-glob
@@ -32,11 +33,15 @@ from typing import Any, NamedTuple
 
 from interlude.hooks.gcs_json import GcsJson, shared_gcs
 from interlude.stage.observe import NO_ACK, Ack, StageFacts, ack_of
-from interlude_workload.committed import COMMITTED, MANIFEST, check_committed, step_statuses
 from interlude_workload.layout import PROGRESS_METADATA_KEY, ROOT
+from interlude_workload.orbax_layout import CHECKPOINTS, COMMIT_SUCCESS, STEP_METADATA, check_finalised, step_statuses
 
-# GCS forbids "/" and "**" inside braces, hence two globs: step dirs and control objects, then progress.
-GLOBS = (f"{ROOT}/*/*/{{step-*,control}}/**", f"{ROOT}/*/*/progress.json")
+# GCS forbids "/" and "**" inside braces, hence two globs: Orbax's markers and step metadata (not the arrays' many
+# objects) and the control objects, then progress.
+GLOBS = (
+    f"{ROOT}/*/*/{{{CHECKPOINTS},control}}/**{{{COMMIT_SUCCESS},{STEP_METADATA},.json}}",
+    f"{ROOT}/*/*/progress.json",
+)
 # What each glob's listing returns (a partial response): progress.json's also its custom metadata (the copy).
 FIELDS = (
     "items(name,generation,size,crc32c,timeCreated),nextPageToken",
@@ -211,18 +216,17 @@ class StageFactsReader:
         return found
 
     def _verify(self, status: Any) -> bool | None:
-        """Whether a listed committed step verifies (CheckpointStore.verify's metadata check: two downloads);
+        """Whether a listed finalised step verifies (CheckpointStore.verify's metadata check: one download);
         None when it could not be read (gone since the listing, or GCS did not answer)."""
-        if MANIFEST not in status.objects:
-            return False  # "COMMITTED present but manifest.json missing"
+        if STEP_METADATA not in status.objects:
+            return False  # "finalised, but _CHECKPOINT_METADATA is missing"
         try:
-            manifest = self._download(status.objects[MANIFEST].name)
-            marker = self._download(status.objects[COMMITTED].name)
+            metadata = self._download(status.objects[STEP_METADATA].name)
         except Exception:  # noqa: BLE001 - as CheckpointStore.verify: "could not read", no verdict
             return None
-        if manifest is None or marker is None:
+        if metadata is None:
             return None
-        return check_committed(status, self.stage, manifest, marker)[0] is not None
+        return check_finalised(status, metadata)[0] is not None
 
     def _json(self, relative: str) -> tuple[bool, dict[str, Any] | None]:
         """(read, content) of one of the stage's small JSON objects: (True, None) when it is absent or not a
@@ -266,9 +270,9 @@ class StageFactsReader:
 
 def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> StageFacts:
     """The facts with a newer progress.json (None: unreadable or absent, the facts stay as they were). The step
-    the workload says it holds at counts as committed: it sets ``held_at`` only to a step whose COMMITTED marker
-    it has written (``Checkpointer.wait_while_held``), so the listing and downloads that would re-verify it are
-    not needed to know it."""
+    the workload says it holds at counts as committed: it sets ``held_at`` only to a step Orbax has finalised
+    (``Checkpointer.wait_while_held``), so the listing and downloads that would re-verify it are not needed to
+    know it."""
     if progress is None:
         return facts
     committed, held = facts.committed_step, progress.get("held_at")

@@ -2,7 +2,9 @@
 trigger's arguments, the limits it acts within, and a transition.
 
 Apart from the rules (:mod:`interlude.stage.machine` and the policies beside it) so that each rule module
-imports the data it reads at its top, and none of them imports another to reach a type.
+imports the data it reads at its top, and none of them imports another to reach a type. The maintenance notice an
+Observation carries is the policy's own :class:`~interlude.stage.notice_policy.Notice` (one class for both; the
+policy module is the leaf this one imports), importable from here with the rest of the data.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
-from interlude.stage.notice_policy import NoticePolicy
+from interlude.stage.notice_policy import Notice, NoticePolicy
 
 
 class Phase(StrEnum):
@@ -49,15 +51,6 @@ class Drill(StrEnum):
     PENDING = "pending"  # asked for; waiting for the workload to hold at the drill step
     SENT = "sent"  # simulateMaintenanceEvent sent; waiting for the maintenance to show
     DONE = "done"  # a maintenance event was opened after the drill was sent
-
-
-@dataclass(frozen=True)
-class Notice:
-    kind: str  # SCHEDULED | UNSCHEDULED | ...
-    status: str  # PENDING | ONGOING
-    window_start: str | None = None
-    window_end: str | None = None
-    can_reschedule: bool = False
 
 
 @dataclass(frozen=True)

@@ -143,30 +143,56 @@ def _epoch(text: str | None) -> float | None:
 
 @dataclass(frozen=True)
 class Notice:
-    """An ``upcomingMaintenance`` (TPU node or Compute ``resourceStatus``), times as epoch seconds."""
+    """A host maintenance notice as Google words it: a TPU node's ``upcomingMaintenance`` or a Compute instance's
+    ``resourceStatus.upcomingMaintenance`` (:meth:`from_upcoming`).
 
-    type: NoticeType
-    window_start: float
-    window_end: float | None = None
-    latest_window_start: float | None = None
-    can_reschedule: bool = False
-    status: str = "PENDING"  # PENDING | ONGOING
+    The stage's one notice class. The state machine carries it in each ``Observation`` (interlude.stage.model)
+    and copies its words into the maintenance event, so the run report records what Google said (its type as
+    sent, a new one included; its RFC 3339 times); the policy plans with its times in epoch seconds
+    (:attr:`starts_at`, :attr:`ends_at`) and its :attr:`type`, parsed here on demand. It lives in this module,
+    the stage's leaf (no interlude imports), because the model imports the policy's ``NoticePolicy`` for its
+    ``Limits``: defined in the model, the policy would have to import it back.
+    """
+
+    kind: str  # Google's ``type``, as sent: SCHEDULED | UNSCHEDULED | MULTIPLE | ... (see :attr:`type`)
+    status: str  # ``maintenanceStatus``: PENDING | ONGOING
+    window_start: str | None = None  # ``windowStartTime`` (RFC 3339); None: no window to plan around
+    window_end: str | None = None  # ``windowEndTime`` (RFC 3339)
+    can_reschedule: bool = False  # ``canReschedule``: performMaintenance may start it early while PENDING
 
     @classmethod
     def from_upcoming(cls, data: Mapping[str, Any]) -> Notice:
-        """From Google's JSON (camelCase, enum names, RFC 3339 times)."""
-        start = _epoch(data.get("windowStartTime"))
-        if start is None:
-            raise ValueError(f"upcomingMaintenance without windowStartTime: {dict(data)}")
-        raw_type = str(data.get("type") or "UNKNOWN_TYPE")
+        """From Google's JSON (camelCase, enum names, RFC 3339 times); absent fields take Google's defaults."""
+        start, end = data.get("windowStartTime"), data.get("windowEndTime")
         return cls(
-            type=NoticeType(raw_type) if raw_type in NoticeType.__members__ else NoticeType.UNKNOWN_TYPE,
-            window_start=start,
-            window_end=_epoch(data.get("windowEndTime")),
-            latest_window_start=_epoch(data.get("latestWindowStartTime")),
-            can_reschedule=bool(data.get("canReschedule", False)),
+            kind=str(data.get("type") or NoticeType.UNKNOWN_TYPE.value),
             status=str(data.get("maintenanceStatus") or "PENDING"),
+            window_start=str(start) if start else None,
+            window_end=str(end) if end else None,
+            can_reschedule=bool(data.get("canReschedule", False)),
         )
+
+    @property
+    def type(self) -> NoticeType:
+        """The notice's type; one this module does not know yet is UNKNOWN_TYPE."""
+        return NoticeType(self.kind) if self.kind in NoticeType.__members__ else NoticeType.UNKNOWN_TYPE
+
+    @property
+    def starts_at(self) -> float | None:
+        """When the window opens, in epoch seconds (None: Google gave no start)."""
+        return _epoch(self.window_start)
+
+    @property
+    def ends_at(self) -> float | None:
+        """When the window closes, in epoch seconds (None: Google gave no end)."""
+        return _epoch(self.window_end)
+
+
+def _window_start(notice: Notice) -> float:
+    start = notice.starts_at
+    if start is None:
+        raise ValueError(f"a notice without windowStartTime has no window to plan around: {notice}")
+    return start
 
 
 @dataclass(frozen=True)
@@ -212,18 +238,21 @@ def plan_for_notice(
     now: float,
     params: PolicyParams | None = None,
 ) -> NoticePlan:
-    """The plan for a notice seen at ``now`` (None = no notice at all: a spot preemption or a surprise)."""
+    """The plan for a notice seen at ``now`` (None = no notice at all: a spot preemption or a surprise). A notice
+    without a window start has nothing to plan around: ValueError (the stage checkpoints at once instead)."""
     params = params or PolicyParams()
     budget = params.budget(kind)
     if notice is None or kind == MaintenanceKind.SPOT:
         return NoticePlan(kind, now, 0.0, 0.0, False, budget, now + budget, "no notice: save what can be saved now")
     margin = commit_margin(measured_commit_s, params)
-    lead = notice.window_start - now
+    start = _window_start(notice)
+    lead = start - now
     if notice.status == "ONGOING" or lead <= margin:
         checkpoint_at, reason = now, f"notice of {max(0.0, lead):.0f}s is within the {margin:.0f}s margin"
     else:
-        checkpoint_at, reason = notice.window_start - margin, f"keep training {lead - margin:.0f}s, then checkpoint"
-    end = notice.window_end if notice.window_end is not None else notice.window_start + budget
+        checkpoint_at, reason = start - margin, f"keep training {lead - margin:.0f}s, then checkpoint"
+    end = notice.ends_at
+    end = end if end is not None else start + budget
     return NoticePlan(
         kind=kind,
         checkpoint_at=checkpoint_at,
@@ -231,7 +260,7 @@ def plan_for_notice(
         keep_training_s=max(0.0, checkpoint_at - now),
         start_early=can_start_early(notice),
         down_budget_s=budget,
-        reprovision_after=max(end, notice.window_start) + params.reprovision_margin_s,
+        reprovision_after=max(end, start) + params.reprovision_margin_s,
         reason=reason,
     )
 
@@ -246,7 +275,7 @@ def start_early_now(
         return False
     if pause == Pause.PHASE_BOUNDARY:
         return True
-    lead = notice.window_start - now
+    lead = _window_start(notice) - now
     return lead <= max(params.near_window_s, commit_margin(measured_commit_s, params))
 
 

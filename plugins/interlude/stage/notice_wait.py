@@ -27,14 +27,12 @@ from interlude.stage.notice_policy import (
     MaintenanceKind,
     NoticePlan,
     NoticePolicy,
-    NoticeType,
     Pause,
     PolicyParams,
     kind_for,
     plan_for_notice,
     start_early_now,
 )
-from interlude.stage.notice_policy import Notice as PolicyNotice
 from interlude.stage.transitions import close, down, maybe_reprovision, rebooted, resumed
 
 POLICIES = ("by_notice", "checkpoint_at_notice")
@@ -113,13 +111,9 @@ def _epoch(text: str | None) -> float | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() if text else None
 
 
-def policy_notice(notice: Notice) -> PolicyNotice | None:
-    """The state machine's notice as the policy reads it (None: no window start to plan around)."""
-    start = _epoch(notice.window_start)
-    if start is None:
-        return None
-    kind = NoticeType(notice.kind) if notice.kind in NoticeType.__members__ else NoticeType.UNKNOWN_TYPE
-    return PolicyNotice(kind, start, _epoch(notice.window_end), None, notice.can_reschedule, notice.status)
+def plannable(notice: Notice | None) -> Notice | None:
+    """The notice when the policy can plan around it (None: no notice, or no window start)."""
+    return notice if notice is not None and notice.starts_at is not None else None
 
 
 def checkpoint_cost(obs: Observation, policy: NoticePolicy) -> float:
@@ -131,10 +125,8 @@ def checkpoint_cost(obs: Observation, policy: NoticePolicy) -> float:
 def plan(obs: Observation, limits: Limits) -> NoticePlan | None:
     """The policy's plan for this observation's notice (None: no policy, or nothing to plan around)."""
     policy: NoticePolicy | None = limits.notice_policy
-    if policy is None or obs.notice is None:
-        return None
-    notice = policy_notice(obs.notice)
-    if notice is None:
+    notice = plannable(obs.notice)
+    if policy is None or notice is None:
         return None
     return plan_for_notice(policy.kind, notice, checkpoint_cost(obs, policy), obs.now, policy.real())
 
@@ -192,7 +184,7 @@ def start_early(obs: Observation, limits: Limits, pause: Pause) -> bool:
         return False
     if pause is Pause.AFTER_CHECKPOINT and not holding_at_commit(obs):
         return False
-    notice = policy_notice(obs.notice)
+    notice = plannable(obs.notice)
     if notice is None:
         return False
     return start_early_now(notice, pause, obs.now, checkpoint_cost(obs, policy), policy.real())
@@ -236,7 +228,7 @@ def watch_interval(state: StageState, obs: Observation, limits: Limits, poll_int
         and event.get("down_at") is None
         and event.get("early_start_at") is None
     )
-    notice = policy_notice(obs.notice) if quick and obs.notice is not None else None
+    notice = plannable(obs.notice) if quick else None
     if policy is None or notice is None:
         return poll_interval
     if not start_early_now(notice, Pause.AFTER_CHECKPOINT, obs.now, checkpoint_cost(obs, policy), policy.real()):

@@ -22,15 +22,7 @@ _GCE_UP = {"RUNNING"}
 
 
 def _notice(raw: dict[str, Any] | None) -> Notice | None:
-    if not raw:
-        return None
-    return Notice(
-        kind=str(raw.get("type", "UNKNOWN_TYPE")),
-        status=str(raw.get("maintenanceStatus", "PENDING")),
-        window_start=raw.get("windowStartTime"),
-        window_end=raw.get("windowEndTime"),
-        can_reschedule=bool(raw.get("canReschedule", False)),
-    )
+    return Notice.from_upcoming(raw) if raw else None
 
 
 def tpu_machine(node: dict[str, Any] | None) -> tuple[Machine, Notice | None]:

@@ -27,6 +27,16 @@ def walk_again(spec: dict[str, Any], decision: dict[str, Any]) -> dict[str, Any]
 
 
 class CapacityTrigger(BaseTrigger):
+    """Walk the decision tree again every ``poll_interval`` until it leaves ``wait``; yield that decision.
+
+    The wait's start travels in ``decision`` (its wait state), so the profile's wait deadline holds across
+    deferrals and triggerer restarts. A probe or walk that raises ends the wait with an ``error`` event.
+
+    :param spec: the run's RunSpec as a dict.
+    :param decision: the decision that ended in ``wait``, as a dict (``Decision.to_dict``).
+    :param poll_interval: seconds between two probe-and-walks (the operator's default: 5 x the run's poll_seconds).
+    """
+
     def __init__(self, *, spec: dict[str, Any], decision: dict[str, Any], poll_interval: float = 60.0) -> None:
         super().__init__()
         self.spec = spec

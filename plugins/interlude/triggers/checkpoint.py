@@ -1,8 +1,9 @@
 """CheckpointTrigger: wait, in the triggerer, for a committed and verified checkpoint of a stage.
 
 The question "is there a checkpoint at or beyond step N?" is answered by the workload's own contract
-(:mod:`interlude_workload.checkpoints`), never re-implemented here: highest step with COMMITTED whose
-manifest sizes and CRC32C match what GCS reports (one list call plus one small manifest read per poll).
+(:mod:`interlude_workload.orbax_layout`), never re-implemented here: the highest Orbax step directory with
+Orbax's own ``commit_success.txt`` whose ``_CHECKPOINT_METADATA`` carries the commit time and whose items each
+have their marker (one list call plus one small metadata read per poll).
 
 The same :func:`check_checkpoint` serves the sensor's poke, so the deferred and the synchronous sensor
 succeed and fail in exactly the same cases:
@@ -11,7 +12,7 @@ succeed and fail in exactly the same cases:
 * error "corrupt": a committed checkpoint at or beyond ``min_step`` fails verification and none
   verifies there (corrupt ones are never counted; with ``fail_on_corrupt=False`` they are only logged);
 * error "stalled": no committed checkpoint newer than ``stall_timeout`` seconds (GCS's creation time
-  of the COMMITTED marker, so the answer is the same after a triggerer restart or in a duplicate copy).
+  of the step's ``commit_success.txt``, so the answer is the same after a triggerer restart or in a duplicate copy).
 """
 
 from __future__ import annotations
@@ -80,7 +81,24 @@ def check_checkpoint(
 
 
 class CheckpointTrigger(BaseTrigger):
-    """Poll the stage's checkpoints until :func:`check_checkpoint` says success or error; yield once."""
+    """Poll the stage's checkpoints until :func:`check_checkpoint` says success or error; yield once.
+
+    A GCS call that fails is retried at the next poll; failing for longer than ``stall_timeout`` ends the wait
+    with reason ``unreachable``.
+
+    :param bucket: the GCS bucket holding the run's checkpoints.
+    :param run_key: the run's key (``interlude.naming.run_key``), which names its checkpoint prefix.
+    :param stage: the stage whose checkpoints to watch, e.g. ``train``.
+    :param min_step: the lowest step that satisfies the wait.
+    :param stall_timeout: seconds without a newer committed checkpoint (counted from ``since`` or the last
+        step's ``commit_success.txt`` GCS creation time, whichever is later) before the wait ends as ``stalled``.
+    :param since: when the wait began, in epoch seconds; None: now. Serialized, so a restarted copy keeps it.
+    :param poll_interval: seconds between two looks.
+    :param fail_on_corrupt: a corrupt committed checkpoint at or beyond ``min_step`` ends the wait as
+        ``corrupt``; False only logs it and keeps waiting.
+    :param gcp_conn_id: the Airflow connection for GCS; None: the environment's credentials or the emulator.
+    :param project: the Google Cloud project of the storage client, used only when ``gcp_conn_id`` is None.
+    """
 
     def __init__(
         self,

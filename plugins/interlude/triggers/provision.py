@@ -37,8 +37,20 @@ def verdict(
 
 
 class QueuedResourceTrigger(BaseTrigger):
-    """Everything the operator needs to go on travels in the event (``machine``): resuming from a
-    deferral must not depend on anything but the event."""
+    """Wait for a queued resource to become ACTIVE with its TPU node READY; yield ``ready`` or ``error``.
+
+    Everything the operator needs to go on travels in the event (``machine``): resuming from a deferral
+    must not depend on anything but the event.
+
+    :param zone: the zone of the queued resource and its node, e.g. ``us-central2-b``.
+    :param queued_resource: the queued resource's ID (``interlude.naming.queued_resource_id``).
+    :param node_id: the ID of the TPU node the queued resource creates.
+    :param gcp_conn_id: the Google connection for the TPU API; None: anonymous, no Airflow connection.
+    :param deadline: give up (``error``) after this time, in epoch seconds; the operator sets the run's
+        ``queue_wait_seconds`` plus a grace beyond Google's own expiry.
+    :param poll_interval: seconds between two looks.
+    :param machine: the MachineRecord dict, returned unchanged in the event; None: an empty dict.
+    """
 
     def __init__(
         self,
@@ -96,7 +108,14 @@ class QueuedResourceTrigger(BaseTrigger):
 
 
 class QuotaWaitTrigger(BaseTrigger):
-    """Wait out a quota error in the triggerer, then hand the provisioning state back to the operator."""
+    """Wait out a quota error in the triggerer, then hand the provisioning state back to the operator.
+
+    Also waits for a machine slot to free. It only sleeps: whether to try again is the operator's call.
+
+    :param seconds: how long to wait, in seconds.
+    :param state: the operator's provisioning state dict (decision, runtime, placements tried, quota deadline),
+        returned unchanged in the ``waited`` event.
+    """
 
     def __init__(self, *, seconds: float, state: dict[str, Any]) -> None:
         super().__init__()

@@ -32,7 +32,6 @@ from interlude.stage.observe import (
     machine_view,
     observation,
     progress_line,
-    read_stage_facts,
     startup_failure,
     unknown,
 )
@@ -40,12 +39,6 @@ from interlude.stage.startup_looks import LookClock, LookPlan, after_look, look_
 from interlude.triggers.shared import SharedCalls, ZoneListCache
 
 _ListFn = Callable[[], Awaitable[list[dict[str, Any]]]]
-GCS_EVERY = 3  # per-stage reads: while calm, GCS facts are read every third poll (machine state every poll)
-FACT_SOURCES = ("bucket_list", "per_stage")
-"""Where a trigger's GCS facts come from: the listing of its bucket shared by every trigger in the process
-(one read per bucket and interval, interlude.stage.facts), or its own reads (read_stage_facts: a list and
-up to four downloads per read; the sync path's way, kept for comparison in benchmarks/triggerer_watch.py)."""
-
 ZONE_LISTS = ZoneListCache()
 SHARED_HOOKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], Any]] = (
     weakref.WeakKeyDictionary()
@@ -79,6 +72,34 @@ SERIAL_KEEP = 64 * 1024
 
 
 class StageTrigger(BaseTrigger):
+    """Watch one training stage's machine and GCS facts from the triggerer; fire once when the operator must act.
+
+    Each poll reads the machine from its zone's list (one call per zone and interval, shared by every trigger
+    in the process) and the stage's facts from its bucket's listing (also shared: a download only for an object
+    that changed), asks the pure state machine (:func:`interlude.stage.machine.next_step`) what that means, and
+    yields one event for a transition. It never changes the machine: the operator acts on the event, and
+    ``on_kill`` only asks the workload for a checkpoint. The operator builds it (``TrainingStageOperator``); the
+    arguments carry everything it needs, so a triggerer restart or a second copy reaches the same conclusion.
+
+    :param machine: the machine to watch: ``kind`` (``tpu_node`` or ``gce_vm``), ``zone`` and ``name``.
+    :param bucket: the run's GCS bucket, where the workload writes progress, checkpoints and acknowledgements.
+    :param run_key: the run's key, the prefix of its objects in ``bucket``.
+    :param stage: the stage's name (``train``, ``finetune``), the next level of the prefix.
+    :param state: the state machine's state carried between polls and triggers (``StageState.to_dict()``).
+    :param restart_timeout: without a notice policy, seconds the machine may stay down before it is
+        re-provisioned (the policy's own deadlines decide otherwise); also the floor of a drill's wait.
+    :param poll_interval: seconds between polls (shorter in the moments before a maintenance window).
+    :param stall_timeout: seconds a READY machine may show no progress before the workload is restarted
+        once, then the stage fails.
+    :param api_outage_budget: seconds the control plane (the cloud's API, GCS) may stay silent before the
+        stage fails; until then the trigger rides it out and the workload keeps running.
+    :param gcp_conn_id: the Google connection for the TPU and Compute APIs; None: anonymous, no Airflow
+        connection.
+    :param log_every: seconds between progress lines while nothing changes (a change is logged at once).
+    :param notice_policy: the maintenance policy as a dict (``NoticePolicy.to_dict()``, on the cloud's clock);
+        None checkpoints at every notice at once.
+    """
+
     def __init__(
         self,
         *,
@@ -94,8 +115,6 @@ class StageTrigger(BaseTrigger):
         gcp_conn_id: str | None = "google_cloud_default",
         log_every: float = 300.0,
         notice_policy: dict[str, Any] | None = None,
-        facts_source: str = "bucket_list",
-        gcs_every: int = GCS_EVERY,
     ) -> None:
         super().__init__()
         self.machine = machine
@@ -110,10 +129,6 @@ class StageTrigger(BaseTrigger):
         self.gcp_conn_id = gcp_conn_id
         self.log_every = log_every
         self.notice_policy = notice_policy
-        if facts_source not in FACT_SOURCES:
-            raise ValueError(f"facts_source {facts_source!r} must be one of {FACT_SOURCES}")
-        self.facts_source = facts_source
-        self.gcs_every = gcs_every
         self._reader: StageFactsReader | None = None
         self._serial = ""
         self._serial_next = 0
@@ -141,8 +156,6 @@ class StageTrigger(BaseTrigger):
                 "gcp_conn_id": self.gcp_conn_id,
                 "log_every": self.log_every,
                 "notice_policy": self.notice_policy,
-                "facts_source": self.facts_source,
-                "gcs_every": self.gcs_every,
             },
         )
 
@@ -284,16 +297,15 @@ class StageTrigger(BaseTrigger):
             self._reader = StageFactsReader(self.bucket, self.run_key, self.stage)
         return await asyncio.to_thread(self._reader.with_new_progress, facts)
 
-    @staticmethod
-    def _calm(state: StageState, machine: Machine, notice: Any) -> bool:
-        """Per-stage reads are the expensive look: every poll while anything is happening, else every few.
-        A long notice (NOTICED: days ahead for a TPU) is calm too: its checkpoint is due at a set time."""
-        return machine is Machine.READY and (
-            (state.phase is Phase.RUNNING and notice is None) or state.phase is Phase.NOTICED
-        )
-
-    def _due(self, facts_at: float) -> bool:
-        return time.monotonic() - facts_at >= self.poll_interval * self.gcs_every
+    async def _read_facts(
+        self, state: StageState, machine: Machine, notice: Any, facts: StageFacts | None, facts_at: float
+    ) -> tuple[StageFacts, float]:
+        """This poll's GCS facts and when they were read: the shared listing, or progress.json alone during the
+        quick watch before a window. The one place the facts come from (a benchmark's subclass reads per stage,
+        benchmarks/triggerer_watch_modes.py); ``machine`` and ``notice`` are this poll's view of the machine."""
+        if facts is not None and self._watch < self.poll_interval:
+            return await self._progress_facts(facts), time.monotonic()
+        return await self._shared_facts(state), time.monotonic()
 
     async def _observe(
         self, hook: Any, state: StageState, facts: StageFacts | None, facts_at: float
@@ -302,15 +314,7 @@ class StageTrigger(BaseTrigger):
         try:
             resource = await self._machine(hook)
             machine, notice = machine_view(self.machine["kind"], resource)
-            if self.facts_source == "bucket_list" and facts is not None and self._watch < self.poll_interval:
-                facts, facts_at = await self._progress_facts(facts), time.monotonic()
-            elif self.facts_source == "bucket_list":
-                facts, facts_at = await self._shared_facts(state), time.monotonic()
-            elif facts is None or not self._calm(state, machine, notice) or self._due(facts_at):
-                facts = await asyncio.to_thread(
-                    read_stage_facts, self.bucket, self.run_key, self.stage, state.request_id
-                )
-                facts_at = time.monotonic()
+            facts, facts_at = await self._read_facts(state, machine, notice, facts, facts_at)
             boot = (facts.progress or {}).get("boot_id") if facts is not None else None
             # Quiet for long enough to look at the startup script's last words: once per period at first, then
             # less often while nothing changes (each look is one API call for this stage alone).

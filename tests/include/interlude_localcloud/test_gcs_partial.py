@@ -5,6 +5,7 @@ against the real emulator process, as the triggers' JSON-API reader (interlude.h
 from __future__ import annotations
 
 import httpx
+import numpy as np
 
 from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.testing import GcsEmulator
@@ -13,7 +14,7 @@ from interlude_workload.testing import GcsEmulator
 def test_a_listing_sends_only_the_selected_fields(gcs_emulator: GcsEmulator, bucket: str) -> None:
     store = CheckpointStore(bucket, "run", "train")
     store.write_progress({"step": 3, "state": "running"})
-    store.write(3, {"model.bin": b"\0" * 8})
+    store.write(3, {"w": np.frombuffer(b"\0" * 8, np.uint8)})
     url = f"{gcs_emulator.endpoint}/storage/v1/b/{bucket}/o"
     full = httpx.get(url, params={"prefix": "interlude/"}).json()
     assert {"selfLink", "mediaLink", "md5Hash", "generation"} <= set(full["items"][0])

@@ -64,9 +64,9 @@ def test_checkpoint_folder_page_marks_committed_steps(cloud: RunningLocalCloud) 
     bucket = client.create_bucket("pages-test")
     prefix = "interlude/run-1/train/"
     for name, data in {
-        "step-00000010/arrays.npz": b"x" * 100,
-        "step-00000010/COMMITTED": b"abc",
-        "step-00000020/arrays.npz": b"y" * 7,
+        "checkpoints/10/state/manifest.ocdbt": b"x" * 100,
+        "checkpoints/10/commit_success.txt": b"abc",
+        "checkpoints/20/state/manifest.ocdbt": b"y" * 7,
         "progress.json": b"{}",
         "<b>odd</b>.txt": b"",
     }.items():
@@ -76,8 +76,8 @@ def test_checkpoint_folder_page_marks_committed_steps(cloud: RunningLocalCloud) 
     assert resp.status_code == 200
     text = resp.text
     assert "5 objects, 1 committed checkpoint steps." in text, text
-    assert "<tr><td>step-00000010/arrays.npz</td><td>100</td><td><span class='yes'>COMMITTED</span>" in text
-    assert "<tr><td>step-00000020/arrays.npz</td><td>7</td><td><span class='no'>not committed</span>" in text
+    assert "<tr><td>checkpoints/10/state/manifest.ocdbt</td><td>100</td><td><span class='yes'>COMMITTED</span>" in text
+    assert "<tr><td>checkpoints/20/state/manifest.ocdbt</td><td>7</td><td><span class='no'>not committed</span>" in text
     assert "&lt;b&gt;odd&lt;/b&gt;.txt" in text and "<b>odd" not in text
     assert "other/x" not in text  # only the prefix asked for
     assert page(cloud, "gcs/Not_A_Bucket!/x").status_code == 400

@@ -10,24 +10,33 @@ import numpy as np
 import pytest
 
 from interlude_workload.checkpoints import CheckpointStore
-from interlude_workload.sdk import Checkpointer, decode_payload, encode_payload, weights_digest
+from interlude_workload.sdk import Checkpointer, weights_digest
 
 from .trainer_proc import start_trainer, trainer_cmd, wait_for_text
 
 
-def _user_loop(bucket: str, total: int, stop_after: int | None = None) -> tuple[np.ndarray, list[str]]:
+def _user_loop(
+    bucket: str, total: int, stop_after: int | None = None, async_saves: bool = False
+) -> tuple[np.ndarray, list[str]]:
     """The README's example loop: a user's own model state, checkpointed through the SDK."""
     reasons: list[str] = []
     with Checkpointer(
-        bucket, "user-run", "train", total_steps=total, checkpoint_every=4, metadata_url=None, progress_seconds=0.2
+        bucket,
+        "user-run",
+        "train",
+        total_steps=total,
+        checkpoint_every=4,
+        metadata_url=None,
+        progress_seconds=0.2,
+        async_saves=async_saves,
     ) as ckpt:
         restored = ckpt.start()
         if restored is None:
             weights, rng, start = np.zeros(3), np.random.default_rng(0), 0
         else:
-            weights, start = restored.arrays["weights"], restored.step
+            weights, start = restored.state["weights"], restored.step
             rng = np.random.default_rng()
-            rng.bit_generator.state = restored.state["rng"]
+            rng.bit_generator.state = restored.meta["rng"]
         for step in range(start + 1, total + 1):
             weights = weights + rng.normal(size=3)
             reason = ckpt.step_finished(step, loss=float(np.abs(weights).sum()))
@@ -40,25 +49,37 @@ def _user_loop(bucket: str, total: int, stop_after: int | None = None) -> tuple[
     return weights, reasons
 
 
-def test_user_loop_resumes_bit_identically_through_the_sdk(bucket: str) -> None:
-    straight, reasons = _user_loop(bucket, 10)
+@pytest.mark.parametrize("async_saves", [False, True], ids=["sync", "async-periodic"])
+def test_user_loop_resumes_bit_identically_through_the_sdk(bucket: str, async_saves: bool) -> None:
+    straight, reasons = _user_loop(bucket, 10, async_saves=async_saves)
     assert reasons == ["periodic", "periodic", "final"]
-    CheckpointStore(bucket, "user-run", "train").wipe()
-    _user_loop(bucket, 10, stop_after=6)  # "crash" after step 6: steps 5 and 6 are lost, 4 is committed
-    resumed, reasons = _user_loop(bucket, 10)
+    store = CheckpointStore(bucket, "user-run", "train")
+    assert [s.step for s in store.list() if s.committed] == [4, 8, 10]  # each periodic save finalised too
+    store.wipe()
+    _user_loop(bucket, 10, stop_after=6, async_saves=async_saves)  # "crash" after step 6: 5 and 6 are lost
+    resumed, reasons = _user_loop(bucket, 10, async_saves=async_saves)
     assert reasons == ["periodic", "final"]
     assert weights_digest({"w": resumed}) == weights_digest({"w": straight})
-    progress = CheckpointStore(bucket, "user-run", "train").read_progress()
+    progress = store.read_progress()
     assert progress["step"] == 10 and progress["total_steps"] == 10 and progress["state"] == "done"
     assert progress["resumed_from"] == 4 and progress["last_checkpoint_step"] == 10
 
 
-def test_payload_round_trip_keeps_dtypes_shapes_and_bytes() -> None:
-    arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, 2], dtype=np.int64)}
-    back, state = decode_payload(encode_payload(arrays, {"k": [1, 2]}))
-    assert state == {"k": [1, 2]}
-    assert weights_digest(back) == weights_digest(arrays)
-    assert weights_digest({"a": arrays["a"].astype(np.float64)}) != weights_digest({"a": arrays["a"]})
+def test_an_async_periodic_save_returns_at_once_and_a_sigterm_save_waits_for_orbax(bucket: str) -> None:
+    """With ``async_saves`` a periodic save is Orbax's background save (commit returns None, the step is settled
+    later); a save for SIGTERM (or a notice, a request, a hold, the final step) returns only once Orbax finalised
+    it, so what is acknowledged or exited on is in GCS."""
+    store = CheckpointStore(bucket, "async-run", "train")
+    with Checkpointer(
+        bucket, "async-run", "train", total_steps=10, checkpoint_every=2, metadata_url=None, async_saves=True
+    ) as ckpt:
+        ckpt.start()
+        assert ckpt.commit(2, {"w": np.full(1 << 16, 2.0)}, {}, reason="periodic") is None
+        committed = ckpt.commit(3, {"w": np.full(1 << 16, 3.0)}, {}, reason="sigterm")
+        assert committed is not None and committed.step == 3
+        listed = {s.step: s.committed for s in store.list()}
+        assert listed == {2: True, 3: True}  # the background save of 2 was settled before 3 was saved
+        assert ckpt.last_committed_step == 3
 
 
 def test_control_request_is_answered_within_a_step_and_progress_is_reported(bucket: str, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from interlude_workload.checkpoints import COMMITTED, CheckpointStore
+from interlude_workload.checkpoints import COMMIT_SUCCESS, CheckpointStore
 
 from .trainer_proc import digest_of, run_trainer, start_trainer, trainer_cmd, wait_for_text
 
@@ -123,18 +123,19 @@ def test_uncommitted_and_corrupt_checkpoints_are_never_resumed(bucket: str) -> N
     first = run_trainer(trainer_cmd(bucket, "tamper", steps=30, every=10))
     assert first.returncode == 0
     store = CheckpointStore(bucket, "tamper", "train")
-    # Step 30 (final) loses its COMMITTED marker; step 20 gets a payload with a wrong checksum.
-    store.bucket.blob(store.step_prefix(30) + COMMITTED).delete()
-    payload = store.bucket.blob(store.step_prefix(20) + "arrays.npz")
-    data = bytearray(payload.download_as_bytes())
-    data[-40] ^= 0xFF
-    payload.upload_from_string(bytes(data))
+    # Step 30 (final) loses Orbax's commit marker (a save cut short); step 20's array bytes are damaged (every
+    # data file of its array store: same sizes, other bytes), which only the restore can see.
+    store.bucket.blob(store.step_prefix(30) + COMMIT_SUCCESS).delete()
+    for blob in store.client.list_blobs(bucket, prefix=store.step_prefix(20) + "state/d/"):
+        blob.upload_from_string(bytes(reversed(blob.download_as_bytes())))
     resumed = run_trainer(trainer_cmd(bucket, "tamper", steps=STEPS, every=10))
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "skipped train step 30: not committed" in resumed.stdout
-    assert "skipped train step 20: payload arrays.npz: crc32c" in resumed.stdout
+    assert "skipped train step 30: not finalised by Orbax" in resumed.stdout
+    assert "skipped train step 20: " in resumed.stdout and "Orbax cannot restore it" in resumed.stdout
     assert "resume point: step 10" in resumed.stdout
+    assert "checkpoint step 20 committed" in resumed.stdout  # the bad step is saved again, not kept
     assert digest_of(resumed.stdout) == reference
+    assert store.latest(verify="full").checkpoint.step == STEPS
 
 
 def test_committed_final_step_exits_at_once_and_fresh_token_restarts_once(bucket: str) -> None:
@@ -214,3 +215,16 @@ def test_a_day_missing_from_a_real_dataset_is_a_usage_error(bucket: str, tmp_pat
         )
     )
     assert made_up.returncode == 0 and "16 rows dated 1999-01-01" in made_up.stdout, made_up.stdout + made_up.stderr
+
+
+def test_async_periodic_saves_resume_bit_identically(bucket: str) -> None:
+    """Orbax's background saves for the periodic checkpoints: the same final weights, every periodic step finalised."""
+    reference = _reference_digest(bucket, steps=30)
+    first = run_trainer(trainer_cmd(bucket, "async", "--async-saves", steps=20, every=5))
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "committed in the background" in first.stdout
+    steps = [s.step for s in CheckpointStore(bucket, "async", "train").list() if s.committed]
+    assert steps[-1] == 20 and len(steps) == 3  # retention keeps 3 of 5, 10, 15, 20 (all finalised)
+    more = run_trainer(trainer_cmd(bucket, "async", "--async-saves", steps=30, every=5))
+    assert more.returncode == 0 and "resume point: step 20" in more.stdout, more.stdout + more.stderr
+    assert digest_of(more.stdout) == reference

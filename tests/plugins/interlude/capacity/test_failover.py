@@ -1,4 +1,5 @@
-"""Failover planning, exhaustively over small worlds: every (available places x lost places x format) case.
+"""Move planning (where a lost stage goes), exhaustively over small worlds: every (available places x lost
+places x format) case.
 
 The oracle is written independently of the tree: the first place in the profile's preference order
 (own family first, per strategy) that is offered, not lost and whose family the run may use.
@@ -11,7 +12,7 @@ import itertools
 
 import pytest
 
-from interlude.capacity.failover import PORTABLE_FORMATS, Move, Place, Refusal, Why, move_event, plan_failover
+from interlude.capacity.failover import PORTABLE_FORMATS, Move, Place, Refusal, Why, move_event, plan_move
 from interlude.capacity.profiles import get_profile
 from interlude.capacity.report import AcceleratorKind, CapacityEntry, CapacityReport, QuotaState
 
@@ -20,7 +21,7 @@ ZONES = ("us-central1-a", "us-east5-b")
 TPU = "v6e-8"
 GPU = "nvidia-h100-80gb"
 PLACES = [Place(z, t) for t in (TPU, GPU) for z in ZONES]
-PORTABLE = "interlude-checkpoint/1"
+PORTABLE = "orbax"
 SHARDED = "orbax-sharded/1"
 
 
@@ -66,7 +67,7 @@ def test_plan_matches_the_oracle(available: set[Place], current: Place, fmt: str
         }
     )
     lost = {Place(ZONES[1], TPU)} if lost_extra else set()
-    plan = plan_failover(world(available), profile, "tpu_first", current, Why.STOCKOUT, fmt, NOW, lost)
+    plan = plan_move(world(available), profile, "tpu_first", current, Why.STOCKOUT, fmt, NOW, lost)
     expected = oracle(available, lost, current, fmt)
     if isinstance(expected, Place):
         assert isinstance(plan, Move), plan
@@ -90,7 +91,7 @@ def test_a_model_that_runs_on_one_family_never_moves_to_the_other() -> None:
         for z in ZONES
         for t in ("v6e-8", "v5litepod-8", "v5p-8")
     ]
-    plan = plan_failover(
+    plan = plan_move(
         CapacityReport(entries=tuple(entries)),
         profile,
         "tpu_first",
@@ -105,7 +106,7 @@ def test_a_model_that_runs_on_one_family_never_moves_to_the_other() -> None:
 
 def test_the_move_event_says_from_to_why_and_cost() -> None:
     profile = get_profile("reference-portable")
-    plan = plan_failover(world(set(PLACES)), profile, "tpu_first", Place(ZONES[0], TPU), Why.QUOTA, PORTABLE, NOW)
+    plan = plan_move(world(set(PLACES)), profile, "tpu_first", Place(ZONES[0], TPU), Why.QUOTA, PORTABLE, NOW)
     assert isinstance(plan, Move)
     event = move_event(plan, detected_at=100.0, lost_seconds=12.3456)
     assert event == {

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from interlude.hooks.gcs_json import new_gcs
@@ -35,7 +36,7 @@ def _seed(bucket: str) -> None:
     for i in range(STAGES):
         store = CheckpointStore(bucket, f"run{i:02d}", "train")
         store.write_progress({"step": 10 + i, "state": "running", "boot_id": "b"})
-        store.write(10, {"model.bin": b"\0" * 64})
+        store.write(10, {"w": np.zeros(8)})  # a real Orbax step (a dozen objects; the listing asks for three)
         store.write_log_chunk("w", 0, ["not part of the facts"])
     CheckpointStore(bucket, "run00", "train").acknowledge("req1", 10)
 
@@ -55,10 +56,10 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     before = proxy.snapshot()
     assert poll() == expected
     first = proxy.snapshot() - before
-    # One list per glob for the whole bucket; per stage: manifest + COMMITTED (+ the one ack). The progress comes
-    # with the listing (its copy in the object's metadata).
+    # One list per glob for the whole bucket; per stage: the step's Orbax metadata (+ the one ack). The progress
+    # comes with the listing (its copy in the object's metadata).
     assert first["gcs.list_objects"] == 2
-    assert first["gcs.download"] == STAGES * 2 + 1
+    assert first["gcs.download"] == STAGES + 1
 
     before = proxy.snapshot()
     assert poll() == expected
@@ -68,13 +69,13 @@ def test_shared_listing_agrees_with_per_stage_reads_and_skips_unchanged_objects(
     # A new progress and a new committed step are seen at the next listing; only the step is downloaded.
     store = CheckpointStore(bucket, "run03", "train")
     store.write_progress({"step": 20, "state": "running", "boot_id": "b"})
-    store.write(20, {"model.bin": b"\1" * 64})
+    store.write(20, {"w": np.ones(8)})
     before = proxy.snapshot()
     facts = poll()
     third = proxy.snapshot() - before
     assert facts[3].committed_step == 20 and facts[3].progress["step"] == 20
     assert facts[:3] == expected[:3] and facts[4:] == expected[4:]
-    assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 2}
+    assert dict(third) == {"gcs.list_objects": 2, "gcs.download": 1}
 
 
 def test_training_stages_progress_costs_no_download_and_agrees_with_the_content(
@@ -120,15 +121,15 @@ def test_progress_without_the_metadata_copy_is_downloaded(bucket: str, proxy: Co
 
 def test_a_corrupt_newer_step_is_skipped_like_the_store_does(bucket: str) -> None:
     store = CheckpointStore(bucket, "run", "train")
-    store.write(10, {"model.bin": b"a" * 8})
-    store.write(20, {"model.bin": b"b" * 8})
-    store.bucket.blob(store.step_prefix(20) + "COMMITTED").upload_from_string(b"0" * 64)  # wrong sha256
+    store.write(10, {"w": np.zeros(8)})
+    store.write(20, {"w": np.ones(8)})
+    store.bucket.blob(store.step_prefix(20) + "_CHECKPOINT_METADATA").upload_from_string(b"{torn")
     reader = StageFactsReader(bucket, "run", "train")
     objects = reader.objects(list_bucket(bucket))
     assert reader.needs_io(objects, None)
     assert reader.read(objects, None).committed_step == 10 == store.latest().checkpoint.step
     assert not reader.needs_io(objects, None)  # both verdicts are remembered for these generations
-    assert reader.downloads == 4  # manifest + COMMITTED of step 20 (rejected), then of step 10
+    assert reader.downloads == 2  # the step metadata of step 20 (rejected), then of step 10
 
 
 def test_an_absent_or_unanswered_download_is_told_apart(bucket: str) -> None:

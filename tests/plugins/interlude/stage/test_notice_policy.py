@@ -79,8 +79,10 @@ KIND_CASES = list(itertools.product(MaintenanceKind, NoticeType, [0.0, 30.0, 59.
 @pytest.mark.parametrize(("kind", "ntype", "lead"), KIND_CASES)
 def test_every_kind_type_and_length(kind: MaintenanceKind, ntype: NoticeType, lead: float) -> None:
     n = notice(lead, mtype=ntype.value)
+    start = NOW + lead
+    assert n.starts_at == start
     plan = plan_for_notice(kind, n, measured_commit_s=10.0, now=NOW)
-    assert NOW <= plan.checkpoint_at <= max(NOW, n.window_start)
+    assert NOW <= plan.checkpoint_at <= max(NOW, start)
     if kind == MaintenanceKind.SPOT:  # spot: no maintenance restart, save now, re-provision on preemption
         assert plan.checkpoint_at == NOW and not plan.start_early and plan.down_budget_s == 0.0
         return
@@ -88,10 +90,10 @@ def test_every_kind_type_and_length(kind: MaintenanceKind, ntype: NoticeType, le
     if lead <= plan.margin_s:  # short notice: checkpoint at once
         assert plan.checkpoint_at == NOW and plan.keep_training_s == 0.0
     else:  # long notice: train until the margin
-        assert plan.checkpoint_at == n.window_start - plan.margin_s
+        assert plan.checkpoint_at == start - plan.margin_s
         assert plan.keep_training_s == lead - plan.margin_s
     assert plan.start_early is True  # canReschedule + PENDING
-    assert plan.reprovision_after > n.window_start
+    assert plan.reprovision_after > start
 
 
 def test_no_notice_at_all() -> None:
@@ -221,9 +223,14 @@ def test_scaled_maps_google_seconds_to_the_local_clock() -> None:
 
 def test_notice_parsing() -> None:
     n = notice(HOUR, 600.0, mtype="MULTIPLE")
-    assert n.type == NoticeType.MULTIPLE and n.window_end == n.window_start + 600.0
-    assert Notice.from_upcoming({"windowStartTime": rfc3339(NOW), "type": "NEW"}).type == NoticeType.UNKNOWN_TYPE
+    assert n.type == NoticeType.MULTIPLE and (n.starts_at, n.ends_at) == (NOW + HOUR, NOW + HOUR + 600.0)
+    # Google's own words are kept, for the maintenance event the run report records.
+    assert (n.kind, n.window_start, n.status) == ("MULTIPLE", rfc3339(NOW + HOUR), "PENDING")
+    new_type = Notice.from_upcoming({"windowStartTime": rfc3339(NOW), "type": "NEW"})
+    assert new_type.type == NoticeType.UNKNOWN_TYPE and new_type.kind == "NEW"
+    no_start = Notice.from_upcoming({"type": "SCHEDULED"})  # the state machine still sees it: it checkpoints at once
+    assert no_start.starts_at is None and no_start.ends_at is None
     with pytest.raises(ValueError, match="without windowStartTime"):
-        Notice.from_upcoming({"type": "SCHEDULED"})
+        plan_for_notice(MaintenanceKind.GPU, no_start, 1.0, NOW)
     plan = plan_for_notice(MaintenanceKind.GPU, n, 1.0, NOW)
     assert plan.to_dict()["kind"] == "gpu" and plan.to_dict()["checkpoint_at"] == plan.checkpoint_at

@@ -9,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import requests
 
@@ -63,7 +64,7 @@ def test_the_hold_before_the_window_is_seen_without_listing_the_bucket_and_start
     # (within 15 minutes) for the whole test, and Google allows an early start (SCHEDULED: canReschedule).
     cloud.admin.maintenance("tpu", ZONE, NODE, "SCHEDULED", 600.0 * 3600)
     store = CheckpointStore(bucket, NODE, "train")
-    store.write(96, {"model.bin": b"\1" * 16})  # our checkpoint, answering request r1
+    store.write(96, {"w": np.frombuffer(b"\1" * 16, np.uint8)})  # our checkpoint, answering request r1
     store.acknowledge("r1", 96)
     store.write_progress({"step": 99, "total_steps": 1000, "state": "running", "boot_id": "b", "commit_seconds": 0.05})
     machine = {"kind": "tpu_node", "zone": ZONE, "name": NODE, "accelerator_type": node["acceleratorType"]}
@@ -91,7 +92,7 @@ def test_the_hold_before_the_window_is_seen_without_listing_the_bucket_and_start
         assert not first.done(), first.result().payload
         lists = stage_mod.BUCKET_LISTS.calls
         # The workload commits step 104 and holds there (Checkpointer.wait_while_held: commit, then the hold).
-        await asyncio.to_thread(store.write, 104, {"model.bin": b"\2" * 16})
+        await asyncio.to_thread(store.write, 104, {"w": np.frombuffer(b"\2" * 16, np.uint8)})
         held = {"step": 104, "total_steps": 1000, "state": "holding", "held_at": 104, "boot_id": "b"}
         await asyncio.to_thread(store.write_progress, {**held, "commit_seconds": 0.05})
         held_at = time.monotonic()

@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 import requests
 
@@ -46,7 +47,7 @@ def test_a_notice_reaches_every_watcher_within_one_poll(cloud: Any, bucket: str,
     for name in names:
         store = CheckpointStore(bucket, name, "train")
         store.write_progress({"step": 10, "total_steps": 1000, "state": "running", "boot_id": "b"})
-        store.write(10, {"model.bin": b"\0" * 16})
+        store.write(10, {"w": np.frombuffer(b"\0" * 16, np.uint8)})
     state = StageState(target_step=1000, boot_id="b", last_step_seen=10).to_dict()
     triggers = [
         StageTrigger(

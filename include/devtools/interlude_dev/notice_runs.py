@@ -1,8 +1,10 @@
 """A GPU training run that gets an hour's maintenance notice mid-training, and what it cost, read from the
 workload's own log (every line stamped by the workload) and the local cloud's own event log.
 
-Shared by tests/faults/test_notice_policy.py and benchmarks/notice_policy.py: the same run, once with
-``maintenance_policy=by_notice`` and once with ``checkpoint_at_notice`` (the old behaviour).
+Shared by tests/faults/test_notice_policy.py, tests/faults/test_down_budget.py and benchmarks/notice_policy.py:
+the same run, once with ``maintenance_policy=by_notice`` and once with ``checkpoint_at_notice`` (the old
+behaviour). Tooling, so here beside the other run helpers (interlude_dev.wiring), where a benchmark may import
+it without reaching into the test tree.
 """
 
 from __future__ import annotations
@@ -65,15 +67,17 @@ class NoticeFigures:
         return asdict(self)
 
 
-def _stamp(line: str) -> float:
+def line_time(line: str) -> float:
+    """The workload's stamp at the start of one of its log lines (``2024-01-15T10:00:00.123Z ...``), in epoch
+    seconds: the clock the figures are read on."""
     return datetime.fromisoformat(line.split(" ", 1)[0].replace("Z", "+00:00")).timestamp()
 
 
 def _first(lines: list[str], pattern: str, after: float = 0.0) -> tuple[float, re.Match[str]] | None:
     for line in lines:
         match = re.search(pattern, line)
-        if match and _stamp(line) >= after:
-            return _stamp(line), match
+        if match and line_time(line) >= after:
+            return line_time(line), match
     return None
 
 
@@ -99,12 +103,12 @@ def figures(log: str, window_at: float) -> NoticeFigures:
     assert resumed, "no new boot resumed after the maintenance"
     training = _first(lines, r"training \S+ steps (\d+)\.\.", resumed[0])
     assert training, "the new boot did not train"
-    old_boot = [ln for ln in lines if notice_at <= _stamp(ln) < resumed[0]]
+    old_boot = [ln for ln in lines if notice_at <= line_time(ln) < resumed[0]]
     reached = max((int(m[1]) for ln in old_boot if (m := re.search(r"\] step (\d+)/", ln))), default=0)
     commits = [
-        (_stamp(ln), int(m[1]))
+        (line_time(ln), int(m[1]))
         for ln in lines
-        if (m := re.search(r"checkpoint step (\d+) committed", ln)) and _stamp(ln) < window_at
+        if (m := re.search(r"checkpoint step (\d+) committed", ln)) and line_time(ln) < window_at
     ]
     last_at, last_step = max(commits)
     stopped_step = max(
