@@ -17,6 +17,8 @@ spellings of one path drift apart, and a run then stops finding its own checkpoi
                                                            (orbax_layout: commit_success.txt = finalised)
             control/request-ID.json, control/ack-ID.json, control/drill.json
             progress.json, fresh.json, log/*.log
+            export/                                        export_prefix: the Hugging Face model directory
+                                                           (hf_export: interlude_export.json = committed)
 """
 
 from __future__ import annotations
@@ -85,6 +87,11 @@ def machine_intent_object(run_key: str, name: str) -> str:
 
 def preflight_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}_preflight"
+
+
+def export_prefix(run_key: str, stage: str) -> str:
+    """The stage's Hugging Face export (what vLLM serves), written at its final step (interlude_workload.hf_export)."""
+    return f"{stage_prefix(run_key, stage)}export/"
 
 
 def control_prefix(run_key: str, stage: str) -> str:

@@ -65,7 +65,10 @@ def main() -> int:
         print(f"machines left on the local cloud: {[m['name'] for m in left] or 'none'}")
         ok = bool(result.succeeded and report and same and not left)
         if ok and report:
-            record = {"bucket": CONF["bucket"], "checkpoint_uri": report["stages"][-1]["final_uri"]}
+            final = report["stages"][-1]
+            record = {"bucket": CONF["bucket"], "checkpoint_uri": final["final_uri"]}
+            if final.get("export_uri"):
+                record["export_uri"] = final["export_uri"]
             FINETUNED.write_text(json.dumps(record))
         return 0 if ok else 1
     finally:

@@ -75,7 +75,7 @@ def load_corpus(path: str | Path = SHIPPED_CORPUS) -> str:
     return Path(path).read_text(encoding="utf-8")
 
 
-def _check_day(day: str) -> str:
+def check_day(day: str) -> str:
     try:
         return date.fromisoformat(day).isoformat()
     except ValueError as exc:
@@ -87,7 +87,7 @@ def finetune_text(day: str, lines: int = FINETUNE_LINES) -> str:
 
     Deterministic in ``day`` (its own seed), defined for every date, so a backfill of any range has data.
     """
-    day = _check_day(day)
+    day = check_day(day)
     rng = random.Random(f"finetune-{day}")
     out = []
     for i in range(lines):
@@ -102,4 +102,4 @@ def finetune_text(day: str, lines: int = FINETUNE_LINES) -> str:
 
 def day_answer(day: str) -> str:
     """What the model fine-tuned on ``day`` should say after :data:`DAY_PROMPT`."""
-    return f" {_check_day(day)}."
+    return f" {check_day(day)}."

@@ -244,12 +244,19 @@ class TrainingStageOperator(StageActions, BaseOperator):
         latest = self._store.latest().checkpoint
         if latest is None or latest.step < self.steps:
             raise AirflowException(f"stage {self.stage} reported done but no committed final checkpoint exists")
+        from interlude_workload import hf_export
+
+        marker = hf_export.read_marker(self._store.client, self.bucket, self.run_key, self.stage)
+        export = (
+            hf_export.uri(self.bucket, self.run_key, self.stage) if marker and marker["step"] == latest.step else None
+        )
         return {
             "stage": self.stage,
             "steps": self.steps,
             "final_step": latest.step,
             "final_uri": latest.uri,
             "metrics": latest.metrics,
+            **({"export_uri": export} if export else {}),
         }
 
     def _publish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:
@@ -257,9 +264,17 @@ class TrainingStageOperator(StageActions, BaseOperator):
         records the event when the task succeeds, and DAGs scheduled on the Asset (serving) follow."""
         from interlude.training.assets import CheckpointEvent, publish
 
-        event = CheckpointEvent(result["final_uri"], int(result["final_step"]), self.run_key, self.stage)
+        event = CheckpointEvent(
+            result["final_uri"], int(result["final_step"]), self.run_key, self.stage, result.get("export_uri")
+        )
         for name in publish(context["outlet_events"], self.outlets, event):
-            self.log.info("Asset %s: checkpoint %s (step %d)", name, event.checkpoint_uri, event.step)
+            self.log.info(
+                "Asset %s: checkpoint %s (step %d), Hugging Face export %s",
+                name,
+                event.checkpoint_uri,
+                event.step,
+                event.export_uri or "none (the workload wrote none: serving needs one)",
+            )
         return result
 
     def _act(self, context: Any, payload: dict[str, Any]) -> tuple[StageState, dict[str, Any] | None]:

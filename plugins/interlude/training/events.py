@@ -122,6 +122,8 @@ def render_report(report: dict[str, Any]) -> str:
     ]
     for s in report["stages"]:
         lines.append(f"  stage {s['stage']}: {s['steps']} steps, final checkpoint {s.get('final_uri', '?')}")
+        if s.get("export_uri"):
+            lines.append(f"    Hugging Face export (what vLLM serves): {s['export_uri']}")
     lines.append(f"  maintenance events: {len(report['events'])}")
     for e in report["events"]:
         lines.append(

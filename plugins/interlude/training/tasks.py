@@ -44,7 +44,7 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
     if spec.data_date is None:
         spec = spec.replace(data_date=interval_date)
     try:
-        data.load(data.default_data_dir(), "finetune", spec.data_date)
+        data.load_text(data.default_data_dir(), "finetune", spec.data_date)
     except ValueError as exc:
         raise RunSpecError(
             [
@@ -374,6 +374,7 @@ def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[s
                 "stage": result["stage"],
                 "steps": result["steps"],
                 "final_uri": result["final_uri"],
+                **({"export_uri": result["export_uri"]} if result.get("export_uri") else {}),
                 "started_at": float(progress.get("stage_started_at") or progress.get("started_at") or 0.0),
                 "finished_at": float(progress.get("updated_at_epoch") or time.time()),
                 "mean_step_seconds": float(progress.get("mean_step_seconds") or spec.step_seconds),

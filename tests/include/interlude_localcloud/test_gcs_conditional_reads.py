@@ -212,3 +212,32 @@ def test_tensorstore_lists_and_deletes_only_its_key_range(gcs_emulator: GcsEmula
     assert json.loads(proc.stdout) == ["a", "b/c"]
     left = [i["name"] for i in _list(gcs_emulator, bucket).json()["items"]]
     assert left == ["tr", "ts", "tt/a", "u"]
+
+
+def test_an_upload_that_expects_100_continue_gets_it_before_sending_its_body(
+    gcs_emulator: GcsEmulator, bucket: str
+) -> None:
+    """libcurl (tensorstore's client) sends ``Expect: 100-continue`` with a body over 1 MB and waits for the interim
+    answer, or a second, before sending it; Google answers at once (RFC 9110 10.1.1). Here the body is only sent
+    after the 100 arrived, so a server that does not send it fails the read below instead of being waited out."""
+    import socket
+    from urllib.parse import urlsplit
+
+    endpoint = urlsplit(gcs_emulator.endpoint)
+    body = os.urandom(2 * 1024 * 1024)
+    head = (
+        f"POST /upload/storage/v1/b/{bucket}/o?uploadType=media&name=expect-continue HTTP/1.1\r\n"
+        f"Host: {endpoint.netloc}\r\nContent-Type: application/octet-stream\r\nContent-Length: {len(body)}\r\n"
+        "Expect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection((endpoint.hostname, endpoint.port), timeout=30) as conn:
+        conn.sendall(head.encode())
+        interim = conn.recv(64)
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n"), interim
+        conn.sendall(body)
+        final = b""
+        while b"\r\n" not in final:
+            final += conn.recv(4096)
+        assert final.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200")), final[:200]
+    stored = httpx.get(_object_url(gcs_emulator, bucket, "expect-continue", download=True), params={"alt": "media"})
+    assert stored.content == body

@@ -7,7 +7,14 @@ from typing import Any
 
 from airflow.sdk import Asset
 
-from interlude.training.assets import EXTRA_URI, FINETUNED_CHECKPOINT, CheckpointEvent, publish, triggering_checkpoint
+from interlude.training.assets import (
+    EXTRA_EXPORT,
+    EXTRA_URI,
+    FINETUNED_CHECKPOINT,
+    CheckpointEvent,
+    publish,
+    triggering_checkpoint,
+)
 
 
 @dataclass
@@ -37,6 +44,15 @@ def test_publish_fills_only_the_checkpoint_asset() -> None:
     assert written == [FINETUNED_CHECKPOINT.name]
     assert events[FINETUNED_CHECKPOINT].extra == {EXTRA_URI: URI, "step": 60, "run_key": "run-1", "stage": "finetune"}
     assert events[other].extra == {}
+
+
+def test_the_event_names_the_export_and_serving_takes_it_over_the_checkpoint() -> None:
+    events = _OutletEvents()
+    export = "gs://b/interlude/run-1/finetune/export"
+    publish(events, [FINETUNED_CHECKPOINT], CheckpointEvent(URI, 60, "run-1", export_uri=export))
+    extra = events[FINETUNED_CHECKPOINT].extra
+    assert extra[EXTRA_URI] == URI and extra[EXTRA_EXPORT] == export
+    assert triggering_checkpoint({FINETUNED_CHECKPOINT: [_Event(extra, "2026-12-03T01:00:00+00:00")]}) == export
 
 
 def test_publish_without_the_asset_as_outlet_writes_nothing() -> None:
