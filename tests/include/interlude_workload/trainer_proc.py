@@ -43,7 +43,7 @@ def trainer_env(**overrides: str) -> dict[str, str]:
     return env
 
 
-def run_trainer(cmd: list[str], timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+def run_trainer(cmd: list[str], timeout: float = 240, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=trainer_env(**env), capture_output=True, text=True, timeout=timeout)
 
 
@@ -61,7 +61,7 @@ def start_trainer(cmd: list[str], log: Path, **env: str) -> subprocess.Popen[byt
         handle.close()
 
 
-def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 30, start_at: int = 0) -> bool:
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen[bytes], timeout: float = 120, start_at: int = 0) -> bool:
     """Wait until ``text`` appears in the log after byte ``start_at``; False when the process ended first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
