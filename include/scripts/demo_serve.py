@@ -261,9 +261,11 @@ def reference_export(checkpoint_uri: str, cloud: dev.LocalCloud) -> str:
     return result.uri
 
 
-def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> int:
-    """Copy the export's objects from the training cloud's Cloud Storage (its emulator's data directory,
-    served again for the copy) into the serving cloud's, by name (as `gcloud storage cp -r` would); how many."""
+def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> list[str]:
+    """Copy a Hugging Face export's files (the objects directly under `uri`) from the training cloud's Cloud
+    Storage (its emulator's data directory, served again for the copy) into the serving cloud's, by name (as
+    `gcloud storage cp` would); their names relative to `uri`, empty when `uri` holds none. What the demo
+    recorded may be a checkpoint (the trainer writes no export yet): it has no `config.json` there."""
     from interlude_localcloud.gcs import GcsEmulator
     from interlude_workload.gcs import storage_client
 
@@ -274,12 +276,14 @@ def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> int:
     source.start()
     try:
         client = storage_client(project=cloud.project, emulator=source.endpoint)
-        names = [b.name for b in client.list_blobs(bucket, prefix=prefix)]
-        for name in names:  # by name: a listed blob's mediaLink names the port of the emulator that wrote it
-            target.blob(name).upload_from_string(client.bucket(bucket).blob(name).download_as_bytes())
+        top = prefix.rstrip("/") + "/"
+        names = [b.name for b in client.list_blobs(bucket, prefix=top, delimiter="/")]
+        if any(name == top + "config.json" for name in names):
+            for name in names:  # by name: a listed blob's mediaLink names the port of the emulator that wrote it
+                target.blob(name).upload_from_string(client.bucket(bucket).blob(name).download_as_bytes())
     finally:
         source.stop()
-    return len(names)
+    return [name.removeprefix(top) for name in names] if top + "config.json" in names else []
 
 
 def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcome:
@@ -295,9 +299,10 @@ def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcom
             f"local cloud: {cloud.api_endpoint} (GKE cluster {CLUSTER}, time_scale {cloud.time_scale:g}); "
             f"state in {var}"
         )
-        if uri.rstrip("/").endswith("/export"):
-            print(f"copied {copy_export(uri, gcs_dir, cloud)} objects of {uri} into the serving cloud's Cloud Storage")
-        else:
+        copied = copy_export(uri, gcs_dir, cloud)
+        if "config.json" in copied:
+            print(f"copied {len(copied)} objects of {uri} into the serving cloud's Cloud Storage")
+        else:  # a checkpoint, not a Hugging Face model directory: vLLM could not load it
             uri = reference_export(uri, cloud)
         answer = export_answer(uri, cloud)
         print(f"the export's own greedy answer to the smoke prompt: {answer!r}")

@@ -39,10 +39,10 @@ CONF: dict[str, Any] = {
 }
 
 
-def write_scenario(path: Path, gpu_maintenance_s: float = 300) -> Path:
-    """The default scenario at 600x with an hour's GPU notice and a GPU host maintenance this long."""
+def write_scenario(path: Path, gpu_maintenance_s: float = 300, time_scale: float = TIME_SCALE) -> Path:
+    """The default scenario (at 600x unless told) with an hour's GPU notice and a GPU host maintenance this long."""
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = TIME_SCALE
+    data["time_scale"] = time_scale
     data["maintenance"]["gce"].update(scheduled_notice=GPU_NOTICE_S, duration=gpu_maintenance_s)
     path.write_text(yaml.safe_dump(data))
     return path
