@@ -131,6 +131,7 @@ def conf(args: argparse.Namespace) -> dict[str, Any]:
         "data_date": "2024-01-15",
         "bucket": BUCKET,
         "poll_seconds": args.poll_seconds,
+        "model_size": args.model_size,
     }
 
 
@@ -237,6 +238,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2000, help="training steps (the train stage)")
     parser.add_argument("--step-seconds", type=float, default=0.02, help="pacing of each step (real seconds)")
     parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--model-size", default="small", choices=["small", "tiny"], help="the reference model's size")
     parser.add_argument("--finetune-steps", type=int, default=10, help="fine-tuning steps of the DAG rows")
     parser.add_argument(
         "--event-steps", default="", help="comma-separated steps of the two notices (default 15%%, 55%%)"

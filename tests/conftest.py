@@ -26,6 +26,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Each `airflow dags test` is a child forked from a warm Airflow (include/devtools/interlude_dev/warm_cli.py), not a
     # cold start: ~11 of its ~16 CPU-s. INTERLUDE_WARM_AIRFLOW=0 runs each as a new process instead.
     os.environ.setdefault("INTERLUDE_WARM_AIRFLOW", "1")
+    # Every reference trainer the suite starts directly (and every one a local cloud's machine starts) trains the
+    # tiny reference model unless told otherwise: dozens train at once on two cores (interlude_workload.train).
+    os.environ.setdefault("INTERLUDE_MODEL_SIZE", "tiny")
     if _is_xdist_controller(config) and not config.option.collectonly:
         # One warm server for the whole run, started by the controller while its workers start and collect; the
         from interlude_dev import warm_cli

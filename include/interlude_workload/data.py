@@ -1,26 +1,27 @@
-"""Load the reference workload's shipped CSV data, locally or from GCS, optionally one day's slice.
+"""The reference trainer's text, locally or from GCS: the pre-training corpus, or one day's fine-tuning slice.
 
-The data lives in ``include/data/`` of the repository (found automatically in an editable install) or
-wherever ``--data-dir`` / ``INTERLUDE_DATA_DIR`` points, including ``gs://bucket/prefix`` for machines
-that only have the installed package.
+The data lives in ``include/data/`` of the repository (found automatically in an editable install) or wherever
+``--data-dir`` / ``INTERLUDE_DATA_DIR`` points, including ``gs://bucket/prefix`` for machines that only have the
+installed package. A data directory holds ``corpus.txt`` (one document per line) and, per day, ``finetune/
+YYYY-MM-DD.txt``. The shipped sample has no day files: its days are generated (``llm.corpus.finetune_text``,
+seeded by the date alone, so a daily schedule and a backfill over any range find the same slice on every
+machine and retry); a real dataset is never synthesised, and a missing day there is an error before anything
+is provisioned (``interlude.training.tasks.resolve_run`` asks :func:`load_text` first).
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import os
 from pathlib import Path
 
 import numpy as np
 
-from interlude_workload import synthetic
 from interlude_workload.gcs import storage_client
+from interlude_workload.llm import corpus
 
-TRAIN_FILE = "train.csv"
-FINETUNE_FILE = "finetune.csv"
+CORPUS_FILE = "corpus.txt"
+FINETUNE_DIR = "finetune"
 DATA_ENV = "INTERLUDE_DATA_DIR"
-
 
 SAMPLE_DIR = Path(__file__).resolve().parents[1] / "data"
 
@@ -30,31 +31,46 @@ def default_data_dir() -> str:
 
 
 def is_shipped_sample(data_dir: str) -> bool:
-    """The repository's own sample (the embedded default), whose missing days are generated."""
+    """The repository's own sample (the embedded default), whose days are generated."""
     return not data_dir.startswith("gs://") and Path(data_dir).resolve() == SAMPLE_DIR
 
 
-def _read_text(data_dir: str, name: str) -> str:
+def _read_text(data_dir: str, name: str) -> str | None:
+    """The file's text; None when it is not there (any other failure raises)."""
     if data_dir.startswith("gs://"):
         bucket, _, prefix = data_dir[len("gs://") :].partition("/")
         path = f"{prefix.rstrip('/')}/{name}" if prefix else name
-        return storage_client().bucket(bucket).blob(path).download_as_bytes().decode("utf-8")
-    return (Path(data_dir) / name).read_text()
+        blob = storage_client().bucket(bucket).blob(path)
+        from google.api_core.exceptions import NotFound
+
+        try:
+            return blob.download_as_bytes().decode("utf-8")
+        except NotFound:
+            return None
+    file = Path(data_dir) / name
+    return file.read_text(encoding="utf-8") if file.is_file() else None
 
 
-def load(data_dir: str, stage: str, data_date: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Features and labels: train.csv for ``train``, finetune.csv (rows of ``data_date``) otherwise."""
-    name = TRAIN_FILE if stage == "train" else FINETUNE_FILE
-    rows = list(csv.DictReader(io.StringIO(_read_text(data_dir, name))))
-    if stage != "train" and data_date:
-        rows = [r for r in rows if r.get("date") == data_date]
-        if not rows and is_shipped_sample(data_dir):
-            return synthetic.day_slice(data_date)
-        if not rows:
-            raise ValueError(f"{name} has no rows dated {data_date}")
-    if not rows:
-        raise ValueError(f"{name} is empty")
-    features = sorted((k for k in rows[0] if k.startswith("f")), key=lambda k: int(k[1:]))
-    x = np.array([[float(r[k]) for k in features] for r in rows], dtype=np.float64)
-    y = np.array([int(r["label"]) for r in rows], dtype=np.int64)
-    return x, y
+def load_text(data_dir: str, stage: str, data_date: str | None = None) -> str:
+    """The corpus for ``train``; ``data_date``'s slice for any other stage. Raises ValueError naming what is missing."""
+    if stage == "train" or not data_date:
+        text = _read_text(data_dir, CORPUS_FILE)
+        if text is None:
+            raise ValueError(f"{data_dir} has no {CORPUS_FILE}")
+    elif is_shipped_sample(data_dir):
+        text = corpus.finetune_text(data_date)
+    else:
+        name = f"{FINETUNE_DIR}/{corpus.check_day(data_date)}.txt"
+        text = _read_text(data_dir, name)
+        if text is None:
+            raise ValueError(f"{data_dir} has no {name} (no fine-tuning text dated {data_date})")
+    if not text.strip():
+        raise ValueError(f"{data_dir}: the {stage} text is empty")
+    return text
+
+
+def load_tokens(data_dir: str, stage: str, data_date: str | None = None) -> np.ndarray:
+    """:func:`load_text` as the model's token stream (the shipped tokenizer; each line a document)."""
+    from interlude_workload.llm import tokenizer
+
+    return tokenizer.encode_text(tokenizer.load_tokenizer(), load_text(data_dir, stage, data_date))

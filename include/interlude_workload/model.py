@@ -1,111 +1,93 @@
-"""The reference model: a small 2-layer MLP (tanh, softmax) trained with momentum SGD, all numpy.
+"""The reference trainer's model: :mod:`interlude_workload.llm`'s JAX Llama, its one-pytree state, and XLA's setup.
 
-Deliberately tiny and deterministic: it exists to prove the checkpoint contract (weights, optimizer
-state, RNG state and data position restored bit for bit), not to be a good model. Every source of
-randomness draws from one ``numpy.random.Generator`` whose ``bit_generator.state`` is checkpointed.
+The state (params, AdamW state, data key, step; :mod:`interlude_workload.llm.train_step`) is what Orbax saves and
+restores as is: the SDK's ``state`` item, with no JSON side. Everything a step depends on is in it, so a resumed
+run is bit-identical to an uninterrupted one on the same accelerator family.
+
+Two settings are made before JAX starts its backend (importing this module does not start it; the agent imports
+the trainer before it forks, :mod:`interlude_workload.warm`):
+
+* XLA's CPU backend single-threaded (``XLA_FLAGS``), so a CPU run's bits do not depend on how a thread pool split
+  a matmul (a TPU or GPU run is unaffected by these flags);
+* JAX's persistent compilation cache (``jax_compilation_cache_dir``): the step compiles once per machine disk, not
+  once per boot. A maintenance restart would otherwise pay the compile again before training resumes (2-5 s for
+  this model on a CPU, minutes for a large one on a TPU). ``JAX_COMPILATION_CACHE_DIR`` wins; default
+  ``~/.cache/interlude/jax``. Entries are written whatever the compile took
+  (https://docs.jax.dev/en/latest/persistent_compilation_cache.html).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+_XLA_CPU_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {_XLA_CPU_FLAGS}".strip()
 
-HIDDEN = 32
-BATCH = 32
-LEARNING_RATE = 0.05
-MOMENTUM = 0.9
-INPUT_NOISE = 0.05
-PARAM_NAMES = ("w1", "b1", "w2", "b2")
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
 
+from interlude_workload.llm import train_step as ts  # noqa: E402
 
-@dataclass
-class TrainState:
-    """Everything a step depends on; together with the data it determines every later step."""
-
-    params: dict[str, np.ndarray]
-    velocity: dict[str, np.ndarray]
-    rng: np.random.Generator
-    order: np.ndarray  # this epoch's permutation of row indices
-    position: int  # next row of ``order`` to use
-    epoch: int
-
-    def to_checkpoint(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """(arrays as a pytree, JSON side): what the SDK saves as Orbax's ``state`` and ``meta`` items."""
-        arrays = {"params": dict(self.params), "velocity": dict(self.velocity), "order": self.order}
-        meta = {"rng": self.rng.bit_generator.state, "position": self.position, "epoch": self.epoch}
-        return arrays, meta
-
-    @classmethod
-    def from_checkpoint(cls, arrays: dict[str, Any], meta: dict[str, Any]) -> TrainState:
-        bit_generator = getattr(np.random, meta["rng"]["bit_generator"])()
-        bit_generator.state = meta["rng"]
-        return cls(
-            params={k: np.array(arrays["params"][k]) for k in PARAM_NAMES},
-            velocity={k: np.array(arrays["velocity"][k]) for k in PARAM_NAMES},
-            rng=np.random.Generator(bit_generator),
-            order=np.array(arrays["order"]),
-            position=int(meta["position"]),
-            epoch=int(meta["epoch"]),
-        )
+State = ts.State
+CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
+STAGE_SEED_OFFSET = {"train": 0, "finetune": 1}
 
 
-def init_params(rng: np.random.Generator, features: int, classes: int) -> dict[str, np.ndarray]:
-    return {
-        "w1": rng.normal(0.0, 1.0 / np.sqrt(features), size=(features, HIDDEN)),
-        "b1": np.zeros(HIDDEN),
-        "w2": rng.normal(0.0, 1.0 / np.sqrt(HIDDEN), size=(HIDDEN, classes)),
-        "b2": np.zeros(classes),
-    }
+def compilation_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "interlude" / "jax")
 
 
-def new_state(rng: np.random.Generator, params: dict[str, np.ndarray], rows: int) -> TrainState:
-    """Fresh optimizer state and data order around given weights (new training or a fine-tune start)."""
-    return TrainState(
-        params={k: v.copy() for k, v in params.items()},
-        velocity={k: np.zeros_like(v) for k, v in params.items()},
-        rng=rng,
-        order=rng.permutation(rows),
-        position=0,
-        epoch=0,
+def use_compilation_cache() -> None:
+    """Point JAX's persistent cache at :func:`compilation_cache_dir`, keeping every entry (see the module's doc)."""
+    directory = compilation_cache_dir()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return  # a read-only home: compile every time, train all the same
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+
+
+def new_state(stage: str, seed: int, params: Any = None, size: str = ts.DEFAULT_SIZE) -> State:
+    """A fresh state: new weights from ``seed``, or ``params`` (train's final ones) for a fine-tune, whose
+    optimizer starts afresh at the fine-tuning learning rate."""
+    learning_rate = ts.TRAIN_LEARNING_RATE if params is None else ts.FINETUNE_LEARNING_RATE
+    chosen = ts.size(size)
+    return ts.init_state(
+        chosen.config,
+        seed=seed * 16 + STAGE_SEED_OFFSET[stage],
+        params=params,
+        learning_rate=learning_rate,
+        hparams=chosen.hparams,
     )
 
 
-def _forward(params: dict[str, np.ndarray], x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    hidden = np.tanh(x @ params["w1"] + params["b1"])
-    logits = hidden @ params["w2"] + params["b2"]
-    logits = logits - logits.max(axis=1, keepdims=True)
-    probs = np.exp(logits)
-    probs /= probs.sum(axis=1, keepdims=True)
-    return hidden, probs
+def abstract_state(size: str = ts.DEFAULT_SIZE) -> State:
+    """The restore target Orbax needs (shapes, dtypes, shardings), computing nothing."""
+    chosen = ts.size(size)
+    return ts.abstract_state(chosen.config, chosen.hparams)
 
 
-def train_step(state: TrainState, x: np.ndarray, y: np.ndarray) -> float:
-    """One momentum-SGD step on the next minibatch; mutates ``state``; returns the batch loss."""
-    if state.position + BATCH > len(state.order):
-        state.order = state.rng.permutation(len(y))
-        state.position = 0
-        state.epoch += 1
-    idx = state.order[state.position : state.position + BATCH]
-    state.position += BATCH
-    xb = x[idx] + state.rng.normal(0.0, INPUT_NOISE, size=(len(idx), x.shape[1]))
-    yb = y[idx]
-    params = state.params
-    hidden, probs = _forward(params, xb)
-    loss = float(-np.log(probs[np.arange(len(yb)), yb] + 1e-12).mean())
-    grad_logits = probs
-    grad_logits[np.arange(len(yb)), yb] -= 1.0
-    grad_logits /= len(yb)
-    grads = {"w2": hidden.T @ grad_logits, "b2": grad_logits.sum(axis=0)}
-    grad_hidden = (grad_logits @ params["w2"].T) * (1.0 - hidden**2)
-    grads["w1"] = xb.T @ grad_hidden
-    grads["b1"] = grad_hidden.sum(axis=0)
-    for name in PARAM_NAMES:
-        state.velocity[name] = MOMENTUM * state.velocity[name] - LEARNING_RATE * grads[name]
-        params[name] = params[name] + state.velocity[name]
-    return loss
+def params_only(restored: Any) -> Any:
+    """The weights of a restored state (another stage's), as host arrays."""
+    return jax.tree_util.tree_map(np.asarray, restored["params"])
 
 
-def accuracy(params: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
-    return float((_forward(params, x)[1].argmax(axis=1) == y).mean())
+def step(state: State, data: ts.Data, size: str = ts.DEFAULT_SIZE) -> tuple[State, float]:
+    """One jitted AdamW step; the loss as a float (which also waits for the step to finish)."""
+    chosen = ts.size(size)
+    state, loss = ts.train_step(state, data, chosen.config, chosen.hparams)
+    return state, float(loss)
+
+
+def digest(state: State) -> str:
+    """sha256 of the weights: equal digests, bit-identical weights."""
+    return ts.params_digest(state["params"])
+
+
+def prepare(tokens: np.ndarray) -> ts.Data:
+    return ts.prepare_data(tokens)

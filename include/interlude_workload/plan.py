@@ -41,6 +41,7 @@ class StagePlan:
     hold_at_step: int | None = None  # a drill: commit this step and hold there until the maintenance came
     hold_margin_seconds: float | None = None  # checkpoint and hold this long before a maintenance window
     hold_margin_commits: float | None = None  # ... or this many measured checkpoint costs, if longer
+    model_size: str | None = None  # the reference model's size (llm.train_step.SIZES); None: the trainer's default
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):
@@ -67,6 +68,7 @@ class StagePlan:
             hold_at_step=self.hold_at_step,
             hold_margin_seconds=self.hold_margin_seconds,
             hold_margin_commits=self.hold_margin_commits,
+            model_size=self.model_size,
         )
 
 

@@ -133,6 +133,7 @@ def trainer_args(
     hold_at_step: int | None = None,
     hold_margin_commits: float | None = None,
     periodic_only: bool = False,
+    model_size: str | None = None,
 ) -> list[str]:
     """The trainer's command-line arguments (unquoted list)."""
     args = [
@@ -148,6 +149,7 @@ def trainer_args(
         "--hold-margin-seconds": repr(float(hold_margin_seconds)) if hold_margin_seconds is not None else None,
         "--hold-at-step": str(int(hold_at_step)) if hold_at_step is not None else None,
         "--hold-margin-commits": repr(float(hold_margin_commits)) if hold_margin_commits is not None else None,
+        "--model-size": model_size,
     }
     for flag, value in optional.items():
         if value is not None:
@@ -175,6 +177,7 @@ def render(
     env: Mapping[str, str] | None = None,
     pip_install: Sequence[str] = (),
     periodic_only: bool = False,
+    model_size: str | None = None,
 ) -> str:
     """The startup script text. ``fresh`` should be a token unique to one start-fresh request.
     ``periodic_only``: the trainer ignores notices, requests and SIGTERM (a naive baseline for benchmarks)."""
@@ -182,7 +185,7 @@ def render(
         bucket=bucket, run_key=run_key, stage=stage, steps=steps, checkpoint_every=checkpoint_every,
         seed=seed, init_from_stage=init_from_stage, data_date=data_date, data_dir=data_dir,
         step_seconds=step_seconds, keep=keep, fresh=fresh, hold_margin_seconds=hold_margin_seconds,
-        periodic_only=periodic_only,
+        periodic_only=periodic_only, model_size=model_size,
     )  # fmt: skip
     return _script(
         module="interlude_workload.train",

@@ -1,22 +1,23 @@
 """The reference trainer: ``python -m interlude_workload.train --bucket B --run-key K --stage train ...``.
 
-It trains (stage ``train``) or fine-tunes (stage ``finetune``, starting from train's final checkpoint
-and one day's data slice) the small MLP of :mod:`interlude_workload.model`, through the SDK
-(:mod:`interlude_workload.sdk`) like any user's code would: resume from the latest committed checkpoint,
-checkpoint every N steps, on SIGTERM, on maintenance notices and control requests, hold before a
-maintenance window. Resume is bit-identical to an uninterrupted run; the final digest (sha256 of the
-final weights) is printed and stored with the final step (its Orbax step metadata: ``metrics.digest``). The
-model (:mod:`interlude_workload.model`) and the checkpointing (the SDK) meet only in
-``TrainState.to_checkpoint`` / ``from_checkpoint``: a pytree of arrays and a JSON side, which is all the SDK asks
-of a model. Exit codes: 0 done (also at once when the
-final step is already committed), 143 stopped by SIGTERM after committing, 2 bad input, 1 other failure.
+It trains (stage ``train``) or fine-tunes (stage ``finetune``, starting from train's final weights and one day's
+text) the small Llama of :mod:`interlude_workload.llm` in JAX, through the SDK (:mod:`interlude_workload.sdk`) like
+any user's code would: resume from the latest committed Orbax checkpoint, checkpoint every N steps, on SIGTERM, on
+maintenance notices and control requests, hold before a maintenance window. The state is one pytree (params,
+AdamW state, data key, step; :mod:`interlude_workload.model`) saved and restored as is, so resume is
+bit-identical to an uninterrupted run; the final digest (sha256 of the final weights) is printed and stored with
+the final step (its Orbax step metadata: ``metrics.digest``). At its final step a fine-tune also writes the Hugging
+Face model directory vLLM serves (:mod:`interlude_workload.hf_export`), verified against the JAX model, and prints
+its URI. Exit codes: 0 done (also at once when the final step and its export are already committed), 143 stopped
+by SIGTERM after committing, 2 bad input, 1 other failure.
 """
 
 from __future__ import annotations
 
 import os
 
-# Single-threaded BLAS: bit-identical results must not depend on how a library splits a matmul.
+# Single-threaded BLAS (numpy's, in the export's check): no thread pool in the agent that imports this module
+# before it forks a trainer (interlude_workload.warm), and bits that do not depend on how a matmul was split.
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
@@ -24,16 +25,15 @@ import argparse  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from typing import Any  # noqa: E402
 
-import numpy as np  # noqa: E402
-
-from interlude_workload import data, model  # noqa: E402
+from interlude_workload import data, hf_export, model  # noqa: E402
 from interlude_workload.gcs import skip_bucket_metadata_lookups  # noqa: E402
-from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer, weights_digest  # noqa: E402
+from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer  # noqa: E402
 
-CLASSES = 3
-STAGE_SEED_OFFSET = {"train": 0, "finetune": 1}
+EXPORT_STAGES = ("finetune",)
+MODEL_SIZE_ENV = "INTERLUDE_MODEL_SIZE"
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -46,7 +46,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--init-from-stage", default=None, help="take initial weights from this stage's latest")
     parser.add_argument("--data-date", default=None, help="YYYY-MM-DD: fine-tune on this day's slice")
-    parser.add_argument("--data-dir", default=None, help="local dir or gs://bucket/prefix with the CSVs")
+    parser.add_argument(
+        "--data-dir", default=None, help="local dir or gs://bucket/prefix with corpus.txt and finetune/DAY.txt"
+    )
+    parser.add_argument(
+        "--model-size",
+        default=os.environ.get(MODEL_SIZE_ENV) or "small",
+        choices=["small", "tiny"],
+        help=f"the reference model's size (llm.train_step.SIZES): small, or tiny for smoke runs (default: "
+        f"${MODEL_SIZE_ENV} or small)",
+    )
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pace each step to take this long")
     parser.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")
     parser.add_argument(
@@ -86,6 +95,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--control-poll-seconds", type=float, default=1.0)
     parser.add_argument(
+        "--export",
+        choices=["auto", "yes", "no"],
+        default="auto",
+        help="write the Hugging Face model directory at the final step (auto: for a finetune stage)",
+    )
+    parser.add_argument(
         "--async-saves",
         action="store_true",
         help="periodic saves finish in the background (Orbax's async checkpointing); every other save waits",
@@ -99,7 +114,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to bottom: resume, step, commit, hold, stop
-    x, y = data.load(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
+    tokens = data.load_tokens(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
+    model.use_compilation_cache()
     ckpt = Checkpointer(
         args.bucket,
         args.run_key,
@@ -119,41 +135,38 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         async_saves=args.async_saves,
     )
     with ckpt:
-        restored = ckpt.start()
+        restored = ckpt.start(target=model.abstract_state(args.model_size))
         if restored is not None and restored.step >= args.steps:
-            digest = restored.checkpoint.extra.get("weights_sha256", "")
+            digest = model.digest(restored.state)
             ckpt.log(f"final step {restored.step} already committed; nothing to do")
+            _export(ckpt, args, restored.step, restored.state)
             ckpt.log(f"final digest {digest}")
             ckpt.close("done")
             return 0
         if restored is not None:
-            state = model.TrainState.from_checkpoint(restored.state, restored.meta)
-            start_step = restored.step
+            state, start_step = restored.state, restored.step
         else:
-            rng = np.random.default_rng([args.seed, STAGE_SEED_OFFSET[args.stage]])
+            params = None
             if args.init_from_stage:
-                source = ckpt.restore(stage=args.init_from_stage)
+                source = ckpt.restore(stage=args.init_from_stage, target=model.abstract_state(args.model_size))
                 if source is None:
                     ckpt.log(f"no committed checkpoint in stage {args.init_from_stage} to start from")
                     ckpt.close("failed")
                     return 2
-                params = {k: np.asarray(source.state["params"][k]) for k in model.PARAM_NAMES}
+                params = model.params_only(source.state)
                 ckpt.log(f"initial weights from {args.init_from_stage} step {source.step}")
-            else:
-                params = model.init_params(rng, x.shape[1], CLASSES)
-            state = model.new_state(rng, params, len(y))
-            start_step = 0
+            state, start_step = model.new_state(args.stage, args.seed, params, args.model_size), 0
         ckpt.log(
-            f"training {args.stage} steps {start_step + 1}..{args.steps} on {len(y)} rows"
+            f"training {args.stage} steps {start_step + 1}..{args.steps} on {len(tokens)} tokens"
             + (f" dated {args.data_date}" if args.data_date else "")
         )
         if ckpt.stop_requested:
             ckpt.close("stopped")
             return EXIT_SIGTERM
-        training = _Run(args, state, x, y)
+        training = _Run(args, model.prepare(tokens), state)
         for step in range(start_step + 1, args.steps + 1):
             started = time.monotonic()
-            loss = model.train_step(state, x, y)
+            training.state, loss = model.step(training.state, training.data, args.model_size)
             if args.step_seconds > 0:
                 ckpt.pace(started, args.step_seconds)
             reason = ckpt.step_finished(step, loss=loss)
@@ -166,30 +179,49 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             ckpt.wait_while_held()
             if ckpt.stop_requested:
                 return _stop(ckpt, training, step, loss, held=True)
-        ckpt.log(f"final digest {weights_digest(state.params)}")
+        _export(ckpt, args, args.steps, training.state)
+        ckpt.log(f"final digest {model.digest(training.state)}")
         ckpt.close("done")
     return 0
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Run:
-    """What a commit needs besides its step: the arguments, the training state (updated in place) and the data."""
+    """What a commit needs besides its step: the arguments, the token stream and the training state."""
 
     args: argparse.Namespace
-    state: model.TrainState
-    x: np.ndarray
-    y: np.ndarray
+    data: Any
+    state: Any = field(default=None)
 
 
 def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
-    """Commit ``step``; the final step's checkpoint also carries the weights' digest and training accuracy."""
-    arrays, meta = run.state.to_checkpoint()
+    """Commit ``step`` (the whole state, as Orbax saves a pytree); the final step also carries the weights' digest."""
     extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
     if step >= run.args.steps:
-        extra["weights_sha256"] = weights_digest(run.state.params)
-        extra["train_accuracy"] = model.accuracy(run.state.params, run.x, run.y)
+        extra["weights_sha256"] = model.digest(run.state)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
-    ckpt.commit(step, arrays, meta, metrics=metrics, extra=extra, reason=reason)
+    ckpt.commit(step, run.state, {}, metrics=metrics, extra=extra, reason=reason)
+
+
+def _export(ckpt: Checkpointer, args: argparse.Namespace, step: int, state: Any) -> None:
+    """The final step's Hugging Face directory, once (a retry finds it committed and does nothing)."""
+    if args.export == "no" or (args.export == "auto" and args.stage not in EXPORT_STAGES):
+        return
+    from interlude_workload.gcs import storage_client
+
+    started = time.monotonic()
+    result = hf_export.publish(
+        storage_client(),
+        args.bucket,
+        args.run_key,
+        args.stage,
+        step=step,
+        digest=model.digest(state),
+        params=model.params_only(state),
+        size=args.model_size,
+    )
+    how = f"written and verified in {time.monotonic() - started:.1f}s" if result.written else "already committed"
+    ckpt.log(f"export {result.uri} ({result.files} files) {how}")
 
 
 def _stop(ckpt: Checkpointer, run: _Run, step: int, loss: float, *, held: bool) -> int:

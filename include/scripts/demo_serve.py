@@ -220,52 +220,10 @@ def drill(
     return box["r"], node
 
 
-REFERENCE_STEPS = (150, 100)  # pre-training, then fine-tuning on the demo's day
-
-
-def reference_export(checkpoint_uri: str, cloud: dev.LocalCloud) -> str:
-    """The training demo's trainer does not write a Hugging Face export yet (issue 31: the reference trainer still
-    trains the numpy model; the JAX one is on branch trainer-swap). So that vLLM has a model to load, train the JAX
-    reference model here (the corpus, then the demo's day) and commit its export where the run's would be, in the
-    serving cloud's Cloud Storage, with the same code a fine-tune would use (interlude_workload.hf_export)."""
-    from interlude_workload import hf_export
-    from interlude_workload.llm import corpus, tokenizer, train_step
-
-    bucket, _, prefix = checkpoint_uri.removeprefix("gs://").partition("/")
-    run_key = prefix.split("/")[1]
-    tok = tokenizer.load_tokenizer()
-    state = train_step.init_state(seed=0)
-    data = train_step.prepare_data(tokenizer.encode_text(tok, corpus.load_corpus()))
-    for _ in range(REFERENCE_STEPS[0]):
-        state, _loss = train_step.train_step(state, data)
-    lr = train_step.FINETUNE_LEARNING_RATE
-    state = train_step.init_state(seed=1, params=state["params"], learning_rate=lr)
-    data = train_step.prepare_data(tokenizer.encode_text(tok, corpus.finetune_text(demo.CONF["data_date"])))
-    for _ in range(REFERENCE_STEPS[1]):
-        state, _loss = train_step.train_step(state, data)
-    dev.ensure_bucket(cloud, bucket)
-    digest = train_step.params_digest(state["params"])
-    result = hf_export.publish(
-        dev.gcs_client(cloud),
-        bucket,
-        run_key,
-        "finetune",
-        step=REFERENCE_STEPS[1],
-        digest=digest,
-        params=state["params"],
-    )
-    print(
-        f"the training demo's trainer writes no Hugging Face export yet (issue 31): exported the JAX reference model "
-        f"({REFERENCE_STEPS[0]} steps on the corpus, {REFERENCE_STEPS[1]} on {demo.CONF['data_date']}) to {result.uri}"
-    )
-    return result.uri
-
-
 def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> list[str]:
     """Copy a Hugging Face export's files (the objects directly under `uri`) from the training cloud's Cloud
     Storage (its emulator's data directory, served again for the copy) into the serving cloud's, by name (as
-    `gcloud storage cp` would); their names relative to `uri`, empty when `uri` holds none. What the demo
-    recorded may be a checkpoint (the trainer writes no export yet): it has no `config.json` there."""
+    `gcloud storage cp` would); their names relative to `uri`, empty when `uri` holds no `config.json`."""
     from interlude_localcloud.gcs import GcsEmulator
     from interlude_workload.gcs import storage_client
 
@@ -300,10 +258,9 @@ def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcom
             f"state in {var}"
         )
         copied = copy_export(uri, gcs_dir, cloud)
-        if "config.json" in copied:
-            print(f"copied {len(copied)} objects of {uri} into the serving cloud's Cloud Storage")
-        else:  # a checkpoint, not a Hugging Face model directory: vLLM could not load it
-            uri = reference_export(uri, cloud)
+        if "config.json" not in copied:  # a checkpoint (a record from before exports): vLLM could not load it
+            raise ValueError(f"{uri} holds no Hugging Face model directory (config.json): run `make demo` again")
+        print(f"copied {len(copied)} objects of {uri} into the serving cloud's Cloud Storage")
         answer = export_answer(uri, cloud)
         print(f"the export's own greedy answer to the smoke prompt: {answer!r}")
         env = dev.airflow_env(airflow_home, cloud)

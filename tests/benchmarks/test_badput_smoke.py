@@ -38,6 +38,8 @@ def test_three_rows_uninterrupted_interlude_and_naive() -> None:
         "45,165",
         "--notice",
         "600",  # 1 s at 600x
+        "--model-size",
+        "tiny",
         "--json",
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=ROOT)

@@ -26,6 +26,7 @@ from interlude import naming
 from interlude.training.assets import EXTRA_URI, FINETUNED_CHECKPOINT
 from interlude_dev import warm_cli
 from interlude_dev import wiring as dev
+from interlude_workload import hf_export
 from tests.faults.support import record_task_states, waiting_in_trigger
 
 pytestmark = pytest.mark.e2e
@@ -40,6 +41,7 @@ BASE = {
     "data_date": "2024-01-15",
     "bucket": BUCKET,
     "poll_seconds": 0.5,
+    "model_size": "tiny",  # the reference model cut to one narrow layer: many trainers share 2 cores
 }
 
 
@@ -347,6 +349,11 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
     committed = _store(cloud, run_key, "finetune").latest().checkpoint  # read from GCS, not from Airflow
     assert committed is not None and committed.step == 10
     assert extra[EXTRA_URI] == committed.uri and extra["step"] == committed.step, (extra, committed)
+    store = _store(cloud, run_key, "finetune")
+    marker = hf_export.read_marker(store.client, store.bucket_name, run_key, "finetune")  # the export, whole in GCS
+    assert marker is not None and marker["step"] == 10 and "model.safetensors" in marker["files"], marker
+    export_uri = hf_export.uri(store.bucket_name, run_key, "finetune")
+    assert extra["export_uri"] == export_uri, extra
     assert queued == ["interlude_serving"], queued
 
     # the scheduler starts serving on that event, and serving's resolve takes the checkpoint from it
@@ -354,7 +361,7 @@ def test_queued_resource_provisioning_for_a_profile_that_prefers_it(stack, tmp_p
         _airflow(env, "dags", "pause", dag_id)  # only the Asset's consumer may start
     serving_run = _scheduled_serving_run(env, tmp_path / "scheduler.log")
     _code, resolved = warm_cli.airflow_output(["tasks", "test", "interlude_serving", "resolve", serving_run], env)
-    assert f"Checkpoint from the triggering Asset event: {committed.uri}" in resolved, resolved[-3000:]
+    assert f"Checkpoint from the triggering Asset event: {export_uri}" in resolved, resolved[-3000:]
     assert "invalid serving parameters" not in resolved
 
 

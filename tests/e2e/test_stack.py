@@ -48,6 +48,7 @@ def base_conf(**overrides: Any) -> dict[str, Any]:
         "checkpoint_every": 5,
         "step_seconds": 0.1,
         "poll_seconds": 0.5,
+        "model_size": "tiny",
     }
     conf.update(overrides)
     return conf

@@ -31,6 +31,7 @@ BASE: dict[str, Any] = {
     "data_date": "2024-01-15",
     "bucket": BUCKET,
     "poll_seconds": 0.5,
+    "model_size": "tiny",  # the reference model cut to one narrow layer: many trainers share 2 cores
 }
 Stack = tuple[dev.LocalCloud, dict[str, str]]
 

@@ -24,6 +24,7 @@ BASE = {
     "data_date": "2024-01-15",
     "bucket": BUCKET,
     "poll_seconds": 0.5,
+    "model_size": "tiny",  # the reference model cut to one narrow layer: many trainers share 2 cores
 }
 # Orbax's finalisation marker at a step's root (interlude_workload.orbax_layout), not an item's.
 _COMMITTED = re.compile(r"^interlude/(?P<run>[^/]+)/(?P<stage>[^/]+)/checkpoints/(?P<step>[0-9]+)/commit_success\.txt$")

@@ -36,6 +36,7 @@ CONF: dict[str, Any] = {
     "data_date": "2024-01-15",
     "poll_seconds": 0.5,
     "model_profile": "cuda-kernels-gpu-only",
+    "model_size": "tiny",  # the reference model cut to one narrow layer: many trainers share 2 cores
 }
 
 

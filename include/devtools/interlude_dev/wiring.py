@@ -243,18 +243,19 @@ def machines(cloud: LocalCloud) -> list[dict[str, Any]]:
 
 
 # Reference digests computed in this process, by the inputs that decide them (see _reference_inputs).
-_REFERENCE_DIGESTS: dict[tuple[int, int, int, int, str], str] = {}
+_REFERENCE_DIGESTS: dict[tuple[int, int, int, int, str, str], str] = {}
 
 
-def _reference_inputs(conf: dict[str, Any]) -> tuple[int, int, int, int, str]:
-    """What an uninterrupted run's final weights depend on: steps per stage, checkpoint interval, seed and
-    the fine-tuning day. Not the cloud, the bucket or the pacing (``step_seconds``)."""
+def _reference_inputs(conf: dict[str, Any]) -> tuple[int, int, int, int, str, str]:
+    """What an uninterrupted run's final weights depend on: steps per stage, checkpoint interval, seed, the
+    fine-tuning day and the model's size. Not the cloud, the bucket or the pacing (``step_seconds``)."""
     return (
         int(conf["train_steps"]),
         int(conf["finetune_steps"]),
         int(conf["checkpoint_every"]),
         int(conf.get("seed", 0)),
         str(conf["data_date"]),
+        str(conf.get("model_size", "small")),
     )
 
 
@@ -286,6 +287,8 @@ def _train_reference(cloud: LocalCloud, bucket: str, conf: dict[str, Any], run_k
         str(conf["checkpoint_every"]),
         "--seed",
         str(conf.get("seed", 0)),
+        "--model-size",
+        str(conf.get("model_size", "small")),
     ]
     stages: tuple[tuple[str, int, list[str]], ...] = (
         ("train", conf["train_steps"], []),

@@ -53,6 +53,36 @@ DEFAULT_CONFIG = LlamaConfig()
 DEFAULT_HPARAMS = TrainHParams()
 
 
+@dataclass(frozen=True)
+class ModelSize:
+    """A model and the batch that trains it: the reference workload's ``--model-size`` / ``model_size``."""
+
+    config: LlamaConfig
+    hparams: TrainHParams
+
+
+# "small" is the reference model (about 1.7 M parameters; on one CPU core ~90 ms a step: the demo trains and
+# fine-tunes it in well under a minute). "tiny" is the same architecture cut to one layer and a narrow width
+# (~0.1 M parameters, ~1 ms a step), for smoke runs and test suites that start many trainers at once. Both
+# keep head_dim 128 and the 256-token context the serving manifests ask vLLM for.
+SIZES: dict[str, ModelSize] = {
+    "small": ModelSize(DEFAULT_CONFIG, DEFAULT_HPARAMS),
+    "tiny": ModelSize(
+        LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=1),
+        TrainHParams(batch_size=4, seq_len=32),
+    ),
+}
+DEFAULT_SIZE = "small"
+
+
+def size(name: str) -> ModelSize:
+    """The named size; ValueError naming the choices for any other name."""
+    try:
+        return SIZES[name]
+    except KeyError:
+        raise ValueError(f"unknown model size {name!r}: one of {sorted(SIZES)}") from None
+
+
 def optimizer(hparams: TrainHParams, learning_rate: float) -> optax.GradientTransformation:
     """Clip, then AdamW whose learning rate lives in the optimizer state (so it is checkpointed, not compiled)."""
     adamw = optax.inject_hyperparams(optax.adamw)(

@@ -213,6 +213,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             data_date=spec.data_date if self.init_from_stage else None,
             fresh_token=spec.fresh_token,
             hold_at_step=hold_at_step,
+            model_size=spec.model_size,
             **self._hold_margins(),
         )
 

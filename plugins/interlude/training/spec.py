@@ -31,6 +31,8 @@ PROFILES = ("reference-portable", "maxtext-tpu-only", "cuda-kernels-gpu-only")
 STRATEGIES = ("tpu_first", "gpu_first")
 FRAMEWORKS = ("jax", "pytorch-xla", "tensorflow", "vllm-tpu", "pytorch")
 RESUME_POLICIES = ("auto", "fresh")
+# The reference trainer's model sizes (interlude_workload.llm.train_step.SIZES; a test keeps the two equal).
+MODEL_SIZES = ("small", "tiny")
 
 # Google's shapes (https://cloud.google.com/compute/docs/regions-zones, .../naming-resources,
 # https://cloud.google.com/storage/docs/buckets#naming, https://cloud.google.com/iam/docs/service-account-overview).
@@ -106,6 +108,12 @@ class RunSpec:
     seed: int = _param(0, {"type": "integer", "minimum": 0, "maximum": 2**32 - 1}, "Seed: same seed, same weights.")
     step_seconds: float = _param(
         0.1, {"type": "number", "minimum": 0, "maximum": 60}, "Pacing of the reference trainer (seconds per step)."
+    )
+    model_size: str = _param(
+        MODEL_SIZES[0],
+        {"type": "string", "enum": list(MODEL_SIZES)},
+        "The reference model's size: small (the demo's Llama, ~1.7 M parameters) or tiny (one narrow layer, "
+        "for smoke runs).",
     )
     data_date: str | None = _optional("Fine-tuning data slice (YYYY-MM-DD); empty = the run's data interval start.")
     spot: bool = _param(

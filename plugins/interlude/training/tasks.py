@@ -44,7 +44,7 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
     if spec.data_date is None:
         spec = spec.replace(data_date=interval_date)
     try:
-        data.load(data.default_data_dir(), "finetune", spec.data_date)
+        data.load_text(data.default_data_dir(), "finetune", spec.data_date)
     except ValueError as exc:
         raise RunSpecError(
             [

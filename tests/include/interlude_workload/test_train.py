@@ -6,6 +6,7 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,8 +34,8 @@ def _kill_and_resume(
         mark = log.stat().st_size if log.exists() else 0
         proc = start_trainer(cmd, log)
         try:
-            # After this boot's first commit: the kill then lands mid-training with a resume point behind it (an
-            # Orbax save on a loaded machine can outlast the 0-0.6 s drawn below).
+            # After this boot's first commit (the first step compiles first): a kill then lands mid-training with
+            # a resume point behind it.
             if wait_for_text(log, "committed in", proc, start_at=mark) and proc.poll() is None:
                 time.sleep(rng.uniform(0.0, 0.6))
                 proc.send_signal(sig)
@@ -182,41 +183,46 @@ def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None
             )
         )
         assert ft.returncode == 0, ft.stdout + ft.stderr
-        assert "latest of stage train: step 20" in ft.stdout and f"16 rows dated {day}" in ft.stdout
+        assert "latest of stage train: step 20" in ft.stdout and f"tokens dated {day}" in ft.stdout
         digests.append(digest_of(ft.stdout))
+        assert f"export gs://{bucket}/interlude/ft/finetune/export (6 files) written and verified" in ft.stdout
     assert digests[0] != digests[1]
 
 
 def test_a_day_missing_from_a_real_dataset_is_a_usage_error(bucket: str, tmp_path) -> None:
-    """Only the shipped sample generates missing days; a user's own data never gets made-up rows."""
-    import shutil
+    """Only the shipped sample generates days; a user's own data never gets made-up text."""
+    from interlude_workload.llm import corpus
 
-    from interlude_workload import data
-
-    shutil.copy(data.SAMPLE_DIR / "train.csv", tmp_path / "train.csv")
-    shutil.copy(data.SAMPLE_DIR / "finetune.csv", tmp_path / "finetune.csv")
+    (tmp_path / "corpus.txt").write_text(corpus.load_corpus())
+    (tmp_path / "finetune").mkdir()
+    (tmp_path / "finetune" / "2024-01-05.txt").write_text(corpus.finetune_text("2024-01-05"))
     assert run_trainer(trainer_cmd(bucket, "real", "--data-dir", str(tmp_path), steps=10, every=5)).returncode == 0
-    bad = run_trainer(
-        trainer_cmd(
-            bucket,
-            "real",
-            "--data-dir",
-            str(tmp_path),
-            "--init-from-stage",
-            "train",
-            "--data-date",
-            "1999-01-01",
-            stage="finetune",
-            steps=5,
+
+    def finetune(day: str, *extra: str) -> Any:
+        return run_trainer(
+            trainer_cmd(
+                bucket,
+                "real",
+                *extra,
+                "--init-from-stage",
+                "train",
+                "--data-date",
+                day,
+                "--fresh",
+                day,
+                "--export",
+                "no",
+                stage="finetune",
+                steps=5,
+            )
         )
-    )
-    assert bad.returncode == 2 and "no rows dated 1999-01-01" in bad.stderr
-    made_up = run_trainer(
-        trainer_cmd(
-            bucket, "real", "--init-from-stage", "train", "--data-date", "1999-01-01", stage="finetune", steps=5
-        )
-    )
-    assert made_up.returncode == 0 and "16 rows dated 1999-01-01" in made_up.stdout, made_up.stdout + made_up.stderr
+
+    ok = finetune("2024-01-05", "--data-dir", str(tmp_path))
+    assert ok.returncode == 0 and "tokens dated 2024-01-05" in ok.stdout, ok.stdout + ok.stderr
+    bad = finetune("1999-01-01", "--data-dir", str(tmp_path))
+    assert bad.returncode == 2 and "no finetune/1999-01-01.txt" in bad.stderr, bad.stdout + bad.stderr
+    made_up = finetune("1999-01-01")
+    assert made_up.returncode == 0 and "tokens dated 1999-01-01" in made_up.stdout, made_up.stdout + made_up.stderr
 
 
 def test_async_periodic_saves_resume_bit_identically(bucket: str) -> None:

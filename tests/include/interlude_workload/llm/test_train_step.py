@@ -121,3 +121,25 @@ def test_an_orbax_restore_resumes_on_the_same_compiled_step(corpus_data: Any, tm
     assert train_step.train_step._cache_size() == compiled  # no second compile (nor cache entry) for resumes
     assert float(loss) == float(straight_loss)
     assert train_step.params_digest(after_restore) == train_step.params_digest(straight)
+
+
+def test_the_tiny_size_learns_and_exports_a_model_its_own_config_describes(corpus_data: Any, tmp_path: Path) -> None:
+    """The size the test suites train: the same architecture, narrower; its loss falls and its export verifies
+    (numpy forward of the written files against the JAX model) and names the tiny shapes, not the default's."""
+    import json
+
+    from interlude_workload.llm import export, tokenizer
+    from interlude_workload.llm.config import LlamaConfig
+
+    tiny = train_step.SIZES["tiny"]
+    state = train_step.init_state(tiny.config, 0, hparams=tiny.hparams)
+    losses = []
+    for _ in range(60):
+        state, loss = train_step.train_step(state, corpus_data, tiny.config, tiny.hparams)
+        losses.append(float(loss))
+    assert np.mean(losses[-10:]) < np.mean(losses[:10]) - 0.5, losses
+    export.export_hf(state["params"], tiny.config, tokenizer.SHIPPED_DIR, tmp_path)
+    written = LlamaConfig.from_hf_config(json.loads((tmp_path / "config.json").read_text()))
+    assert written == tiny.config != train_step.DEFAULT_CONFIG
+    with pytest.raises(ValueError, match="unknown model size 'huge'"):
+        train_step.size("huge")
