@@ -210,6 +210,7 @@ class Checkpointer(ProgressReporting, Holding):
             stage_started_at=float(started_at) if started_at else time.time(),
             total_steps=self.total_steps,
             state="starting",
+            stepping_at_epoch=round(time.time(), 3),  # the loop steps from here (the report's "resumed_at")
         )
         if self.control_requests:
             self._spawn(self._control_loop, "interlude-control")

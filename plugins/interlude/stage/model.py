@@ -75,6 +75,7 @@ class Observation:
     api_error: str | None = None  # why the machine is UNKNOWN
     commit_seconds: float | None = None  # what getting a checkpoint committed costs (a step + a commit)
     progress_at: float | None = None  # when the workload wrote the progress seen (its own clock)
+    stepping_at: float | None = None  # when the current boot's workload began stepping (its own clock)
     mean_step_seconds: float | None = None  # its mean step time on this boot, by its own clock
 
 

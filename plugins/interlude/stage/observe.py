@@ -226,6 +226,7 @@ def observation(
         startup_boot=failure.boot if failure else None,
         commit_seconds=_checkpoint_cost(progress),
         progress_at=_epoch(progress.get("updated_at_epoch")),
+        stepping_at=_epoch(progress.get("stepping_at_epoch")),
         mean_step_seconds=_epoch(progress.get("mean_step_seconds")),
     )
 

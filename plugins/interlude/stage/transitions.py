@@ -93,11 +93,14 @@ def close(state: StageState, obs: Observation) -> Transition:
 
 
 def stepping_since(obs: Observation, resumed_from: int) -> float | None:
-    """When the new boot started stepping, by the workload's clock: the time of its progress less the steps since
-    its resume at its mean step time (the SDK measures that mean from this boot's first step). Later than the truth
-    by at most one step, plus whatever the workload reported after that step (a commit's write)."""
+    """When the new boot started stepping, by the workload's clock, once it has stepped: the SDK's own stamp (the
+    moment its ``start`` handed the restored state to the loop). A workload that does not stamp it: the time of
+    its progress less the steps since its resume at its mean step time, later than the truth by its first step's
+    extra cost (a JIT compile: ~0.5 s measured) plus whatever it reported after that step."""
     if obs.progress_at is None or obs.progress_step <= resumed_from:
         return None
+    if obs.stepping_at is not None:
+        return obs.stepping_at
     return obs.progress_at - (obs.mean_step_seconds or 0.0) * (obs.progress_step - resumed_from + 1)
 
 

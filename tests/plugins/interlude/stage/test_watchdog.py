@@ -374,3 +374,29 @@ def test_a_reboot_is_recorded_at_the_workloads_times_not_the_polls() -> None:
     (event,) = events
     assert (event["down_at"], event["up_at"], event["resumed_at"]) == (6.0, 7.0, pytest.approx(7.5))
     assert event["downtime_s"] == 1.0 and event["seen"]["resumed_at"] == 9
+
+
+def test_a_reboot_that_stamped_when_it_began_stepping_is_recorded_at_that_stamp() -> None:
+    """The SDK stamps when its start() handed the restored state to the loop (stepping_at_epoch): that time wins
+    over the estimate from the mean step, which a first step's JIT compile makes late (0.46 s in a CI run)."""
+    _, _, events = walk(
+        drilling(),
+        [
+            obs(0, step=10, committed=10, state="holding"),
+            obs(1, step=10, committed=10, state="holding", notice=PENDING),
+            obs(
+                9,
+                step=14,
+                committed=10,
+                boot="b2",
+                resumed=10,
+                boot_started_at=7.0,
+                previous_boot_ended_at=6.0,
+                progress_at=8.5,
+                mean_step_seconds=0.1,  # the estimate would say 8.5 - 0.1 x 5 = 8.0
+                stepping_at=7.4,
+            ),
+        ],
+    )
+    (event,) = events
+    assert event["resumed_at"] == pytest.approx(7.4) and event["up_at"] == 7.0
