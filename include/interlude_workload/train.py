@@ -179,8 +179,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             ckpt.wait_while_held()
             if ckpt.stop_requested:
                 return _stop(ckpt, training, step, loss, held=True)
-        _export(ckpt, args, args.steps, training.state)
-        ckpt.log(f"final digest {model.digest(training.state)}")
+        ckpt.log(f"final digest {model.digest(training.state)}")  # the export came with the final commit
         ckpt.close("done")
     return 0
 
@@ -195,9 +194,14 @@ class _Run:
 
 
 def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
-    """Commit ``step`` (the whole state, as Orbax saves a pytree); the final step also carries the weights' digest."""
+    """Commit ``step`` (the whole state, as Orbax saves a pytree); the final step also carries the weights' digest.
+
+    The final step's export is written first: the control plane takes "final step committed" as the stage done and
+    names the export in the run's Asset event at once, so it must be in GCS by then (a stage that finished in the
+    second between the commit and a later export sent serving an event without it)."""
     extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
     if step >= run.args.steps:
+        _export(ckpt, run.args, step, run.state)
         extra["weights_sha256"] = model.digest(run.state)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
     ckpt.commit(step, run.state, {}, metrics=metrics, extra=extra, reason=reason)

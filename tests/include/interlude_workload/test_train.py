@@ -186,6 +186,8 @@ def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None
         assert "latest of stage train: step 20" in ft.stdout and f"tokens dated {day}" in ft.stdout
         digests.append(digest_of(ft.stdout))
         assert f"export gs://{bucket}/interlude/ft/finetune/export (6 files) written and verified" in ft.stdout
+        # ... before the final step is committed: the control plane takes that commit as the stage done
+        assert ft.stdout.index("export gs://") < ft.stdout.index("checkpoint step 10 committed"), ft.stdout
     assert digests[0] != digests[1]
 
 
