@@ -20,6 +20,7 @@ from interlude.stage.machine import next_step
 from interlude.stage.model import Drill, Limits, Machine, Observation, Phase, StageState
 from interlude.triggers.stage import transition_event
 from interlude_localcloud.testing import RunningLocalCloud
+from interlude_workload import hf_export
 from tests.plugins.interlude.operators.support import (
     ZONE,
     TrainingRun,
@@ -93,11 +94,12 @@ def test_the_stages_run_to_their_final_checkpoints_from_the_worker_and_from_the_
     }
     assert finetuned.result["final_step"] == 4 and _committed(training_bucket, finetuned.result["final_uri"])
     extra = ctx["outlet_events"][FINETUNED_CHECKPOINT].extra
-    assert extra == {
+    assert extra == {  # the export is in GCS before the final step's commit, so the event always names it
         EXTRA_URI: finetuned.result["final_uri"],
         "step": 4,
         "run_key": run.spec.run_key,
         "stage": "finetune",
+        "export_uri": hf_export.uri(training_bucket, run.spec.run_key, "finetune"),
     }
 
 
