@@ -117,13 +117,16 @@ def test_stall_detected_when_no_new_commit_appears(store: CheckpointStore) -> No
 
 def test_new_commits_keep_a_slow_run_from_counting_as_stalled(store: CheckpointStore) -> None:
     async def scenario() -> list[dict[str, Any]]:
-        task = asyncio.ensure_future(_events(_trigger(store, 10, stall_timeout=3.0)))
-        for step in range(1, 11):
+        task = asyncio.ensure_future(_events(_trigger(store, STEPS, stall_timeout=STALL), timeout=300.0))
+        for step in range(1, STEPS + 1):
             await asyncio.sleep(0.5)
             await asyncio.to_thread(store.write, step, {"w": np.full(1, step)})
         return await task
 
-    # 5 s in total, but never 3 s without a new commit: a commit every ~0.5 s leaves 2.5 s for a write to the
-    # emulator on a loaded machine (a 1.2 s timeout left 0.7 s, and it failed once under a load of ~10)
+    # At least 12 s in total (the sleeps alone), longer than the 10 s stall timeout, but never 10 s without a new
+    # commit: each gap is 0.5 s plus one Orbax write to the emulator. Under the full suite such a write has taken
+    # over 2.5 s (a 3 s timeout with 0.5 s gaps failed once there; a 1.2 s timeout before that), so the timeout
+    # leaves a write 9.5 s, and the run is long enough that only new commits can keep it from stalling.
+    STEPS, STALL = 24, 10.0
     events = asyncio.run(scenario())
-    assert [(e["status"], e["step"]) for e in events] == [("success", 10)]
+    assert [(e["status"], e["step"]) for e in events] == [("success", STEPS)]
