@@ -59,7 +59,7 @@ def read_marker(client: Any, bucket: str, run_key: str, stage: str) -> dict[str,
 
 
 def publish(
-    client: Any, bucket: str, run_key: str, stage: str, *, step: int, digest: str, params: Any, size: str = "small"
+    client: Any, bucket: str, run_key: str, stage: str, *, step: int, digest: str, params: Any, size: str | None = None
 ) -> ExportResult:
     """Export ``params`` (the final step's weights), verify, upload, then write the marker. Raises
     ``llm.export.ExportError`` when the export does not reproduce the JAX model (nothing is uploaded then)."""
@@ -70,12 +70,13 @@ def publish(
             return ExportResult(where, written=False, files=len(existing["files"]))
         raise ExportConflict(f"{where} holds an export of step {existing.get('step')}, not of step {step} ({digest})")
     from interlude_workload.llm import export, tokenizer
+    from interlude_workload.llm.train_step import DEFAULT_SIZE
     from interlude_workload.llm.train_step import size as model_size
 
     prefix = layout.export_prefix(run_key, stage)
     files: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="interlude-export-") as tmp:
-        export.export_hf(params, model_size(size).config, tokenizer.SHIPPED_DIR, tmp)
+        export.export_hf(params, model_size(size or DEFAULT_SIZE).config, tokenizer.SHIPPED_DIR, tmp)
         for path in sorted(Path(tmp).iterdir()):
             blob = client.bucket(bucket).blob(prefix + path.name)
             blob.upload_from_filename(str(path))

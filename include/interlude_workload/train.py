@@ -30,6 +30,7 @@ from typing import Any  # noqa: E402
 
 from interlude_workload import data, hf_export, model  # noqa: E402
 from interlude_workload.gcs import skip_bucket_metadata_lookups  # noqa: E402
+from interlude_workload.llm.train_step import DEFAULT_SIZE, SIZES  # noqa: E402
 from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer  # noqa: E402
 
 EXPORT_STAGES = ("finetune",)
@@ -51,10 +52,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--model-size",
-        default=os.environ.get(MODEL_SIZE_ENV) or "small",
-        choices=["small", "tiny"],
+        default=os.environ.get(MODEL_SIZE_ENV) or DEFAULT_SIZE,
+        choices=sorted(SIZES),
         help=f"the reference model's size (llm.train_step.SIZES): small, or tiny for smoke runs (default: "
-        f"${MODEL_SIZE_ENV} or small)",
+        f"${MODEL_SIZE_ENV} or {DEFAULT_SIZE})",
     )
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pace each step to take this long")
     parser.add_argument("--keep", type=int, default=3, help="committed checkpoints to keep")

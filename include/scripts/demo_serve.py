@@ -236,12 +236,13 @@ def copy_export(uri: str, gcs_dir: Path, cloud: dev.LocalCloud) -> list[str]:
         client = storage_client(project=cloud.project, emulator=source.endpoint)
         top = prefix.rstrip("/") + "/"
         names = [b.name for b in client.list_blobs(bucket, prefix=top, delimiter="/")]
-        if any(name == top + "config.json" for name in names):
-            for name in names:  # by name: a listed blob's mediaLink names the port of the emulator that wrote it
-                target.blob(name).upload_from_string(client.bucket(bucket).blob(name).download_as_bytes())
+        if top + "config.json" not in names:
+            return []
+        for name in names:  # by name: a listed blob's mediaLink names the port of the emulator that wrote it
+            target.blob(name).upload_from_string(client.bucket(bucket).blob(name).download_as_bytes())
     finally:
         source.stop()
-    return [name.removeprefix(top) for name in names] if top + "config.json" in names else []
+    return [name.removeprefix(top) for name in names]
 
 
 def serve(uri: str, gcs_dir: Path, var: Path, airflow_home: Path) -> ServeOutcome:

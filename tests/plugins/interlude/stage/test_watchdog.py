@@ -350,9 +350,21 @@ def test_bookkeeping_alone_never_wakes_the_operator() -> None:
     assert not Transition(after).differs_from(before)
 
 
-def test_a_reboot_is_recorded_at_the_workloads_times_not_the_polls() -> None:
-    """Issue 32.5: the new boot started at 7.5, resumed from 10 and reported step 14 at 8.5 (mean step 0.2 s): it
-    stepped again at 8.5 - 0.2 x 5 = 7.5 by its own clock; the poll that saw it was at 9."""
+@pytest.mark.parametrize(
+    ("mean_step", "stamp", "resumed_at"),
+    [
+        # no stamp (a workload without the SDK's): 8.5 - 0.2 x 5 = 7.5, from its progress and its mean step
+        (0.2, None, 7.5),
+        # the SDK stamps when start() handed the restored state to the loop (stepping_at_epoch): that time wins
+        # over the estimate (8.5 - 0.1 x 5 = 8.0), which a first step's JIT compile makes late (0.46 s in a CI run)
+        (0.1, 7.4, 7.4),
+    ],
+)
+def test_a_reboot_is_recorded_at_the_workloads_times_not_the_polls(
+    mean_step: float, stamp: float | None, resumed_at: float
+) -> None:
+    """Issue 32.5: the new boot started at 7.0, resumed from 10 and reported step 14 at 8.5: it stepped again at
+    ``resumed_at`` by its own clock; the poll that saw it was at 9."""
     _, _, events = walk(
         drilling(),
         [
@@ -367,36 +379,11 @@ def test_a_reboot_is_recorded_at_the_workloads_times_not_the_polls() -> None:
                 boot_started_at=7.0,
                 previous_boot_ended_at=6.0,
                 progress_at=8.5,
-                mean_step_seconds=0.2,
+                mean_step_seconds=mean_step,
+                stepping_at=stamp,
             ),
         ],
     )
     (event,) = events
-    assert (event["down_at"], event["up_at"], event["resumed_at"]) == (6.0, 7.0, pytest.approx(7.5))
+    assert (event["down_at"], event["up_at"], event["resumed_at"]) == (6.0, 7.0, pytest.approx(resumed_at))
     assert event["downtime_s"] == 1.0 and event["seen"]["resumed_at"] == 9
-
-
-def test_a_reboot_that_stamped_when_it_began_stepping_is_recorded_at_that_stamp() -> None:
-    """The SDK stamps when its start() handed the restored state to the loop (stepping_at_epoch): that time wins
-    over the estimate from the mean step, which a first step's JIT compile makes late (0.46 s in a CI run)."""
-    _, _, events = walk(
-        drilling(),
-        [
-            obs(0, step=10, committed=10, state="holding"),
-            obs(1, step=10, committed=10, state="holding", notice=PENDING),
-            obs(
-                9,
-                step=14,
-                committed=10,
-                boot="b2",
-                resumed=10,
-                boot_started_at=7.0,
-                previous_boot_ended_at=6.0,
-                progress_at=8.5,
-                mean_step_seconds=0.1,  # the estimate would say 8.5 - 0.1 x 5 = 8.0
-                stepping_at=7.4,
-            ),
-        ],
-    )
-    (event,) = events
-    assert event["resumed_at"] == pytest.approx(7.4) and event["up_at"] == 7.0
