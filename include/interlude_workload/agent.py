@@ -9,6 +9,8 @@ trainer, which commits its current step, and the agent then stops instead of sta
 Each stage's trainer is started warm: the agent imports the trainer's modules once and forks, and the child
 runs the trainer's ``main`` (see warm.py: ~1 s less before a machine trains again after a maintenance);
 ``--cold-start`` (or any other thread in the agent) starts ``python -m interlude_workload.train`` instead.
+A plan with a ``command`` runs the user's own job instead of the trainer (see job.py: a job that checkpoints
+with plain Orbax, watched and stopped for checkpoints by the agent).
 
 It never dies silently: an error (GCS unreachable while listing plans, a trainer that cannot start)
 is printed to the serial console, written to the run's ``agent.json`` heartbeat when GCS answers,
@@ -29,7 +31,7 @@ import subprocess
 import sys
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlude_workload import lean
 
@@ -39,6 +41,9 @@ if __name__ == "__main__":  # the machine's agent: before google-cloud-storage i
 from interlude_workload import layout, warm
 from interlude_workload.gcs import skip_bucket_metadata_lookups
 from interlude_workload.plan import StagePlan, read_plans
+
+if TYPE_CHECKING:
+    from interlude_workload.job import UserJob
 
 USAGE_ERROR = 2  # the trainer's exit code for bad arguments or missing data: deterministic
 MAX_FAILURES = 3
@@ -59,7 +64,7 @@ class Agent:
         self.bucket, self.run_key, self.idle_poll = bucket, run_key, idle_poll
         self.fresh_token = fresh_token
         self.warm_start = warm_start
-        self.child: subprocess.Popen[bytes] | warm.ForkedTrainer | None = None
+        self.child: subprocess.Popen[bytes] | warm.ForkedTrainer | UserJob | None = None
         self.stopping = False
         self.done: set[tuple[str, str | None]] = set()
         self.failures: dict[str, int] = {}
@@ -111,9 +116,14 @@ class Agent:
         return subprocess.Popen([sys.executable, "-m", "interlude_workload.train", *args])
 
     def _run_stage(self, plan: StagePlan) -> None:
-        args = plan.trainer_args(self.bucket, self.run_key)
         print(f"agent: starting stage {plan.stage}", flush=True)
-        self.child = self._start_trainer(args)
+        if plan.command:  # the user's own job (plain Orbax): interlude_workload.job stands in for the SDK
+            from interlude_workload.job import UserJob
+
+            self.child = None
+            self.child = UserJob(plan, self.bucket, self.run_key)
+        else:
+            self.child = self._start_trainer(plan.trainer_args(self.bucket, self.run_key))
         if self.stopping:  # SIGTERM came while it started: the handler may have had no child to forward it to
             self.child.send_signal(signal.SIGTERM)
         self.heartbeat(state="running", stage=plan.stage)  # after the start: the restore need not wait for it

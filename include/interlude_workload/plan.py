@@ -42,6 +42,7 @@ class StagePlan:
     hold_margin_seconds: float | None = None  # checkpoint and hold this long before a maintenance window
     hold_margin_commits: float | None = None  # ... or this many measured checkpoint costs, if longer
     model_size: str | None = None  # the reference model's size (llm.train_step.SIZES); None: the trainer's default
+    command: list[str] | None = None  # the user's own job (job_command placeholders); None: the reference trainer
 
     def __post_init__(self) -> None:
         if not _STAGE.match(self.stage):

@@ -30,9 +30,9 @@ heavy = json.loads(sys.argv[1])
 results = {}
 for path in sys.argv[2:]:
     before = set(sys.modules)
-    t = time.perf_counter()
+    t = time.process_time()  # CPU, not wall time: a busy machine must not fail the test
     bag = DagBag(path)
-    elapsed = time.perf_counter() - t
+    elapsed = time.process_time() - t
     results[path] = {
         "seconds": elapsed,
         "errors": {k: str(v) for k, v in bag.import_errors.items()},
@@ -72,11 +72,11 @@ def test_there_are_dags() -> None:
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
 def test_dag_file_imports_fast_and_light(parsed: dict[str, dict], path: Path) -> None:
     result = parsed[str(path)]
-    print(f"{path.name}: parsed in {result['seconds'] * 1000:.0f} ms; dags {list(result['dags'])}")
+    print(f"{path.name}: parsed in {result['seconds'] * 1000:.0f} ms of CPU; dags {list(result['dags'])}")
     assert result["errors"] == {}
     assert result["dags"], f"{path.name} defines no DAG"
     for dag_id, info in result["dags"].items():
         assert info["doc_md"], f"{dag_id} needs a doc_md that explains it"
         assert info["tags"], f"{dag_id} needs tags"
     assert result["heavy"] == [], f"parsing imported cloud clients or heavy modules: {result['heavy']}"
-    assert result["seconds"] < 5.0
+    assert result["seconds"] < 5.0, "parsing took 5 CPU-seconds or more (Airflow's parse budget is 30 s of wall time)"

@@ -214,6 +214,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
             fresh_token=spec.fresh_token,
             hold_at_step=hold_at_step,
             model_size=spec.model_size,
+            command=list(spec.workload_command) or None,
             **self._hold_margins(),
         )
 

@@ -115,6 +115,14 @@ class RunSpec:
         "The reference model's size: small (the demo's Llama, ~1.7 M parameters) or tiny (one narrow layer, "
         "for smoke runs).",
     )
+    workload_command: tuple[str, ...] = _param(
+        (),
+        {"type": "array", "items": {"type": "string"}, "maxItems": 64},
+        "Your own job instead of the reference trainer: an argv list (run without a shell) of a program that "
+        "checkpoints with Orbax into {checkpoint_dir} (starting from {init_from_dir} if set), trains to {steps} and "
+        "saves and exits on SIGTERM; also {checkpoint_every}, {seed}, {stage}, {run_key}, {bucket}, {data_date}, "
+        "and the same as INTERLUDE_JOB_* variables. Empty = the reference trainer.",
+    )
     data_date: str | None = _optional("Fine-tuning data slice (YYYY-MM-DD); empty = the run's data interval start.")
     spot: bool = _param(
         False, {"type": "boolean"}, "Use Spot capacity: cheaper, preempted without notice (resumes from checkpoints)."
@@ -245,6 +253,7 @@ class RunSpec:
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["zones"] = list(self.zones)
+        out["workload_command"] = list(self.workload_command)
         return out
 
     @classmethod
@@ -253,8 +262,9 @@ class RunSpec:
             return data
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
-        if "zones" in values:
-            values["zones"] = tuple(values["zones"])
+        for name in ("zones", "workload_command"):
+            if name in values:
+                values[name] = tuple(values[name])
         return cls(**values)
 
     def to_json(self) -> str:
@@ -358,4 +368,7 @@ def _date_problems(spec: RunSpec) -> list[str]:
 
 
 def _problems(spec: RunSpec) -> list[str]:
-    return _range_problems(spec) + _shape_problems(spec) + _date_problems(spec)
+    from interlude_workload.job_command import problems as command_problems
+
+    command: list[str] = command_problems(spec.workload_command)
+    return _range_problems(spec) + _shape_problems(spec) + _date_problems(spec) + command

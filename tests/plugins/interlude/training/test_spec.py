@@ -91,6 +91,8 @@ def test_json_round_trip_is_exact() -> None:
     again = RunSpec.from_json(spec.to_json())
     assert again == spec
     assert json.loads(spec.to_json())["zones"] == ["europe-west4-a"]
+    job = spec.replace(workload_command=("python", "job.py", "--dir={checkpoint_dir}"))
+    assert RunSpec.from_json(job.to_json()) == job
 
 
 def test_empty_strings_mean_not_set() -> None:
@@ -144,6 +146,15 @@ def test_empty_strings_mean_not_set() -> None:
         ({"checkpoint_margin_commits": 0.5}, "checkpoint_margin_commits"),
         ({"checkpoint_margin_min_seconds": 1e9}, "checkpoint_margin_min_seconds"),
         ({"start_early_within_seconds": True}, "start_early_within_seconds"),
+        ({"workload_command": "python train.py"}, "workload_command"),
+        ({"workload_command": ["python", "{checkpoint_dri}"]}, "workload_command[1]: unknown placeholder"),
+        ({"workload_command": ["python", "{steps:>9}"]}, "workload_command[1]"),
+        ({"workload_command": ["python", "{0}"]}, "workload_command[1]"),
+        ({"workload_command": ["python", "{"]}, "workload_command[1]"),
+        ({"workload_command": ["", "x"]}, "workload_command: the first argument"),
+        ({"workload_command": ["python", "a\nb"]}, "workload_command"),
+        ({"workload_command": ["python", 3]}, "workload_command"),
+        ({"workload_command": ["x"] * 65}, "workload_command: at most 64"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
