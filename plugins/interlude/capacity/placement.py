@@ -40,7 +40,9 @@ def provisioning_mode(
     """How ``candidate`` could be provisioned in ``entry``'s zone: (mode, reservation name, why).
 
     Order: a reservation with room (already paid for), else on-demand when quota is ok or unknown
-    (a queued resource instead, for TPUs, when the profile prefers them), else spot when the profile
+    (a queued resource instead, for TPUs, when the profile prefers them or the slice spans several hosts:
+    Google's recommended way to get multi-host slices, https://cloud.google.com/tpu/docs/queued-resources,
+    which grants every host at once or none), else spot when the profile
     allows it and spot quota is not known to be exhausted. ``mode`` is None when nothing fits.
     """
     count = candidate.count
@@ -60,11 +62,8 @@ def provisioning_mode(
         name = entry.reservations[0].name if entry.reservations else None
         return ProvisioningMode.RESERVATION, name, f"{entry.reserved} reserved free"
     if entry.quota_allows(count):
-        mode = (
-            ProvisioningMode.QUEUED
-            if candidate.kind == AcceleratorKind.TPU and profile.prefer_queued
-            else ProvisioningMode.ON_DEMAND
-        )
+        queued = candidate.kind == AcceleratorKind.TPU and (profile.prefer_queued or _multi_host(candidate))
+        mode = ProvisioningMode.QUEUED if queued else ProvisioningMode.ON_DEMAND
         return mode, None, _quota_text(entry, count)
     why = _quota_text(entry, count)
     if not profile.allow_spot:
@@ -72,6 +71,16 @@ def provisioning_mode(
     if entry.spot_quota_allows(count):
         return ProvisioningMode.SPOT, None, why + f"; spot quota {entry.spot_quota.value}"
     return None, None, why + "; spot quota exhausted too"
+
+
+def _multi_host(candidate: Candidate) -> bool:
+    """A TPU slice of more than one host (v6e-16 = 4 hosts of 4 chips), per the runtime table's host sizes."""
+    from interlude.runtimes.tpu import UnknownAcceleratorError, parse_tpu_type
+
+    try:
+        return parse_tpu_type(candidate.accelerator_type).multi_host
+    except UnknownAcceleratorError:
+        return False
 
 
 def find_placement(

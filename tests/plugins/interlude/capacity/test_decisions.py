@@ -402,6 +402,28 @@ def test_tpu_queued_when_preferred_and_tpu_reservation() -> None:
     assert (d.mode, d.reservation) == (ProvisioningMode.RESERVATION, None)
 
 
+@pytest.mark.parametrize(
+    ("tpu_type", "mode"),
+    [
+        ("v6e-8", ProvisioningMode.ON_DEMAND),  # one host of 8 chips
+        ("v6e-16", ProvisioningMode.QUEUED),  # 4 hosts of 4 chips
+        ("v5litepod-16", ProvisioningMode.QUEUED),
+        ("v5p-8", ProvisioningMode.ON_DEMAND),
+        ("v5p-16", ProvisioningMode.QUEUED),
+        ("v4-8", ProvisioningMode.ON_DEMAND),
+        ("v4-16", ProvisioningMode.QUEUED),
+    ],
+)
+def test_a_multi_host_slice_is_asked_for_as_a_queued_resource_even_unpreferred(
+    tpu_type: str, mode: ProvisioningMode
+) -> None:
+    profile = replace(
+        profile_for(True, False, False, False, "no_wait"), tpu_candidates=(Candidate(tpu_type),), prefer_queued=False
+    )
+    report = CapacityReport(entries=(CapacityEntry(ZONE_T, tpu_type, AcceleratorKind.TPU, True),))
+    assert decide(report, profile, Strategy.TPU_FIRST, NOW).mode == mode
+
+
 def test_candidate_order_beats_zone_order() -> None:
     profile = replace(
         profile_for(True, False, False, False, "no_wait"),
