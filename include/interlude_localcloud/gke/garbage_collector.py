@@ -69,47 +69,58 @@ def _drop_finalizer(store: Store, rt: ResourceType, obj: Obj, finalizer: str) ->
     _update(store, rt, obj, change)
 
 
+Dependents = dict[str, list[tuple[ResourceType, Obj]]]  # owner uid -> its dependents
+
+
+def _finalize_orphan(store: Store, rt: ResourceType, owner: Obj, deps: Dependents) -> None:
+    uid = meta(owner)["uid"]
+    for drt, d in deps.get(uid, []):
+        _drop_owners(store, drt, d, {uid})
+    _drop_finalizer(store, rt, owner, ORPHAN)
+
+
+def _finalize_foreground(store: Store, rt: ResourceType, owner: Obj, deps: Dependents) -> None:
+    uid = meta(owner)["uid"]
+    blocking = False
+    for drt, d in deps.get(uid, []):
+        gone = False  # a dependent already being deleted still blocks until it is gone
+        if not meta(d).get("deletionTimestamp"):
+            gone = _remove(store, drt, d, "Foreground" if deps.get(meta(d)["uid"]) else "Background")
+        refs = [r for r in meta(d).get("ownerReferences") or [] if r.get("uid") == uid]
+        blocking |= not gone and any(r.get("blockOwnerDeletion") for r in refs)
+    if not blocking:
+        _drop_finalizer(store, rt, owner, FOREGROUND)
+
+
+def _collect_ownerless(store: Store, rt: ResourceType, obj: Obj, uids: set[str]) -> None:
+    refs = meta(obj).get("ownerReferences") or []
+    if not refs or any(resources.by_kind(r.get("apiVersion", ""), r.get("kind", "")) is None for r in refs):
+        return
+    absent = {r.get("uid") for r in refs if r.get("uid") not in uids}
+    if not absent:
+        return
+    if len(absent) < len({r.get("uid") for r in refs}):
+        _drop_owners(store, rt, obj, {str(u) for u in absent})
+    elif not meta(obj).get("deletionTimestamp"):
+        _remove(store, rt, obj, "Background")
+
+
 def collect(store: Store) -> None:
     """One pass of the collector over every object of the cluster."""
     objs = list(store.objects())
     uids = {meta(o)["uid"] for _, o in objs}
-    dependents: dict[str, list[tuple[ResourceType, Obj]]] = {}
+    deps: Dependents = {}
     for rt, o in objs:
         for ref in meta(o).get("ownerReferences") or []:
-            dependents.setdefault(ref.get("uid"), []).append((rt, o))
+            deps.setdefault(ref.get("uid"), []).append((rt, o))
     for rt, o in objs:
-        m = meta(o)
-        finalizers = m.get("finalizers") or []
-        if not m.get("deletionTimestamp"):
-            continue
-        deps = dependents.get(m["uid"], [])
-        if ORPHAN in finalizers:
-            for drt, d in deps:
-                _drop_owners(store, drt, d, {m["uid"]})
-            _drop_finalizer(store, rt, o, ORPHAN)
-        elif FOREGROUND in finalizers:
-            blocking = False
-            for drt, d in deps:
-                gone = False  # a dependent already being deleted still blocks until it is gone
-                if not meta(d).get("deletionTimestamp"):
-                    policy = "Foreground" if dependents.get(meta(d)["uid"]) else "Background"
-                    gone = _remove(store, drt, d, policy)
-                refs = [r for r in meta(d).get("ownerReferences") or [] if r.get("uid") == m["uid"]]
-                blocking |= not gone and any(r.get("blockOwnerDeletion") for r in refs)
-            if not blocking:
-                _drop_finalizer(store, rt, o, FOREGROUND)
+        finalizers = meta(o).get("finalizers") or []
+        if meta(o).get("deletionTimestamp") and ORPHAN in finalizers:
+            _finalize_orphan(store, rt, o, deps)
+        elif meta(o).get("deletionTimestamp") and FOREGROUND in finalizers:
+            _finalize_foreground(store, rt, o, deps)
     for rt, o in objs:
-        refs = meta(o).get("ownerReferences") or []
-        if not refs or any(resources.by_kind(r.get("apiVersion", ""), r.get("kind", "")) is None for r in refs):
-            continue
-        absent = {r.get("uid") for r in refs if r.get("uid") not in uids}
-        if not absent:
-            continue
-        if len(absent) == len({r.get("uid") for r in refs}):
-            if not meta(o).get("deletionTimestamp"):
-                _remove(store, rt, o, "Background")
-        else:
-            _drop_owners(store, rt, o, absent)
+        _collect_ownerless(store, rt, o, uids)
 
 
 def garbage_collector(store: Store) -> ControlLoop:

@@ -58,6 +58,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
     ResourceType("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), True),
+    ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",), True),
     ResourceType(
         "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), ("status",), True
     ),

@@ -245,15 +245,7 @@ class Store:
             cur = self._objects.get(key)
             if cur is None:
                 raise status.not_found(rt, name)
-            for field, value in (preconditions or {}).items():
-                if value and cur["metadata"].get(field) != value:
-                    label = "UID" if field == "uid" else "ResourceVersion"
-                    raise status.conflict(
-                        rt,
-                        name,
-                        f"Precondition failed: {label} in precondition: {value}, "
-                        f"{label} in object meta: {cur['metadata'].get(field)}",
-                    )
+            _check_preconditions(rt, cur, preconditions or {})
             finalizers = [f for f in cur["metadata"].get("finalizers") or [] if f not in (FOREGROUND, ORPHAN)]
             if propagation == "Foreground":
                 finalizers.append(FOREGROUND)
@@ -331,6 +323,19 @@ class Store:
 
 
 _NAMESPACES = RESOURCES[0]
+
+
+def _check_preconditions(rt: ResourceType, cur: Obj, preconditions: dict[str, str]) -> None:
+    """DeleteOptions.preconditions: the uid / resourceVersion the deleter expects, else 409 Conflict."""
+    for field, value in preconditions.items():
+        if value and cur["metadata"].get(field) != value:
+            label = "UID" if field == "uid" else "ResourceVersion"
+            raise status.conflict(
+                rt,
+                cur["metadata"]["name"],
+                f"Precondition failed: {label} in precondition: {value}, "
+                f"{label} in object meta: {cur['metadata'].get(field)}",
+            )
 
 
 def _check_finalizers(rt: ResourceType, cur: Obj, new: Obj) -> None:

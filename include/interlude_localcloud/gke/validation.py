@@ -303,6 +303,30 @@ def _deployment_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+def _job_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """A Job's pods run to completion: restartPolicy Never or OnFailure
+    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-template)."""
+    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    if policy in ("Never", "OnFailure"):
+        return []
+    field = "spec.template.spec.restartPolicy"
+    if not policy:
+        return [
+            {
+                "reason": "FieldValueRequired",
+                "field": field,
+                "message": 'Required value: valid values: "OnFailure", "Never"',
+            }
+        ]
+    return [
+        {
+            "reason": "FieldValueNotSupported",
+            "field": field,
+            "message": f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
+        }
+    ]
+
+
 def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
     causes = _name_causes(rt, obj.get("metadata") or {})
     spec = obj.get("spec") or {}
@@ -310,6 +334,8 @@ def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str
         return causes
     if rt.kind == "Deployment":
         causes += _deployment_causes(spec)
+    if rt.kind == "Job":
+        causes += _job_causes(spec)
     for base, pod_spec in pod_specs(rt.kind, spec):
         causes += _container_causes(pod_spec, base)
     return causes
