@@ -82,7 +82,7 @@ def test_duplicate_container_names_are_invalid_in_pods_and_templates(api: client
     assert [(c["field"], c["reason"]) for c in _invalid(e)] == [
         ("spec.template.spec.containers[1].name", "FieldValueDuplicate")
     ]
-    job = {
+    job: dict[str, Any] = {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "twins"},
