@@ -188,29 +188,36 @@ def test_a_resumed_watch_replays_the_recorded_event_types(gke_lc: RunningLocalCl
     core.patch_namespaced_config_map("w2", NS, {"data": {"x": "1"}})
     core.patch_namespaced_config_map("w2", NS, {"metadata": {"labels": {"tier": "b"}}})
 
-    def replay(selector: str | None) -> list[tuple[str, str]]:
-        resp = core.list_namespaced_config_map(
-            NS,
-            watch=True,
-            resource_version=since,
-            label_selector=selector,
-            timeout_seconds=1,
-            _preload_content=False,
-        )
-        lines = [json.loads(line) for line in resp.data.splitlines() if line.strip()]
-        return [(ev["type"], ev["object"]["metadata"]["name"]) for ev in lines]
+    for marker, tier in (("end-a", "a"), ("end-b", "b")):  # the last events: where a replay has been read
+        core.create_namespaced_config_map(NS, {**cm, "metadata": {"name": marker, "labels": {"tier": tier}}})
 
-    assert replay(None) == [("MODIFIED", "w"), ("DELETED", "w"), ("MODIFIED", "w2"), ("MODIFIED", "w2")]
-    assert replay("tier=a") == [("MODIFIED", "w"), ("DELETED", "w"), ("MODIFIED", "w2"), ("DELETED", "w2")]
-    assert replay("tier=b") == [("ADDED", "w2")]
+    def replay(selector: str | None, marker: str) -> list[tuple[str, str]]:
+        seen, w = [], watch.Watch()
+        kwargs = {"resource_version": since, "label_selector": selector, "timeout_seconds": 10}
+        for ev in w.stream(core.list_namespaced_config_map, NS, **kwargs):
+            if (name := ev["raw_object"]["metadata"]["name"]) == marker:
+                w.stop()
+                break
+            seen.append((ev["type"], name))
+        return seen
+
+    assert replay(None, "end-b") == [
+        ("MODIFIED", "w"),
+        ("DELETED", "w"),
+        ("MODIFIED", "w2"),
+        ("MODIFIED", "w2"),
+        ("ADDED", "end-a"),
+    ]
+    assert replay("tier=a", "end-a") == [("MODIFIED", "w"), ("DELETED", "w"), ("MODIFIED", "w2"), ("DELETED", "w2")]
+    assert replay("tier=b", "end-b") == [("ADDED", "w2")]
     # After compaction (what etcd does every few minutes) the old resourceVersion is gone for good.
     next(iter(gke_lc._lc.gke.clusters.values())).kube.store.compact()
-    stream = watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=since, timeout_seconds=1)
+    stream = watch.Watch().stream(core.list_namespaced_config_map, NS, resource_version=since, timeout_seconds=10)
     with pytest.raises(client.ApiException) as e:
         list(stream)
     assert e.value.status == 410
     resp = core.list_namespaced_config_map(
-        NS, watch=True, resource_version=since, timeout_seconds=1, _preload_content=False
+        NS, watch=True, resource_version=since, timeout_seconds=10, _preload_content=False
     )
     error = json.loads(resp.data.splitlines()[0])
     assert error["type"] == "ERROR" and error["object"]["reason"] == "Expired"

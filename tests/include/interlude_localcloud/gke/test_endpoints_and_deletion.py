@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from interlude.hooks.gke import GKEHook
 from interlude_localcloud.testing import RunningLocalCloud
@@ -184,11 +184,22 @@ def test_foreground_deletion_deletes_dependents_first(api: client.ApiClient) -> 
         until(lambda: apps.read_namespaced_deployment("fg", NS) and None, "the owner gone", timeout=10)
     assert e.value.status == 404
     # A dying Deployment makes no pods: since the delete, its pods were only deleted (or marked so).
-    since = answer["metadata"]["resourceVersion"]
-    replay = core.list_namespaced_pod(
-        NS, label_selector="app=fg", watch=True, resource_version=since, timeout_seconds=1, _preload_content=False
+    core.create_namespaced_pod(
+        NS, {"metadata": {"name": "fg-end", "labels": {"app": "fg"}}, "spec": _pod("x", {})["spec"]}
     )
-    assert {json.loads(line)["type"] for line in replay.data.splitlines()} == {"MODIFIED", "DELETED"}
+    seen, w = set(), watch.Watch()
+    kwargs = {
+        "label_selector": "app=fg",
+        "resource_version": answer["metadata"]["resourceVersion"],
+        "timeout_seconds": 10,
+    }
+    for ev in w.stream(core.list_namespaced_pod, NS, **kwargs):
+        if ev["raw_object"]["metadata"]["name"] == "fg-end":  # the marker: every earlier event has been read
+            w.stop()
+            break
+        seen.add(ev["type"])
+    assert seen == {"MODIFIED", "DELETED"}
+    core.delete_namespaced_pod("fg-end", NS)
 
 
 def test_orphan_leaves_the_dependents_without_their_owner(api: client.ApiClient) -> None:
