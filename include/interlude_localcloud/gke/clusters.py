@@ -21,8 +21,11 @@ from interlude_localcloud.cloud import Cloud, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
+from interlude_localcloud.gke.control_loop import ControlLoop
 from interlude_localcloud.gke.controllers import NODES, capacity_key
 from interlude_localcloud.gke.deployments import DeploymentController
+from interlude_localcloud.gke.endpoints import endpoints_controller
+from interlude_localcloud.gke.garbage_collector import garbage_collector
 from interlude_localcloud.gke.nodes import POOL_LABEL
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.runtime import ClusterRuntime
@@ -63,6 +66,7 @@ class ClusterState:
     pools: dict[str, PoolState] = field(default_factory=dict)
     controller: DeploymentController | None = None
     runtime: ClusterRuntime | None = None
+    loops: list[ControlLoop] = field(default_factory=list)  # garbage collector, Endpoints/EndpointSlices
 
 
 def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
@@ -136,6 +140,9 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
+            c.loops = [garbage_collector(c.kube.store), endpoints_controller(c.kube.store)]
+            for loop in c.loops:
+                loop.start()
             if not c.spec.run:
                 continue
             sc = self.cloud.scenario
@@ -182,6 +189,8 @@ class Gke:
                 c.runtime.stop()
             if c.controller is not None:
                 c.controller.stop()
+            for loop in c.loops:
+                loop.stop()
             c.kube.stop()
 
     # lookups ----------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ Values from the Kubernetes API reference (https://kubernetes.io/docs/reference/k
 Deployment replicas 1, RollingUpdate 25%/25%, revisionHistoryLimit 10, progressDeadlineSeconds 600;
 Pod restartPolicy Always, dnsPolicy ClusterFirst, schedulerName default-scheduler,
 terminationGracePeriodSeconds 30, container imagePullPolicy (Always for :latest or no tag, else
-IfNotPresent); Service type ClusterIP with an allocated clusterIP, port protocol TCP and targetPort = port.
+IfNotPresent); Job parallelism 1, completions 1, backoffLimit 6, completionMode NonIndexed (no
+restartPolicy: a Job's template must say Never or OnFailure); Service type ClusterIP with an allocated
+clusterIP, port protocol TCP and targetPort = port.
 """
 
 from __future__ import annotations
@@ -29,8 +31,9 @@ def _container(c: dict[str, Any]) -> None:
         p.setdefault("protocol", "TCP")
 
 
-def pod_spec(spec: dict[str, Any]) -> None:
-    spec.setdefault("restartPolicy", "Always")
+def pod_spec(spec: dict[str, Any], restart_policy: str | None = "Always") -> None:
+    if restart_policy:
+        spec.setdefault("restartPolicy", restart_policy)
     spec.setdefault("dnsPolicy", "ClusterFirst")
     spec.setdefault("schedulerName", "default-scheduler")
     spec.setdefault("terminationGracePeriodSeconds", 30)
@@ -54,6 +57,18 @@ def _deployment(obj: dict[str, Any]) -> None:
     template_spec = (spec.get("template") or {}).get("spec")
     if isinstance(template_spec, dict):
         pod_spec(template_spec)
+
+
+def _job(obj: dict[str, Any]) -> None:
+    """batch/v1 Job: one pod to completion, 6 retries; the template's restartPolicy is the user's to say."""
+    spec = obj.setdefault("spec", {})
+    for key, value in (("parallelism", 1), ("completions", 1), ("backoffLimit", 6)):
+        spec.setdefault(key, value)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    template_spec = (spec.get("template") or {}).get("spec")
+    if isinstance(template_spec, dict):
+        pod_spec(template_spec, restart_policy=None)
 
 
 def _service(obj: dict[str, Any]) -> None:
@@ -88,7 +103,7 @@ def _pod(obj: dict[str, Any]) -> None:
     obj.setdefault("status", {"phase": "Pending", "qosClass": "BestEffort"})
 
 
-_BY_KIND = {"Deployment": _deployment, "Service": _service, "Namespace": _namespace, "Pod": _pod}
+_BY_KIND = {"Deployment": _deployment, "Job": _job, "Service": _service, "Namespace": _namespace, "Pod": _pod}
 
 
 def apply(rt: ResourceType, obj: dict[str, Any]) -> None:

@@ -5,7 +5,8 @@ Follows the rules of https://kubernetes.io/docs/concepts/workloads/controllers/d
 new pods carry `pod-template-hash`, at most replicas + maxSurge pods exist during a rollout, at least
 replicas - maxUnavailable stay ready (percentages round surge up and unavailability down; both zero
 is treated as maxUnavailable 1), unready old pods go first. A pod is ready when its Ready condition
-is True (set through `/status`, by whatever plays the kubelet). Pods whose owner is gone are deleted.
+is True (set through `/status`, by whatever plays the kubelet). A Deployment being deleted is left alone
+(its pods are the garbage collector's: `garbage_collector.py` deletes them, or orphans them for `Orphan`).
 """
 
 from __future__ import annotations
@@ -97,16 +98,12 @@ class DeploymentController:
     def reconcile_all(self) -> None:
         deployments, _ = self.store.list(DEPLOYMENTS, None)
         for d in deployments:
+            if d["metadata"].get("deletionTimestamp"):  # as the real controller: no new pods for a dying owner
+                continue
             try:
                 self.reconcile(d)
             except KubeError:  # raced with a delete or an update: the next event retries
                 self._wake.set()
-        uids = {d["metadata"]["uid"] for d in deployments}
-        pods, _ = self.store.list(PODS, None)
-        for pod in pods:
-            owners = [o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "Deployment"]
-            if owners and not any(o.get("uid") in uids for o in owners):
-                self._delete(pod)
 
     def _delete(self, pod: dict[str, Any]) -> None:
         try:

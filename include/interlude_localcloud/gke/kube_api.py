@@ -17,7 +17,17 @@ import yaml
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
-from interlude_localcloud.gke import defaults, eviction, patching, pod_logs, resources, scale, selectors, watching
+from interlude_localcloud.gke import (
+    defaults,
+    eviction,
+    patching,
+    pod_logs,
+    request_options,
+    resources,
+    scale,
+    selectors,
+    watching,
+)
 from interlude_localcloud.gke.resources import ResourceType
 from interlude_localcloud.gke.status import KubeError, bad_request, success
 from interlude_localcloud.gke.store import Store
@@ -154,13 +164,15 @@ class KubeApi:
         obj.pop("status", None)  # status is the controllers' (the status subresource), not the creator's
         defaults.apply(t.rt, obj)
         patching.record_update(None, obj, _manager(request), t.rt.api_version)
-        created = self.store.create(t.rt, t.namespace or "", obj)
+        dry = request_options.dry_run(request, "CreateOptions")
+        created = self.store.create(t.rt, t.namespace or "", obj, dry_run=dry)
         return JSONResponse(created, status_code=201, headers=headers)
 
     async def replace(self, t: Target, request: Request) -> Response:
+        dry = request_options.dry_run(request, "UpdateOptions")
         if t.sub == "scale":
             body = await self._body(request)
-            return self._scale(t, lambda _cur: body if isinstance(body, dict) else {})
+            return self._scale(t, lambda _cur: body if isinstance(body, dict) else {}, dry)
         obj = self._check_identity(t, await self._body(request), t.name)
         headers: dict[str, str] = {}
         self._admit_fields(t, obj, request, headers)
@@ -172,17 +184,19 @@ class KubeApi:
             patching.record_update(cur, new, manager, t.rt.api_version, t.sub)
             return new
 
-        return JSONResponse(self.store.update(t.rt, t.namespace or "", t.name, mutate, t.sub), headers=headers)
+        updated = self.store.update(t.rt, t.namespace or "", t.name, mutate, t.sub, dry_run=dry)
+        return JSONResponse(updated, headers=headers)
 
     async def patch(self, t: Target, request: Request) -> Response:
         ctype = request.headers.get("content-type", "").split(";")[0].strip()
         body = await self._body(request)
         manager = _manager(request)
         ns = t.namespace or ""
+        dry = request_options.dry_run(request, "PatchOptions")
         if t.sub == "scale" and ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
-            return self._scale(t, lambda cur: patching.merge_patch(cur, body))
+            return self._scale(t, lambda cur: patching.merge_patch(cur, body), dry)
         if ctype == "application/apply-patch+yaml":
-            return self._apply(t, body, request)
+            return self._apply(t, body, request, dry)
         patcher = {
             "application/merge-patch+json": patching.merge_patch,
             "application/strategic-merge-patch+json": patching.strategic_merge,
@@ -207,9 +221,9 @@ class KubeApi:
             patching.record_update(cur, new, manager, t.rt.api_version, t.sub)
             return new
 
-        return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub), headers=headers)
+        return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub, dry_run=dry), headers=headers)
 
-    def _apply(self, t: Target, body: Any, request: Request) -> Response:
+    def _apply(self, t: Target, body: Any, request: Request, dry: bool) -> Response:
         obj = self._check_identity(t, body, t.name)
         manager = request.query_params.get("fieldManager", "")
         force = request.query_params.get("force", "").lower() in ("true", "1")
@@ -220,14 +234,15 @@ class KubeApi:
             if not self.store.exists(t.rt, ns, t.name):
                 new = patching.server_side_apply(None, obj, manager, force, t.rt.api_version)
                 defaults.apply(t.rt, new)
-                return JSONResponse(self.store.create(t.rt, ns, new), status_code=201, headers=headers)
+                created = self.store.create(t.rt, ns, new, dry_run=dry)
+                return JSONResponse(created, status_code=201, headers=headers)
 
             def mutate(cur: dict[str, Any]) -> dict[str, Any]:
                 new = patching.server_side_apply(cur, obj, manager, force, t.rt.api_version)
                 defaults.apply(t.rt, new)
                 return new
 
-            return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub), headers=headers)
+            return JSONResponse(self.store.update(t.rt, ns, t.name, mutate, t.sub, dry_run=dry), headers=headers)
 
     def _bind(self, t: Target, binding: Any) -> Response:
         """`pods/{name}/binding` (what a scheduler POSTs): sets spec.nodeName once, PodScheduled True."""
@@ -255,16 +270,24 @@ class KubeApi:
             {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}, status_code=201
         )
 
-    def _scale(self, t: Target, new_scale: Any) -> Response:
-        updated = self.store.update(t.rt, t.namespace or "", t.name, scale.apply_scale(new_scale))
+    def _scale(self, t: Target, new_scale: Any, dry: bool) -> Response:
+        updated = self.store.update(t.rt, t.namespace or "", t.name, scale.apply_scale(new_scale), dry_run=dry)
         return JSONResponse(scale.to_scale(updated))
 
     async def delete(self, t: Target, request: Request) -> Response:
+        """Delete honouring DeleteOptions: an object kept by finalizers answers 200 with its new state
+        (`deletionTimestamp` set), one gone answers its last state or a `Status`, as the API server does."""
         ns = t.namespace or ""
+        opts = request_options.delete_options(request, await self._body(request))
+
+        def remove(namespace: str, name: str) -> tuple[dict[str, Any], bool]:
+            pre = opts.preconditions
+            return self.store.remove(t.rt, namespace, name, opts.propagation, opts.dry_run, pre)
+
         if not t.name:  # deletecollection
             pred = selectors.label_selector(request.query_params.get("labelSelector"))
             items, _ = self.store.list(t.rt, t.namespace, pred)
-            gone = [self.store.delete(t.rt, o["metadata"].get("namespace") or "", o["metadata"]["name"]) for o in items]
+            gone = [remove(o["metadata"].get("namespace") or "", o["metadata"]["name"])[0] for o in items]
             return JSONResponse(
                 {
                     "kind": f"{t.rt.kind}List",
@@ -273,8 +296,8 @@ class KubeApi:
                     "items": gone,
                 }
             )
-        obj = self.store.delete(t.rt, ns, t.name)
-        if t.rt.plural in _RETURNS_OBJECT_ON_DELETE:
+        obj, deleted = remove(ns, t.name)
+        if not deleted or t.rt.plural in _RETURNS_OBJECT_ON_DELETE:
             return JSONResponse(obj)
         return JSONResponse(success(t.rt, t.name, obj["metadata"]["uid"]))
 

@@ -23,7 +23,7 @@ class KubeApiServer:
     def __init__(self, spec: ClusterSpec, state_dir: Path) -> None:
         self.spec = spec
         self.admission = Admission(spec.minor_version)
-        self.store = Store(self.admission)
+        self.store = Store(self.admission, self.admission.check_update)
         self.tls = pki.issue(state_dir / "gke" / spec.name, spec.name)
         self._sock: socket.socket | None = None
         self._port = 0

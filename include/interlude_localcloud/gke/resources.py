@@ -6,7 +6,9 @@ ComputeClass CRD is cluster-scoped, group cloud.google.com, plural computeclasse
 Prometheus' PodMonitoring is namespaced, group monitoring.googleapis.com, plural podmonitorings
 (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); RBAC kinds as in
 https://kubernetes.io/docs/reference/access-authn-authz/rbac/; PodDisruptionBudget (policy/v1) and the
-pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/.
+pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/;
+Endpoints (v1) and EndpointSlices (discovery.k8s.io/v1) as in
+https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",)),
     ResourceType("", "v1", "events", "Event", True, ("ev",)),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",)),
+    ResourceType("", "v1", "endpoints", "Endpoints", True, ("ep",)),
     ResourceType("apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale"), True),
+    ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",), True),
     ResourceType(
         "autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", True, ("hpa",), ("status",), True
     ),
@@ -63,6 +67,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",), True),
     ResourceType("monitoring.googleapis.com", "v1", "podmonitorings", "PodMonitoring", True, (), ("status",), True),
+    ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
 )
 
 GROUPS: dict[str, list[str]] = {}

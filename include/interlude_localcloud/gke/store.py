@@ -4,6 +4,12 @@ Like etcd behind the API server, every write gets the next resourceVersion, and 
 resourceVersion N replays the retained history after N (410 Gone when N is older than the history),
 then streams live events (https://kubernetes.io/docs/reference/using-api/api-concepts/#efficient-detection-of-changes).
 Every write passes the validator first, so nothing invalid is ever stored, whoever writes it.
+`dry_run` writes are checked and answered but neither stored nor seen by watchers
+(https://kubernetes.io/docs/reference/using-api/api-concepts/#dry-run). An object with finalizers is not
+removed by a delete: it gets `deletionTimestamp` and goes when an update empties its finalizers
+(https://kubernetes.io/docs/concepts/overview/working-with-objects/finalizers/); `propagation` adds the
+garbage collector's `foregroundDeletion` / `orphan` finalizer
+(https://kubernetes.io/docs/concepts/architecture/garbage-collection/#cascading-deletion).
 """
 
 from __future__ import annotations
@@ -23,8 +29,19 @@ from interlude_localcloud.gke.resources import RESOURCES, ResourceType
 
 Obj = dict[str, Any]
 Validator = Callable[[ResourceType, Obj], None]
+UpdateValidator = Callable[[ResourceType, Obj, Obj], None]  # (rt, old, new): immutable fields and the like
 Key = tuple[str, str, str]  # (plural.group, namespace or "", name)
 HISTORY = 20_000
+FOREGROUND, ORPHAN = "foregroundDeletion", "orphan"  # the garbage collector's finalizers
+_KEPT_ON_UPDATE = (
+    "uid",
+    "creationTimestamp",
+    "name",
+    "namespace",
+    "generation",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 def now() -> str:
@@ -38,6 +55,7 @@ class WatchEvent:
     namespace: str
     object: Obj
     rv: int
+    prev: Obj | None = None  # the object before this event (MODIFIED, DELETED): what a selective watch compares
 
 
 @dataclass
@@ -48,8 +66,9 @@ class _Watcher:
 
 
 class Store:
-    def __init__(self, validator: Validator) -> None:
+    def __init__(self, validator: Validator, update_validator: UpdateValidator | None = None) -> None:
         self.validator = validator
+        self.update_validator = update_validator
         self.lock = threading.RLock()
         self._rv = 1
         self._objects: dict[Key, Obj] = {}
@@ -66,8 +85,8 @@ class Store:
     def _key(rt: ResourceType, namespace: str, name: str) -> Key:
         return (rt.qualified, namespace if rt.namespaced else "", name)
 
-    def _emit(self, etype: str, rt: ResourceType, namespace: str, obj: Obj) -> None:
-        ev = WatchEvent(etype, rt, namespace, copy.deepcopy(obj), self._rv)
+    def _emit(self, etype: str, rt: ResourceType, namespace: str, obj: Obj, prev: Obj | None = None) -> None:
+        ev = WatchEvent(etype, rt, namespace, copy.deepcopy(obj), self._rv, copy.deepcopy(prev))
         self._history.append(ev)
         for w in list(self._watchers):
             if w.rt == rt and (w.namespace is None or w.namespace == namespace):
@@ -111,7 +130,7 @@ class Store:
             return self._key(rt, namespace, name) in self._objects
 
     # writes --------------------------------------------------------------------------------
-    def create(self, rt: ResourceType, namespace: str, obj: Obj) -> Obj:
+    def create(self, rt: ResourceType, namespace: str, obj: Obj, dry_run: bool = False) -> Obj:
         obj = copy.deepcopy(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -137,18 +156,28 @@ class Store:
                 )
             meta["resourceVersion"] = str(self._rv + 1)
             self.validator(rt, obj)
+            if dry_run:  # as the API server answers it: defaulted, validated, no resourceVersion (never stored)
+                meta.pop("resourceVersion")
+                return copy.deepcopy(obj)
             self._bump(obj)
             self._objects[key] = obj
             self._emit("ADDED", rt, namespace, obj)
             return copy.deepcopy(obj)
 
     def update(
-        self, rt: ResourceType, namespace: str, name: str, mutate: Callable[[Obj], Obj], subresource: str = ""
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        mutate: Callable[[Obj], Obj],
+        subresource: str = "",
+        dry_run: bool = False,
     ) -> Obj:
         """Replace an object with mutate(current copy); keeps identity, checks resourceVersion, bumps it.
 
         The main resource ignores status changes and `/status` ignores everything else, as the API
-        server does for kinds with a status subresource.
+        server does for kinds with a status subresource. An object being deleted takes no new finalizer,
+        and goes once its last finalizer is removed.
         """
         with self.lock:
             key = self._key(rt, namespace, name)
@@ -166,9 +195,11 @@ class Store:
                 )
             new = _merge_subresource(cur, new, subresource, "status" in rt.subresources)
             meta = new["metadata"]
-            for k in ("uid", "creationTimestamp", "name", "namespace", "generation"):
+            for k in _KEPT_ON_UPDATE:
                 if k in cur["metadata"]:
                     meta[k] = cur["metadata"][k]
+                else:
+                    meta.pop(k, None)
             new["apiVersion"], new["kind"] = rt.api_version, rt.kind
             if new == cur:
                 return copy.deepcopy(cur)
@@ -176,23 +207,76 @@ class Store:
                 meta["generation"] = int(cur["metadata"].get("generation", 1)) + 1
             meta["resourceVersion"] = str(self._rv + 1)
             self.validator(rt, new)
+            _check_finalizers(rt, cur, new)
+            if self.update_validator is not None:
+                self.update_validator(rt, cur, new)
+            if dry_run:
+                meta["resourceVersion"] = cur["metadata"]["resourceVersion"]
+                return copy.deepcopy(new)
             self._bump(new)
+            if meta.get("deletionTimestamp") and not meta.get("finalizers"):
+                del self._objects[key]  # the last finalizer is gone: the deletion completes
+                self._emit("DELETED", rt, namespace, new, cur)
+                return copy.deepcopy(new)
             self._objects[key] = new
-            self._emit("MODIFIED", rt, namespace, new)
+            self._emit("MODIFIED", rt, namespace, new, cur)
             return copy.deepcopy(new)
 
     def delete(self, rt: ResourceType, namespace: str, name: str) -> Obj:
+        """Delete with the default (Background) propagation; the object as deleted or as now being deleted."""
+        return self.remove(rt, namespace, name)[0]
+
+    def remove(
+        self,
+        rt: ResourceType,
+        namespace: str,
+        name: str,
+        propagation: str = "Background",
+        dry_run: bool = False,
+        preconditions: dict[str, str] | None = None,
+    ) -> tuple[Obj, bool]:
+        """Delete an object: (its last state, whether it is gone now).
+
+        Foreground and Orphan put the garbage collector's finalizer on it; any finalizer keeps it,
+        marked with `deletionTimestamp`, until the finalizers are removed. Background drops both.
+        """
         with self.lock:
-            obj = self._objects.pop(self._key(rt, namespace, name), None)
-            if obj is None:
+            key = self._key(rt, namespace, name)
+            cur = self._objects.get(key)
+            if cur is None:
                 raise status.not_found(rt, name)
-            self._bump(obj)
-            self._emit("DELETED", rt, namespace, obj)
-            if rt.plural == "namespaces":
-                for k in [k for k in self._objects if k[1] == name]:
-                    inner = next(r for r in RESOURCES if r.qualified == k[0])
-                    self.delete(inner, name, k[2])
-            return copy.deepcopy(obj)
+            _check_preconditions(rt, cur, preconditions or {})
+            finalizers = [f for f in cur["metadata"].get("finalizers") or [] if f not in (FOREGROUND, ORPHAN)]
+            if propagation == "Foreground":
+                finalizers.append(FOREGROUND)
+            elif propagation == "Orphan":
+                finalizers.append(ORPHAN)
+            if not finalizers:
+                if dry_run:
+                    return copy.deepcopy(cur), True
+                obj = self._objects.pop(key)
+                self._bump(obj)
+                self._emit("DELETED", rt, namespace, obj, cur)
+                if rt.plural == "namespaces":
+                    for k in [k for k in self._objects if k[1] == name]:
+                        inner = next(r for r in RESOURCES if r.qualified == k[0])
+                        self.delete(inner, name, k[2])
+                return copy.deepcopy(obj), True
+            new = copy.deepcopy(cur)
+            new["metadata"].setdefault("deletionTimestamp", now())
+            new["metadata"].setdefault("deletionGracePeriodSeconds", 0)
+            new["metadata"]["finalizers"] = finalizers
+            if dry_run or new == cur:
+                return new, False
+            self._bump(new)
+            self._objects[key] = new
+            self._emit("MODIFIED", rt, namespace, new, cur)
+            return copy.deepcopy(new), False
+
+    def compact(self) -> None:
+        """Forget the watch history, as etcd's periodic compaction does: older resourceVersions are Gone."""
+        with self.lock:
+            self._history.clear()
 
     # watch ---------------------------------------------------------------------------------
     def watch(
@@ -239,6 +323,40 @@ class Store:
 
 
 _NAMESPACES = RESOURCES[0]
+
+
+def _check_preconditions(rt: ResourceType, cur: Obj, preconditions: dict[str, str]) -> None:
+    """DeleteOptions.preconditions: the uid / resourceVersion the deleter expects, else 409 Conflict."""
+    for field, value in preconditions.items():
+        if value and cur["metadata"].get(field) != value:
+            label = "UID" if field == "uid" else "ResourceVersion"
+            raise status.conflict(
+                rt,
+                cur["metadata"]["name"],
+                f"Precondition failed: {label} in precondition: {value}, "
+                f"{label} in object meta: {cur['metadata'].get(field)}",
+            )
+
+
+def _check_finalizers(rt: ResourceType, cur: Obj, new: Obj) -> None:
+    """No finalizer may be added to an object being deleted (the API server's ValidateObjectMetaUpdate)."""
+    if not cur["metadata"].get("deletionTimestamp"):
+        return
+    added = [f for f in new["metadata"].get("finalizers") or [] if f not in (cur["metadata"].get("finalizers") or [])]
+    if added:
+        listed = ", ".join(f'"{f}"' for f in added)
+        raise status.invalid(
+            rt,
+            cur["metadata"]["name"],
+            [
+                {
+                    "reason": "FieldValueForbidden",
+                    "field": "metadata.finalizers",
+                    "message": "Forbidden: no new finalizers can be added if the object is being deleted, "
+                    f"found new finalizers []string{{{listed}}}",
+                }
+            ],
+        )
 
 
 def _spec_of(obj: Obj) -> Any:

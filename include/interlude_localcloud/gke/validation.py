@@ -155,6 +155,12 @@ class Admission:
         if causes:
             raise status.invalid(rt, (obj.get("metadata") or {}).get("name") or "", causes)
 
+    def check_update(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """An update's own rules (immutable fields), after the new object passed `__call__`."""
+        causes = update_causes(rt, old, new)
+        if causes:
+            raise status.invalid(rt, (new.get("metadata") or {}).get("name") or "", causes)
+
 
 def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[dict[str, str]]:
     name = meta.get("name") or ""
@@ -182,11 +188,84 @@ def _name_causes(rt: ResourceType, meta: dict[str, Any]) -> list[dict[str, str]]
 
 
 def _container_causes(pod_spec: dict[str, Any], base: str) -> list[dict[str, str]]:
+    """Images required; container names unique within a pod (regular ones, then init ones against all).
+
+    The API server's pod validation answers a repeated name as `Duplicate value` at the later entry's
+    `...containers[i].name` (https://kubernetes.io/docs/concepts/workloads/pods/#pod-templates: a template
+    is validated as the pod it makes).
+    """
     out = []
-    for i, c in enumerate(pod_spec.get("containers") or []):
-        if isinstance(c, dict) and not c.get("image"):
+    names: set[str] = set()
+    for key in ("containers", "initContainers"):
+        for i, c in enumerate(pod_spec.get(key) or []):
+            if not isinstance(c, dict):
+                continue
+            if key == "containers" and not c.get("image"):
+                out.append(
+                    {"reason": "FieldValueRequired", "message": "Required value", "field": f"{base}.{key}[{i}].image"}
+                )
+            name = c.get("name")
+            if isinstance(name, str) and name in names:
+                out.append(
+                    {
+                        "reason": "FieldValueDuplicate",
+                        "message": f"Duplicate value: {json.dumps(name)}",
+                        "field": f"{base}.{key}[{i}].name",
+                    }
+                )
+            names.add(str(name))
+    return out
+
+
+def pod_specs(kind: str, spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The pod specs an object carries, with their field paths: a Pod's own, a workload's template(s)."""
+    if kind == "Pod":
+        return [("spec", spec)]
+    if kind in ("Deployment", "Job", "ReplicaSet", "StatefulSet", "DaemonSet"):
+        inner = (spec.get("template") or {}).get("spec")
+        return [("spec.template.spec", inner)] if isinstance(inner, dict) else []
+    if kind == "JobSet":  # jobset.x-k8s.io: each replicated Job's pod template
+        out = []
+        for i, rj in enumerate(spec.get("replicatedJobs") or []):
+            inner = ((((rj or {}).get("template") or {}).get("spec") or {}).get("template") or {}).get("spec")
+            if isinstance(inner, dict):
+                out.append((f"spec.replicatedJobs[{i}].template.spec.template.spec", inner))
+        return out
+    return []
+
+
+#: Fields fixed at creation: (kind, path). apps/v1 made a Deployment's selector immutable
+#: (https://kubernetes.io/docs/concepts/workloads/controllers/deployment/#label-selector-updates).
+IMMUTABLE = {"Deployment": (("spec", "selector"),), "Job": (("spec", "selector"),)}
+
+
+def _go_selector(sel: Any) -> str:
+    """How the API server prints a LabelSelector in an immutability message (Go's %#v)."""
+    sel = sel or {}
+    labels = ", ".join(f'"{k}":"{v}"' for k, v in sorted((sel.get("matchLabels") or {}).items()))
+    return (
+        f"v1.LabelSelector{{MatchLabels:map[string]string{{{labels}}}, "
+        "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}"
+    )
+
+
+def update_causes(rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> list[dict[str, str]]:
+    """Rules an update must keep beyond the object's own validity: immutable fields stay as created."""
+    out = []
+    for path in IMMUTABLE.get(rt.kind, ()):
+        before: Any = old
+        after: Any = new
+        for key in path:
+            before = (before or {}).get(key) if isinstance(before, dict) else None
+            after = (after or {}).get(key) if isinstance(after, dict) else None
+        if before != after:
+            shown = _go_selector(after) if path[-1] == "selector" else json.dumps(after)
             out.append(
-                {"reason": "FieldValueRequired", "message": "Required value", "field": f"{base}.containers[{i}].image"}
+                {
+                    "reason": "FieldValueInvalid",
+                    "message": f"Invalid value: {shown}: field is immutable",
+                    "field": ".".join(path),
+                }
             )
     return out
 
@@ -221,14 +300,42 @@ def _deployment_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
                 "message": "Invalid value: must be greater than or equal to 0",
             }
         )
-    return out + _container_causes(template.get("spec") or {}, "spec.template.spec")
+    return out
+
+
+def _job_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
+    """A Job's pods run to completion: restartPolicy Never or OnFailure
+    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-template)."""
+    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
+    if policy in ("Never", "OnFailure"):
+        return []
+    field = "spec.template.spec.restartPolicy"
+    if not policy:
+        return [
+            {
+                "reason": "FieldValueRequired",
+                "field": field,
+                "message": 'Required value: valid values: "OnFailure", "Never"',
+            }
+        ]
+    return [
+        {
+            "reason": "FieldValueNotSupported",
+            "field": field,
+            "message": f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
+        }
+    ]
 
 
 def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
     causes = _name_causes(rt, obj.get("metadata") or {})
     spec = obj.get("spec") or {}
-    if rt.kind == "Deployment" and isinstance(spec, dict):
+    if not isinstance(spec, dict):
+        return causes
+    if rt.kind == "Deployment":
         causes += _deployment_causes(spec)
-    elif rt.kind == "Pod" and isinstance(spec, dict):
-        causes += _container_causes(spec, "spec")
+    if rt.kind == "Job":
+        causes += _job_causes(spec)
+    for base, pod_spec in pod_specs(rt.kind, spec):
+        causes += _container_causes(pod_spec, base)
     return causes

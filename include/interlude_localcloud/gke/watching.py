@@ -23,32 +23,22 @@ def _line(etype: str, obj: dict[str, Any]) -> bytes:
     return json.dumps({"type": etype, "object": obj}).encode() + b"\n"
 
 
-def _ident(obj: dict[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+def translate(ev: WatchEvent, pred: Predicate) -> bytes | None:
+    """The event a watcher with this selection sees, from the object before and after the change.
 
-
-class _Selection:
-    """Turns store events into the events a selective watcher must see."""
-
-    def __init__(self, pred: Predicate) -> None:
-        self.pred = pred
-        self.inside: set[tuple[str, str]] = set()
-
-    def translate(self, ev: WatchEvent) -> bytes | None:
-        ident = _ident(ev.object)
-        matches = self.pred(ev.object)
-        was = ident in self.inside
-        if ev.type == "DELETED":
-            self.inside.discard(ident)
-            return _line("DELETED", ev.object) if was or matches else None
-        if matches:
-            self.inside.add(ident)
-            return _line("MODIFIED" if was and ev.type == "MODIFIED" else "ADDED", ev.object)
-        if was:
-            self.inside.discard(ident)
-            return _line("DELETED", ev.object)
-        return None
+    As the API server's watch cache decides it: a change that keeps the object selected is MODIFIED,
+    one that brings it in is ADDED, one that takes it out is DELETED (carrying the new state). Replays
+    from a resourceVersion use the recorded types, so a resumed watch sees what a live one saw.
+    """
+    now = pred(ev.object)
+    if ev.type == "ADDED":
+        return _line("ADDED", ev.object) if now else None
+    before = ev.prev is not None and pred(ev.prev)
+    if ev.type == "DELETED":
+        return _line("DELETED", ev.object) if before or now else None
+    if now:
+        return _line("MODIFIED" if before else "ADDED", ev.object)
+    return _line("DELETED", ev.object) if before else None
 
 
 async def stream(
@@ -68,13 +58,9 @@ async def stream(
     except KubeError as e:
         yield _line("ERROR", e.status())
         return
-    selection = _Selection(pred)
-    if since and since != "0":  # resuming: the client already has the objects that matched then
-        items, _ = store.list(rt, namespace, pred)
-        selection.inside = {_ident(o) for o in items}
     try:
         for ev in first:
-            if (line := selection.translate(ev)) is not None:
+            if (line := translate(ev, pred)) is not None:
                 yield line
         deadline = loop.time() + timeout
         while (remaining := deadline - loop.time()) > 0:
@@ -82,7 +68,7 @@ async def stream(
                 ev = await asyncio.wait_for(queue.get(), timeout=min(remaining, 1.0))
             except TimeoutError:
                 continue
-            if (line := selection.translate(ev)) is not None:
+            if (line := translate(ev, pred)) is not None:
                 yield line
     finally:
         unsubscribe()
