@@ -21,6 +21,7 @@ from typing import Any
 
 from interlude_localcloud.machines import MachineProcess
 from interlude_localcloud.scenario import Fault, Scenario
+from interlude_localcloud.slices import Worker, free_ports, slice_env, worker_id
 
 
 def rfc3339(t: float | None = None) -> str:
@@ -49,10 +50,16 @@ class Machine:
     deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
+    extra_workers: list[Worker] = field(default_factory=list)  # workers 1..N-1 of a multi-host TPU slice
+    port: int = 0  # worker 0's local port on a multi-host slice (slices.py)
 
     @property
     def machine_id(self) -> str:
         return f"{self.kind}-{self.zone}-{self.name}"
+
+    def hosts(self) -> list[Machine | Worker]:
+        """The node's workers in order: the machine itself (worker 0), then a multi-host slice's others."""
+        return [self, *self.extra_workers]
 
     def script(self) -> str | None:
         if self.kind == "tpu":
@@ -141,7 +148,8 @@ class Cloud:
         with self.lock:
             machines = list(self.machines.values())
         for m in machines:
-            m.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop", block=True)
+            for h in m.hosts():
+                h.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop", block=True)
 
     # bookkeeping ---------------------------------------------------------------------------
     def new_id(self) -> str:
@@ -166,38 +174,66 @@ class Cloud:
 
     # machines ------------------------------------------------------------------------------
     def new_machine(
-        self, kind: str, zone: str, name: str, resource: dict[str, Any], spot: bool, cap_type: str, units: int
+        self,
+        kind: str,
+        zone: str,
+        name: str,
+        resource: dict[str, Any],
+        spot: bool,
+        cap_type: str,
+        units: int,
+        hosts: int = 1,
     ) -> Machine:
+        """A machine; a multi-host TPU slice (hosts > 1) gets one process per worker (slices.py)."""
         mid = f"{kind}-{zone}-{name}"
-        env = {
-            "INTERLUDE_METADATA_URL": f"{self.api_endpoint}/_machines/{mid}/computeMetadata/v1",
-            "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
-            "INTERLUDE_MACHINE_ID": mid,
-        }
-        proc = MachineProcess(mid, self.state_dir / "machines" / mid, env)
-        m = Machine(kind, zone, name, resource, spot, cap_type, units, proc)
+        ports = free_ports(hosts) if hosts > 1 else [0]
+        procs = []
+        for i in range(hosts):
+            wid = worker_id(mid, i)
+            env = {
+                "INTERLUDE_METADATA_URL": f"{self.api_endpoint}/_machines/{wid}/computeMetadata/v1",
+                "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
+                "INTERLUDE_MACHINE_ID": wid,
+                **(slice_env(ports) if hosts > 1 else {}),
+            }
+            procs.append(MachineProcess(wid, self.state_dir / "machines" / wid, env))
+        m = Machine(kind, zone, name, resource, spot, cap_type, units, procs[0], port=ports[0])
+        m.extra_workers = [Worker(i, procs[i].machine_id, procs[i], ports[i]) for i in range(1, hosts)]
         self.machines[(kind, zone, name)] = m
         return m
 
     def machine_by_id(self, mid: str) -> Machine | None:
+        found = self.host_by_id(mid)
+        return found[0] if found is not None else None
+
+    def host_by_id(self, mid: str) -> tuple[Machine, Machine | Worker, int] | None:
+        """(machine, worker, worker number) for a worker's machine id (worker 0's is the machine's)."""
         for m in self.machines.values():
-            if m.machine_id == mid:
-                return m
+            for i, h in enumerate(m.hosts()):
+                if h.machine_id == mid:
+                    return m, h, i
         return None
 
-    def boot(self, m: Machine) -> None:
-        m.proc.boot(m.script())
-        self.log("machine_boot", machine=m.machine_id, boots=m.proc.boots)
+    def boot(self, m: Machine, only: Machine | Worker | None = None) -> None:
+        """Every worker runs the startup script (or just `only`, a worker rebooting after a crash)."""
+        multi = bool(m.extra_workers)
+        for i, h in enumerate(m.hosts()):
+            if only is None or h is only:
+                h.proc.boot(m.script())
+                self.log("machine_boot", machine=h.machine_id, boots=h.proc.boots, **({"worker": i} if multi else {}))
 
     def take_down(self, m: Machine, reason: str) -> None:
-        m.proc.shutdown(self.scenario.stop_grace_seconds, reason)
-        self.log("machine_down", machine=m.machine_id, reason=reason)
+        multi = bool(m.extra_workers)
+        for i, h in enumerate(m.hosts()):
+            h.proc.shutdown(self.scenario.stop_grace_seconds, reason)
+            self.log("machine_down", machine=h.machine_id, reason=reason, **({"worker": i} if multi else {}))
 
     def destroy(self, m: Machine) -> None:
         m.deleted = True
         m.holds = False
         self.machines.pop((m.kind, m.zone, m.name), None)
-        threading.Thread(target=m.proc.destroy, daemon=True).start()
+        for h in m.hosts():
+            threading.Thread(target=h.proc.destroy, daemon=True).start()
         self.log("machine_deleted", machine=m.machine_id)
 
     # capacity ------------------------------------------------------------------------------
@@ -253,15 +289,24 @@ class Cloud:
         family, size = m_type[1], int(m_type[2])
         return family in ("v4", "v5p") or (family in ("v5litepod", "v6e") and size >= 8)
 
-    def schedule_maintenance(self, m: Machine, mtype: str, notice: float) -> None:
+    def schedule_maintenance(
+        self, m: Machine, mtype: str, notice: float, host: Machine | Worker | None = None
+    ) -> None:
         """Notice: upcomingMaintenance PENDING now, window opens after notice/time_scale seconds.
 
         Google orders the times windowStartTime <= latestWindowStartTime <= windowEndTime: the window
         starts no later than latestWindowStartTime and the disruption is over by windowEndTime. Here the
-        window opens at its start, so the latest start is the start."""
+        window opens at its start, so the latest start is the start.
+
+        On a multi-host slice the notice is one worker's (`host`): only its metadata server shows it, the
+        node shows it, and other workers' notices keep their own windows."""
         ts = self.scenario.time_scale
         duration = self.scenario.maintenance[m.kind]["duration"]
         start = time.time() + notice / ts
+        h = host or m
+        if m.extra_workers:
+            self._schedule_worker_maintenance(m, h, mtype, notice, start, start + duration / ts)
+            return
         m.maintenance = {
             "type": mtype,
             "status": "PENDING",
@@ -277,19 +322,55 @@ class Cloud:
         )
         self.after_for(m, notice / ts, lambda: self.begin_maintenance(m))
 
-    def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED") -> None:
+    def _schedule_worker_maintenance(
+        self, m: Machine, h: Machine | Worker, mtype: str, notice: float, start: float, end: float
+    ) -> None:
+        mt = {
+            "type": mtype,
+            "status": "PENDING",
+            "start": start,
+            "end": end,
+            "latest": start,
+            "can_reschedule": self.can_start_early(m, mtype),
+        }
+        h.maintenance = mt
+        h.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
+        index = m.hosts().index(h)
+        self.log(
+            "maintenance_notice",
+            machine=h.machine_id,
+            node=m.machine_id,
+            worker=index,
+            type=mtype,
+            notice_seconds=notice,
+            window_start=rfc3339(start),
+        )
+
+        def due() -> None:  # not after_for: another worker's notice must not cancel this one
+            if not m.deleted and h.maintenance is mt and mt["status"] == "PENDING" and m.resource.get("state") == "READY":
+                self.begin_maintenance(m, host=h)
+
+        self.after(start - time.time(), due)
+
+    def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED", host: Machine | Worker | None = None) -> None:
         """Window opens: the machine goes down (status per kind) until the restart duration passes.
 
         With no notice before (a drill without extended notifications) the maintenance starts ONGOING.
         Once ONGOING it cannot be moved: canReschedule is false. A Compute VM passes STOPPING on its
-        way to TERMINATED, as on Google."""
+        way to TERMINATED, as on Google.
+
+        On a multi-host slice one worker's maintenance is the slice's: the node goes REPAIRING and every
+        worker's processes stop, and all restart together ("starting maintenance on a Cloud TPU slice
+        starts maintenance for all the underlying TPU VMs",
+        https://cloud.google.com/tpu/docs/manually-start-maintenance)."""
         ts = self.scenario.time_scale
         duration = self.scenario.maintenance[m.kind]["duration"]
         now = time.time()
-        if m.maintenance is None:
-            m.maintenance = {"type": mtype, "start": now, "latest": now}
-        m.maintenance.update(status="ONGOING", start=now, latest=now, end=now + duration / ts, can_reschedule=False)
-        m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
+        h = host or m
+        if h.maintenance is None:
+            h.maintenance = {"type": mtype, "start": now, "latest": now}
+        h.maintenance.update(status="ONGOING", start=now, latest=now, end=now + duration / ts, can_reschedule=False)
+        h.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
         if m.kind == "tpu":
             m.resource.update(
@@ -306,14 +387,17 @@ class Cloud:
 
             self.after_for(m, min(self.scenario.delay("gce_stop"), duration / ts / 2), stopped)
         self.take_down(m, "maintenance")
-        self.log("maintenance_start", machine=m.machine_id, type=m.maintenance["type"])
+        where = {"worker": m.hosts().index(h)} if m.extra_workers else {}
+        self.log("maintenance_start", machine=m.machine_id, type=h.maintenance["type"], **where)
         self.after_for(m, duration / ts, lambda: self.end_maintenance(m))
 
     def end_maintenance(self, m: Machine) -> None:
         """Host serviced: a TPU node is READY again; a Compute VM with automaticRestart passes STAGING to
-        RUNNING (and boots), one without stays TERMINATED and releases its capacity."""
-        m.maintenance = None
-        m.maintenance_event = "NONE"
+        RUNNING (and boots), one without stays TERMINATED and releases its capacity. A slice comes back on
+        serviced hosts: every worker's notice is cleared."""
+        for h in m.hosts():
+            h.maintenance = None
+            h.maintenance_event = "NONE"
         m.generation += 1
         if m.kind == "tpu":
             m.resource.update(state="READY", health="HEALTHY")
@@ -335,10 +419,11 @@ class Cloud:
         self.log("maintenance_end", machine=m.machine_id)
 
     def preempt(self, m: Machine) -> None:
-        """Spot preemption, no notice: down at once, capacity released."""
+        """Spot preemption, no notice: down at once, capacity released (a slice is preempted whole)."""
         m.generation += 1
-        m.maintenance = None
-        m.maintenance_event = "NONE"
+        for h in m.hosts():
+            h.maintenance = None
+            h.maintenance_event = "NONE"
         m.preempted = True
         m.holds = False
         if m.kind == "tpu":
@@ -352,17 +437,22 @@ class Cloud:
         for hook in self.preempt_hooks:
             hook(m)
 
-    def crash(self, m: Machine) -> None:
-        """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after."""
-        m.proc.crash()
-        self.log("machine_crash", machine=m.machine_id)
-        self.after_for(m, 0.2, lambda: self.boot(m))
+    def crash(self, m: Machine, worker: int = 0) -> None:
+        """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after. On a slice
+        only that worker's VM crashes and reboots: the API shows no change, the other workers keep running
+        and the workload's collectives lose a peer (what a slice's program sees on Google)."""
+        h = m.hosts()[worker]
+        h.proc.crash()
+        self.log("machine_crash", machine=h.machine_id, **({"worker": worker} if m.extra_workers else {}))
+        self.after_for(m, 0.2, lambda: self.boot(m, only=h if m.extra_workers else None))
 
     def upcoming(self, m: Machine) -> dict[str, Any] | None:
-        """upcomingMaintenance as the API shows it (camelCase, enum names)."""
-        mt = m.maintenance
-        if mt is None:
+        """upcomingMaintenance as the API shows it (camelCase, enum names); on a slice, any worker's
+        (an ongoing one first, else the earliest window)."""
+        pending = [h.maintenance for h in m.hosts() if h.maintenance is not None]
+        if not pending:
             return None
+        mt = min(pending, key=lambda x: (x["status"] != "ONGOING", x["start"]))
         return {
             "type": mt["type"],
             "canReschedule": mt["can_reschedule"],
