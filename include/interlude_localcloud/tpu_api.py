@@ -443,7 +443,9 @@ class TpuApi(QueuedResources):
                 raise ApiError(400, "There is no pending maintenance on this node", "FAILED_PRECONDITION")
             # On a slice it is the slice's maintenance: all its VMs go down together (cloud.begin_maintenance).
             host = next((h for h in pending if (h.maintenance or {}).get("can_reschedule")), pending[0])
-            if not (host.maintenance or {}).get("can_reschedule"):  # canReschedule=false + PENDING: no manual start here
+            if not (host.maintenance or {}).get(
+                "can_reschedule"
+            ):  # canReschedule=false + PENDING: no manual start here
                 raise ApiError(
                     400,
                     "The pending maintenance on this node cannot be started manually (canReschedule is false)",

@@ -78,7 +78,7 @@ SCENARIO = {
         },
     },
     "regions": {},
-    # Scheduled notices: 10 s (performMaintenance starts them); windows last 1 s: long enough to see, short enough to wait for.
+    # Scheduled notices 10 s (performMaintenance starts them); windows last 1 s: long enough to see, short to wait.
     "maintenance": {
         "tpu": {"scheduled_notice": 36000, "unscheduled_notice": 0, "duration": 3600},
         "gce": FAST["maintenance"]["gce"],
@@ -94,7 +94,6 @@ def until(pred: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any
             return got
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what or pred}")
-
 
 
 @pytest.fixture(scope="module")
@@ -150,6 +149,12 @@ def alive(pid: int | None) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def settled(lc: RunningLocalCloud, name: str) -> list[dict[str, Any]] | None:
+    """The workers, once each one's own record ends in a boot (no restart half done)."""
+    ws = workers(lc, name)
+    return ws if all(boots(w)[-1:] == [f"boot {w['worker']}"] for w in ws) else None
 
 
 def all_up(lc: RunningLocalCloud, name: str, boot_count: int) -> bool:
@@ -227,7 +232,9 @@ def test_a_crashed_worker_reboots_alone(lc: RunningLocalCloud, slice16: tpu_v2.N
     first = [len(boots(w)) for w in before]
     since = time.time()
     lc.admin.crash("tpu", ZONE, "slice", worker=1)
-    after = until(lambda: (ws := workers(lc, "slice")) and alive(ws[1]["pid"]) and ws[1]["pid"] != before[1]["pid"] and ws)
+    after = until(
+        lambda: (ws := workers(lc, "slice")) and alive(ws[1]["pid"]) and ws[1]["pid"] != before[1]["pid"] and ws
+    )
     assert not alive(before[1]["pid"])
     assert [w["pid"] for i, w in enumerate(after) if i != 1] == [w["pid"] for i, w in enumerate(before) if i != 1]
     until(lambda: boots(after[1]).count("boot 1") == first[1] + 1, what="worker 1's second boot")
@@ -281,15 +288,16 @@ def test_one_workers_maintenance_stops_and_restarts_the_slice(lc: RunningLocalCl
 
 
 def test_a_window_opening_on_one_worker_interrupts_the_slice(lc: RunningLocalCloud, slice16: tpu_v2.Node) -> None:
-    ws = until(lambda: (ws := workers(lc, "slice")) and all(b[-1:] == [f"boot {w['worker']}"] for w in ws if (b := boots(w))) and ws)
+    ws = until(lambda: settled(lc, "slice"), what="no restart half done")
     before = [len(boots(w)) for w in ws]
     since = time.time()
     lc.admin.maintenance("tpu", ZONE, "slice", type="UNSCHEDULED", notice_seconds=1800, worker=3)  # opens in 0.5 s
     until(lambda: raw_node(lc, "slice")["state"] == "REPAIRING", what="the window opening")
     until(lambda: raw_node(lc, "slice")["state"] == "READY", what="the slice back")
     # Each worker logged a SIGTERM and a boot of its own.
+    pairs = list(zip(ws, before, strict=True))
     until(
-        lambda: all(boots(w)[n:] == [f"term {w['worker']}", f"boot {w['worker']}"] for w, n in zip(ws, before)),
+        lambda: all(boots(w)[n:] == [f"term {w['worker']}", f"boot {w['worker']}"] for w, n in pairs),
         what="a term and a boot per worker",
     )
     assert all(alive(w["pid"]) for w in workers(lc, "slice"))
@@ -297,7 +305,9 @@ def test_a_window_opening_on_one_worker_interrupts_the_slice(lc: RunningLocalClo
 
 
 def test_queued_resource_slice_and_preemption_of_one_worker(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
-    node = tpu_v2.Node(accelerator_type="v6e-16", runtime_version="v2-alpha-tpuv6e", metadata={"startup-script": SCRIPT})
+    node = tpu_v2.Node(
+        accelerator_type="v6e-16", runtime_version="v2-alpha-tpuv6e", metadata={"startup-script": SCRIPT}
+    )
     qr = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(
             node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(parent=parent(lc), node_id="qslice", node=node)]
