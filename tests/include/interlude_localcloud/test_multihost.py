@@ -341,7 +341,9 @@ def test_quota_counts_chips_and_types_show_their_topology(lc: RunningLocalCloud,
     node = tpu_v2.Node(accelerator_type="v5p-16", runtime_version="v2-alpha-tpuv5")
     first = tpu.create_node(parent=parent(lc), node_id="p1", node=node).result(timeout=20)  # 8 chips of 8
     assert len(first.network_endpoints) == 2
-    assert [w["worker"] for w in workers(lc, "p1")] == [0, 1]
+    disks = [Path(w["disk_dir"]) for w in workers(lc, "p1")]
+    assert [w["worker"] for w in workers(lc, "p1")] == [0, 1] and all(d.is_dir() for d in disks)
     with pytest.raises(exceptions.GoogleAPICallError, match="Quota limit"):  # 16 chips > 8; capacity has room
         tpu.create_node(parent=parent(lc), node_id="p2", node=node).result(timeout=20)
     tpu.delete_node(name=first.name).result(timeout=20)
+    until(lambda: not any(d.exists() for d in disks), what="every worker's disk removed with the node")
