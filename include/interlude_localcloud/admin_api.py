@@ -1,6 +1,7 @@
 """Admin endpoints under `/_localcloud/` (not Google's API): what tests and demos need to play God.
 
-Preempt, crash or put a machine into maintenance, pick the next simulated maintenance, inject error
+Preempt, crash or put a machine (or one worker of a multi-host TPU slice: body `{"worker": N}`) into
+maintenance, pick the next simulated maintenance, inject error
 bursts, read the event log, list machines with their process ids, and list every machine's lifetime (when
 it entered and left the cloud's machine table: how many were alive at once, without sampling).
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from interlude_localcloud.catalog import tpu_shape
 from interlude_localcloud.cloud import Cloud, Machine
 from interlude_localcloud.errors import ApiError, invalid, not_found
 from interlude_localcloud.machines import MachineTable
@@ -43,6 +45,15 @@ class AdminApi:
         if m is None:
             raise not_found(f"{req.params['kind']}/{req.params['zone']}/{req.params['name']}")
         return m
+
+    @staticmethod
+    def _worker(m: Machine, req: Request) -> int:
+        """The body's `worker` (0 when absent), a 400 when the machine has no such worker."""
+        raw = (req.body or {}).get("worker")
+        worker = 0 if raw is None else raw
+        if not isinstance(worker, int) or not 0 <= worker < len(m.hosts()):
+            raise invalid(f"worker must be 0 to {len(m.hosts()) - 1} for {m.machine_id}")
+        return worker
 
     def events(self, req: Request) -> Response:
         since = float(req.query.get("since", "0") or 0)
@@ -80,9 +91,32 @@ class AdminApi:
                         "maintenance": m.maintenance,
                         "maintenance_event": m.maintenance_event,
                         "preempted": m.preempted,
+                        **(self._slice(m) if m.kind == "tpu" else {}),
                     }
                 )
             return Response({"machines": out})
+
+    @staticmethod
+    def _slice(m: Machine) -> dict[str, Any]:
+        """A TPU node's chips and hosts (Google's tables) and each worker's own process, disk and notice."""
+        shape = tpu_shape(m.cap_type)
+        return {
+            "chips": shape.chips,
+            "hosts": shape.hosts,
+            "workers": [
+                {
+                    "worker": i,
+                    "id": h.machine_id,
+                    "pid": h.proc.pid(),
+                    "boots": h.proc.boots,
+                    "disk_dir": str(h.proc.disk_dir),
+                    "port": h.port,
+                    "maintenance": h.maintenance,
+                    "maintenance_event": h.maintenance_event,
+                }
+                for i, h in enumerate(m.hosts())
+            ],
+        }
 
     def add_fault(self, req: Request) -> Response:
         b = req.body or {}
@@ -134,10 +168,14 @@ class AdminApi:
         return Response({"ok": True})
 
     def preempt(self, req: Request) -> Response:
+        """Spot preemption; of one worker of a slice, which takes the whole slice (node PREEMPTED)."""
         with self.cloud.lock:
             m = self._machine(req)
+            worker = self._worker(m, req)
             if not m.spot:
                 raise ApiError(400, "only spot/preemptible machines can be preempted", "FAILED_PRECONDITION")
+            if m.extra_workers:
+                self.cloud.log("worker_preempted", machine=m.hosts()[worker].machine_id, worker=worker)
             self.cloud.preempt(m)
             if m.kind == "gce" and (m.resource.get("scheduling") or {}).get("instanceTerminationAction") == "DELETE":
                 self.cloud.destroy(m)
@@ -145,18 +183,21 @@ class AdminApi:
 
     def crash(self, req: Request) -> Response:
         with self.cloud.lock:
-            self.cloud.crash(self._machine(req))
+            m = self._machine(req)
+            self.cloud.crash(m, self._worker(m, req))
         return Response({"ok": True})
 
     def maintenance(self, req: Request) -> Response:
-        """Host maintenance Google starts on its own (default UNSCHEDULED with the short notice)."""
+        """Host maintenance Google starts on its own (default UNSCHEDULED with the short notice); on a slice,
+        one worker's host (the slice goes down when its window opens)."""
         b = req.body or {}
         with self.cloud.lock:
             m = self._machine(req)
+            worker = self._worker(m, req)
             mtype = b.get("type", "UNSCHEDULED")
             notice = b.get("notice_seconds")
             if notice is None:
                 key = "unscheduled_notice" if mtype == "UNSCHEDULED" else "scheduled_notice"
                 notice = self.cloud.scenario.maintenance[m.kind][key]
-            self.cloud.schedule_maintenance(m, mtype, float(notice))
+            self.cloud.schedule_maintenance(m, mtype, float(notice), host=m.hosts()[worker])
         return Response({"ok": True})

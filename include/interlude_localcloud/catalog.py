@@ -87,6 +87,59 @@ def tpu_family(accelerator_type: str) -> tuple[str, int]:
     return m[1], int(m[2])
 
 
+@dataclass(frozen=True)
+class TpuShape:
+    """A TPU accelerator type as Google's tables describe it: chips, hosts (TPU VMs, the node's workers),
+    chips per host and the topology the API shows in acceleratorConfig."""
+
+    family: str
+    chips: int
+    hosts: int
+    topology: str
+
+    @property
+    def multi_host(self) -> bool:
+        return self.hosts > 1
+
+
+# Topologies by chip count, from Google's configuration tables: v5e and v6e (2D torus; v5litepod-N and v6e-N
+# count chips; up to 8 chips on one host, 4-chip hosts beyond: https://cloud.google.com/tpu/docs/v5e,
+# https://cloud.google.com/tpu/docs/v6e), v5p and v4 (3D; -N counts TensorCores, 2 per chip, 4 chips per
+# host: https://cloud.google.com/tpu/docs/v5p, https://cloud.google.com/tpu/docs/v4), v2/v3 (4 chips and
+# 8 TensorCores per host: https://cloud.google.com/tpu/docs/system-architecture-tpu-vm).
+_TOPOLOGY_2D = {1: "1x1", 4: "2x2", 8: "2x4", 16: "4x4", 32: "4x8", 64: "8x8", 128: "8x16", 256: "16x16"}
+_TOPOLOGY_3D = {
+    4: "2x2x1",
+    8: "2x2x2",
+    16: "2x2x4",
+    32: "2x4x4",
+    64: "4x4x4",
+    128: "4x4x8",
+    256: "4x8x8",
+    512: "8x8x8",
+    1024: "8x8x16",
+    2048: "8x16x16",
+    4096: "16x16x16",
+}
+_TOPOLOGY_V2_V3 = {4: "2x2", 16: "4x4", 64: "8x8", 128: "8x16", 256: "16x16", 512: "16x32", 1024: "32x32"}
+
+
+def tpu_shape(accelerator_type: str) -> TpuShape:
+    """("v5litepod-16") -> 16 chips on 4 hosts, "4x4"; ("v5p-16") -> 8 chips on 2 hosts, "2x2x2".
+    Raises ValueError for names that are not TPU types."""
+    family, size = tpu_family(accelerator_type)
+    if family in ("v5litepod", "v6e"):
+        chips = size
+        hosts = 1 if chips <= 8 else chips // 4
+        topology = _TOPOLOGY_2D.get(chips, f"{chips}x1")
+    else:
+        chips = max(1, size // 2)
+        hosts = max(1, chips // 4)
+        table = _TOPOLOGY_3D if family in ("v4", "v5p") else _TOPOLOGY_V2_V3
+        topology = table.get(chips, f"{chips}x1")
+    return TpuShape(family, chips, hosts, topology)
+
+
 # What runtimeVersions.list shows in a zone offering a TPU family: Google's own names
 # (https://cloud.google.com/tpu/docs/runtimes). TensorFlow runtimes carry -pod for slices, -pjrt/-se from
 # TF 2.15, and on recent releases a hardware suffix (v5e-and-v6, v5p-and-below); TPU v4 used -v4 names up

@@ -15,18 +15,16 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from interlude_localcloud.machines import MachineProcess
+from interlude_localcloud.maintenance import Maintenance
 from interlude_localcloud.scenario import Fault, Scenario
+from interlude_localcloud.slices import Worker, free_ports, slice_env, worker_id
+from interlude_localcloud.timefmt import rfc3339
 
-
-def rfc3339(t: float | None = None) -> str:
-    """Wall-clock time as Google prints it (UTC, milliseconds, Z)."""
-    dt = datetime.fromtimestamp(time.time() if t is None else t, tz=UTC)
-    return dt.strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+__all__ = ["Cloud", "Machine", "rfc3339"]
 
 
 @dataclass
@@ -49,10 +47,16 @@ class Machine:
     deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
+    extra_workers: list[Worker] = field(default_factory=list)  # workers 1..N-1 of a multi-host TPU slice
+    port: int = 0  # worker 0's local port on a multi-host slice (slices.py)
 
     @property
     def machine_id(self) -> str:
         return f"{self.kind}-{self.zone}-{self.name}"
+
+    def hosts(self) -> list[Machine | Worker]:
+        """The node's workers in order: the machine itself (worker 0), then a multi-host slice's others."""
+        return [self, *self.extra_workers]
 
     def script(self) -> str | None:
         if self.kind == "tpu":
@@ -66,8 +70,9 @@ class Machine:
         return {i["key"]: i.get("value", "") for i in items}
 
 
-class Cloud:
-    """Shared state and clock. API modules call into it holding `self.lock`."""
+class Cloud(Maintenance):
+    """Shared state and clock (maintenance lifecycle: the Maintenance mixin). API modules call into it
+    holding `self.lock`."""
 
     def __init__(self, scenario: Scenario, state_dir: Path, api_endpoint: str = "", gcs_endpoint: str = "") -> None:
         self.scenario = scenario
@@ -141,7 +146,8 @@ class Cloud:
         with self.lock:
             machines = list(self.machines.values())
         for m in machines:
-            m.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop", block=True)
+            for h in m.hosts():
+                h.proc.shutdown(grace=min(self.scenario.stop_grace_seconds, 2.0), reason="cloud stop", block=True)
 
     # bookkeeping ---------------------------------------------------------------------------
     def new_id(self) -> str:
@@ -166,38 +172,66 @@ class Cloud:
 
     # machines ------------------------------------------------------------------------------
     def new_machine(
-        self, kind: str, zone: str, name: str, resource: dict[str, Any], spot: bool, cap_type: str, units: int
+        self,
+        kind: str,
+        zone: str,
+        name: str,
+        resource: dict[str, Any],
+        spot: bool,
+        cap_type: str,
+        units: int,
+        hosts: int = 1,
     ) -> Machine:
+        """A machine; a multi-host TPU slice (hosts > 1) gets one process per worker (slices.py)."""
         mid = f"{kind}-{zone}-{name}"
-        env = {
-            "INTERLUDE_METADATA_URL": f"{self.api_endpoint}/_machines/{mid}/computeMetadata/v1",
-            "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
-            "INTERLUDE_MACHINE_ID": mid,
-        }
-        proc = MachineProcess(mid, self.state_dir / "machines" / mid, env)
-        m = Machine(kind, zone, name, resource, spot, cap_type, units, proc)
+        ports = free_ports(hosts) if hosts > 1 else [0]
+        procs = []
+        for i in range(hosts):
+            wid = worker_id(mid, i)
+            env = {
+                "INTERLUDE_METADATA_URL": f"{self.api_endpoint}/_machines/{wid}/computeMetadata/v1",
+                "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
+                "INTERLUDE_MACHINE_ID": wid,
+                **(slice_env(ports) if hosts > 1 else {}),
+            }
+            procs.append(MachineProcess(wid, self.state_dir / "machines" / wid, env))
+        m = Machine(kind, zone, name, resource, spot, cap_type, units, procs[0], port=ports[0])
+        m.extra_workers = [Worker(i, procs[i].machine_id, procs[i], ports[i]) for i in range(1, hosts)]
         self.machines[(kind, zone, name)] = m
         return m
 
     def machine_by_id(self, mid: str) -> Machine | None:
+        found = self.host_by_id(mid)
+        return found[0] if found is not None else None
+
+    def host_by_id(self, mid: str) -> tuple[Machine, Machine | Worker, int] | None:
+        """(machine, worker, worker number) for a worker's machine id (worker 0's is the machine's)."""
         for m in self.machines.values():
-            if m.machine_id == mid:
-                return m
+            for i, h in enumerate(m.hosts()):
+                if h.machine_id == mid:
+                    return m, h, i
         return None
 
-    def boot(self, m: Machine) -> None:
-        m.proc.boot(m.script())
-        self.log("machine_boot", machine=m.machine_id, boots=m.proc.boots)
+    def boot(self, m: Machine, only: Machine | Worker | None = None) -> None:
+        """Every worker runs the startup script (or just `only`, a worker rebooting after a crash)."""
+        multi = bool(m.extra_workers)
+        for i, h in enumerate(m.hosts()):
+            if only is None or h is only:
+                h.proc.boot(m.script())
+                self.log("machine_boot", machine=h.machine_id, boots=h.proc.boots, **({"worker": i} if multi else {}))
 
     def take_down(self, m: Machine, reason: str) -> None:
-        m.proc.shutdown(self.scenario.stop_grace_seconds, reason)
-        self.log("machine_down", machine=m.machine_id, reason=reason)
+        multi = bool(m.extra_workers)
+        for i, h in enumerate(m.hosts()):
+            h.proc.shutdown(self.scenario.stop_grace_seconds, reason)
+            self.log("machine_down", machine=h.machine_id, reason=reason, **({"worker": i} if multi else {}))
 
     def destroy(self, m: Machine) -> None:
         m.deleted = True
         m.holds = False
         self.machines.pop((m.kind, m.zone, m.name), None)
-        threading.Thread(target=m.proc.destroy, daemon=True).start()
+        for h in m.hosts():
+            threading.Thread(target=h.proc.destroy, daemon=True).start()
         self.log("machine_deleted", machine=m.machine_id)
 
     # capacity ------------------------------------------------------------------------------
@@ -228,146 +262,3 @@ class Cloud:
         if not cap_type:
             return True
         return self.used(zone, cap_type, spot, kind) + units <= self.capacity(zone, cap_type, spot, kind)
-
-    # maintenance ---------------------------------------------------------------------------
-    def choose_maintenance(self, kind: str) -> tuple[str, float]:
-        """Type and simulated notice seconds of the next simulated maintenance for this kind."""
-        override = self.next_maintenance.pop(kind, None) or self.next_maintenance.pop("*", None)
-        mt = self.scenario.maintenance[kind]
-        mtype = (override or {}).get("type", "SCHEDULED")
-        notice = (override or {}).get("notice_seconds")
-        if notice is None:
-            notice = mt["unscheduled_notice"] if mtype == "UNSCHEDULED" else mt["scheduled_notice"]
-        return mtype, float(notice)
-
-    def can_start_early(self, m: Machine, mtype: str) -> bool:
-        """canReschedule as Google sets it: SCHEDULED only, and on TPUs only where manual start exists
-        (any v4/v5p; v5e/v6e from 2x4, i.e. 8 chips; https://cloud.google.com/tpu/docs/manually-start-maintenance)."""
-        if mtype != "SCHEDULED":
-            return False
-        if m.kind != "tpu":
-            return True
-        m_type = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", str(m.resource.get("acceleratorType", "")))
-        if m_type is None:
-            return False
-        family, size = m_type[1], int(m_type[2])
-        return family in ("v4", "v5p") or (family in ("v5litepod", "v6e") and size >= 8)
-
-    def schedule_maintenance(self, m: Machine, mtype: str, notice: float) -> None:
-        """Notice: upcomingMaintenance PENDING now, window opens after notice/time_scale seconds.
-
-        Google orders the times windowStartTime <= latestWindowStartTime <= windowEndTime: the window
-        starts no later than latestWindowStartTime and the disruption is over by windowEndTime. Here the
-        window opens at its start, so the latest start is the start."""
-        ts = self.scenario.time_scale
-        duration = self.scenario.maintenance[m.kind]["duration"]
-        start = time.time() + notice / ts
-        m.maintenance = {
-            "type": mtype,
-            "status": "PENDING",
-            "start": start,
-            "end": start + duration / ts,
-            "latest": start,
-            "can_reschedule": self.can_start_early(m, mtype),
-        }
-        m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
-        m.generation += 1
-        self.log(
-            "maintenance_notice", machine=m.machine_id, type=mtype, notice_seconds=notice, window_start=rfc3339(start)
-        )
-        self.after_for(m, notice / ts, lambda: self.begin_maintenance(m))
-
-    def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED") -> None:
-        """Window opens: the machine goes down (status per kind) until the restart duration passes.
-
-        With no notice before (a drill without extended notifications) the maintenance starts ONGOING.
-        Once ONGOING it cannot be moved: canReschedule is false. A Compute VM passes STOPPING on its
-        way to TERMINATED, as on Google."""
-        ts = self.scenario.time_scale
-        duration = self.scenario.maintenance[m.kind]["duration"]
-        now = time.time()
-        if m.maintenance is None:
-            m.maintenance = {"type": mtype, "start": now, "latest": now}
-        m.maintenance.update(status="ONGOING", start=now, latest=now, end=now + duration / ts, can_reschedule=False)
-        m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
-        m.generation += 1
-        if m.kind == "tpu":
-            m.resource.update(
-                state="REPAIRING",
-                health="UNHEALTHY_MAINTENANCE",
-                healthDescription="The TPU node is undergoing host maintenance.",
-            )
-        else:
-            m.resource["status"] = "STOPPING"
-
-            def stopped() -> None:
-                m.resource["status"] = "TERMINATED"
-                m.resource["lastStopTimestamp"] = rfc3339()
-
-            self.after_for(m, min(self.scenario.delay("gce_stop"), duration / ts / 2), stopped)
-        self.take_down(m, "maintenance")
-        self.log("maintenance_start", machine=m.machine_id, type=m.maintenance["type"])
-        self.after_for(m, duration / ts, lambda: self.end_maintenance(m))
-
-    def end_maintenance(self, m: Machine) -> None:
-        """Host serviced: a TPU node is READY again; a Compute VM with automaticRestart passes STAGING to
-        RUNNING (and boots), one without stays TERMINATED and releases its capacity."""
-        m.maintenance = None
-        m.maintenance_event = "NONE"
-        m.generation += 1
-        if m.kind == "tpu":
-            m.resource.update(state="READY", health="HEALTHY")
-            m.resource.pop("healthDescription", None)
-            self.boot(m)
-        elif (m.resource.get("scheduling") or {}).get("automaticRestart", True):
-            m.resource["status"] = "STAGING"
-
-            def running() -> None:
-                m.resource["status"] = "RUNNING"
-                m.resource["lastStartTimestamp"] = rfc3339()
-                self.boot(m)
-                self.changed.notify_all()
-
-            self.after_for(m, min(self.scenario.delay("gce_start"), 0.5), running)
-        else:
-            m.resource["status"] = "TERMINATED"
-            m.holds = False
-        self.log("maintenance_end", machine=m.machine_id)
-
-    def preempt(self, m: Machine) -> None:
-        """Spot preemption, no notice: down at once, capacity released."""
-        m.generation += 1
-        m.maintenance = None
-        m.maintenance_event = "NONE"
-        m.preempted = True
-        m.holds = False
-        if m.kind == "tpu":
-            m.resource.update(state="PREEMPTED")
-            m.resource.pop("health", None)
-        else:
-            m.resource["status"] = "TERMINATED"
-            m.resource["lastStopTimestamp"] = rfc3339()
-        self.take_down(m, "preempted")
-        self.log("preempted", machine=m.machine_id)
-        for hook in self.preempt_hooks:
-            hook(m)
-
-    def crash(self, m: Machine) -> None:
-        """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after."""
-        m.proc.crash()
-        self.log("machine_crash", machine=m.machine_id)
-        self.after_for(m, 0.2, lambda: self.boot(m))
-
-    def upcoming(self, m: Machine) -> dict[str, Any] | None:
-        """upcomingMaintenance as the API shows it (camelCase, enum names)."""
-        mt = m.maintenance
-        if mt is None:
-            return None
-        return {
-            "type": mt["type"],
-            "canReschedule": mt["can_reschedule"],
-            "windowStartTime": rfc3339(mt["start"]),
-            "windowEndTime": rfc3339(mt["end"]),
-            "latestWindowStartTime": rfc3339(max(mt["latest"], mt["start"])),
-            "maintenanceStatus": mt["status"],
-        }

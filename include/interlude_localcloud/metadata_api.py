@@ -14,6 +14,7 @@ from typing import Any
 from interlude_localcloud.cloud import Cloud, Machine, rfc3339
 from interlude_localcloud.errors import ApiError
 from interlude_localcloud.server import ClientGone, Request, Response, Router
+from interlude_localcloud.slices import Worker, worker_attributes
 
 
 class MetadataApi:
@@ -24,15 +25,18 @@ class MetadataApi:
         r.add("GET", r"/_machines/(?P<mid>[^/]+)/computeMetadata/v1/(?P<key>.*)", self.get)
         r.add("PUT", GUEST_PATH, self.put_guest_attribute, text_body=True)
 
-    def _value(self, m: Machine | None, key: str, alt_json: bool) -> str | None:
-        """The metadata value at ``key`` for machine ``m`` (None: 404), as Google's metadata server answers it."""
-        if m is None:
+    def _value(self, mid: str, key: str, alt_json: bool) -> str | None:
+        """The metadata value at ``key`` for the machine (or slice worker) ``mid`` (None: 404), as Google's
+        metadata server answers it. Maintenance news and guest attributes are the worker's own."""
+        found = self.cloud.host_by_id(mid)
+        if found is None:
             return None
+        m, h, index = found
         key = key.rstrip("/") if key.endswith("/") and key != "instance/attributes/" else key
         simple = {
-            "instance/maintenance-event": lambda: m.maintenance_event,
+            "instance/maintenance-event": lambda: h.maintenance_event,
             "instance/preempted": lambda: "TRUE" if m.preempted else "FALSE",
-            "instance/upcoming-maintenance": lambda: json.dumps(_upcoming(m)),
+            "instance/upcoming-maintenance": lambda: json.dumps(_upcoming(h)),
             "instance/name": lambda: m.name,
             "instance/id": lambda: str(m.resource.get("id", "")),
             "instance/zone": lambda: f"projects/{self.cloud.scenario.project}/zones/{m.zone}",
@@ -40,13 +44,15 @@ class MetadataApi:
         }
         if key in simple:
             return simple[key]()
+        attrs = m.attributes()
+        if m.kind == "tpu":  # a TPU VM's own attributes beside the node's metadata (every worker, as on Google)
+            attrs = {**attrs, **worker_attributes(m, index)}
         if key == "instance/attributes/":
-            attrs = m.attributes()
             return json.dumps(attrs) if alt_json else "".join(f"{k}\n" for k in sorted(attrs))
         if key.startswith("instance/attributes/"):
-            return m.attributes().get(key.removeprefix("instance/attributes/"))
+            return attrs.get(key.removeprefix("instance/attributes/"))
         if key.startswith("instance/guest-attributes/"):
-            return m.guest_attributes.get(key.removeprefix("instance/guest-attributes/"))
+            return h.guest_attributes.get(key.removeprefix("instance/guest-attributes/"))
         return None
 
     def put_guest_attribute(self, req: Request) -> Response:
@@ -57,10 +63,10 @@ class MetadataApi:
             raise ApiError(403, "Missing Metadata-Flavor:Google header.", "PERMISSION_DENIED")
         value = req.raw_body.decode(errors="replace") if req.raw_body else ""
         with self.cloud.lock:
-            m = self.cloud.machine_by_id(req.params["mid"])
-            if m is None:
+            found = self.cloud.host_by_id(req.params["mid"])
+            if found is None:
                 raise ApiError(404, "Not Found", "NOT_FOUND")
-            m.guest_attributes[f"{req.params['ns']}/{req.params['key']}"] = value[:GUEST_VALUE_MAX]
+            found[1].guest_attributes[f"{req.params['ns']}/{req.params['key']}"] = value[:GUEST_VALUE_MAX]
         return Response(None, raw=b"", headers={"Content-Type": "text/plain", "Metadata-Flavor": "Google"})
 
     def get(self, req: Request) -> Response:
@@ -73,7 +79,7 @@ class MetadataApi:
         last = req.query.get("last_etag")
         deadline = time.time() + min(timeout, 300.0)
         with self.cloud.lock:
-            value = self._value(self.cloud.machine_by_id(req.params["mid"]), key, alt_json)
+            value = self._value(req.params["mid"], key, alt_json)
             if value is None:
                 raise ApiError(404, "Not Found", "NOT_FOUND")
             etag = _etag(value)
@@ -83,7 +89,7 @@ class MetadataApi:
                     if req.client_gone():  # a killed guest: stop holding a thread for it
                         raise ClientGone(f"metadata long-poll client for {key} went away")
                     self.cloud.changed.wait(timeout=max(0.0, min(0.5, deadline - time.time())))
-                    new = self._value(self.cloud.machine_by_id(req.params["mid"]), key, alt_json)
+                    new = self._value(req.params["mid"], key, alt_json)
                     if new is None:
                         break
                     value, etag = new, _etag(new)
@@ -101,7 +107,7 @@ def _etag(value: str) -> str:
     return hashlib.md5(value.encode()).hexdigest()[:16]
 
 
-def _upcoming(m: Machine) -> dict[str, Any]:
+def _upcoming(m: Machine | Worker) -> dict[str, Any]:
     """`instance/upcoming-maintenance?alt=json`: snake_case, `{}` when none is scheduled."""
     mt = m.maintenance
     if mt is None:

@@ -64,19 +64,27 @@ class Admin:
             {"zone": zone, "kind": kind, "type": accelerator_type, "on_demand": on_demand, "spot": spot},
         )
 
-    def preempt(self, kind: str, zone: str, name: str) -> None:
-        self._call("POST", f"/machines/{kind}/{zone}/{name}:preempt", {})
+    def preempt(self, kind: str, zone: str, name: str, worker: int | None = None) -> None:
+        """Spot preemption (of one worker of a multi-host slice: the whole slice goes)."""
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:preempt", _worker({}, worker))
 
-    def crash(self, kind: str, zone: str, name: str) -> None:
-        self._call("POST", f"/machines/{kind}/{zone}/{name}:crash", {})
+    def crash(self, kind: str, zone: str, name: str, worker: int | None = None) -> None:
+        """SIGKILL the guest (one worker of a slice), which reboots."""
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:crash", _worker({}, worker))
 
     def maintenance(
-        self, kind: str, zone: str, name: str, type: str = "UNSCHEDULED", notice_seconds: float | None = None
+        self,
+        kind: str,
+        zone: str,
+        name: str,
+        type: str = "UNSCHEDULED",
+        notice_seconds: float | None = None,
+        worker: int | None = None,
     ) -> None:
-        """Google-initiated maintenance on a machine (default: unscheduled, short notice)."""
-        self._call(
-            "POST", f"/machines/{kind}/{zone}/{name}:maintenance", {"type": type, "notice_seconds": notice_seconds}
-        )
+        """Google-initiated maintenance on a machine (one worker's host of a slice; default: unscheduled,
+        short notice)."""
+        body = _worker({"type": type, "notice_seconds": notice_seconds}, worker)
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance", body)
 
     def gke_stockout(self, zone: str, machine_type: str, stockout: bool = True) -> None:
         """GKE scale-ups of `machine_type` pools in `zone` fail (ZONE_RESOURCE_POOL_EXHAUSTED) until cleared."""
@@ -95,6 +103,10 @@ class Admin:
     def gke_events(self, cluster: str) -> dict[str, Any]:
         """{now, events}: the cluster's scheduler/autoscaler/maintenance decisions (scenario time)."""
         return self._call("GET", f"/gke/clusters/{cluster}/events")
+
+
+def _worker(body: dict[str, Any], worker: int | None) -> dict[str, Any]:
+    return body if worker is None else {**body, "worker": worker}
 
 
 def most_alive_at_once(lifetimes: list[dict[str, Any]]) -> tuple[int, list[str]]:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from interlude_localcloud.catalog import TPU_FAMILIES, tpu_family
+from interlude_localcloud.catalog import TPU_FAMILIES, tpu_family, tpu_shape
 from interlude_localcloud.cloud import Cloud, Machine, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.queued_api import QueuedResources
 from interlude_localcloud.server import Request, Response, Router
+from interlude_localcloud.slices import Worker, network_endpoints
 
 LOC = r"/(?P<ver>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
 NODE = LOC + r"/nodes/(?P<node>[^/:]+)"
@@ -166,16 +167,17 @@ class TpuApi(QueuedResources):
 
     def _quota_error(self, zone: str, at: str, spot: bool) -> dict[str, Any] | None:
         quotas = self.cloud.scenario.tpu_quotas.get(zone) or {}
-        fam, size = tpu_family(at)
+        fam, _ = tpu_family(at)
         key = f"{fam}{'-spot' if spot else ''}"
         if key not in quotas:
             return None
+        # Chips, as Google's TPU quotas count them (a v5litepod-16 takes 16 v5e chips, a v5p-16 8 v5p chips).
         used = sum(
-            tpu_family(m.cap_type)[1]
+            tpu_shape(m.cap_type).chips
             for m in self.cloud.machines.values()
             if m.kind == "tpu" and m.zone == zone and m.holds and m.spot == spot and tpu_family(m.cap_type)[0] == fam
         )
-        if used + size <= quotas[key]:
+        if used + tpu_shape(at).chips <= quotas[key]:
             return None
         metric = f"TPU{TPU_FAMILIES[fam].replace('_', '')}{'Preemptible' if spot else ''}PerProjectPerZoneForTPUAPI"
         return {
@@ -212,8 +214,13 @@ class TpuApi(QueuedResources):
                 "queuedResource",
             )
         }
-        topo = {8: "2x4", 4: "2x2", 16: "4x4", 32: "4x8", 1: "1x1"}.get(
-            size if fam in ("v5litepod", "v6e") else size // 2, "2x4"
+        shape = tpu_shape(at)
+        topo = (
+            shape.topology
+            if shape.multi_host
+            else {8: "2x4", 4: "2x2", 16: "4x4", 32: "4x8", 1: "1x1"}.get(
+                size if fam in ("v5litepod", "v6e") else size // 2, "2x4"
+            )
         )
         res.update(
             name=f"{self._parent(zone)}/nodes/{node_id}",
@@ -235,15 +242,11 @@ class TpuApi(QueuedResources):
         )
         if qr_name:
             res["queuedResource"] = qr_name
-        return self.cloud.new_machine("tpu", zone, node_id, res, spot, at, 1)
+        return self.cloud.new_machine("tpu", zone, node_id, res, spot, at, 1, hosts=shape.hosts)
 
     def _node_ready(self, m: Machine) -> None:
         n = self.cloud.machines.get(("tpu", m.zone, m.name))
-        m.resource.update(
-            state="READY",
-            health="HEALTHY",
-            networkEndpoints=[{"ipAddress": f"10.128.0.{2 + int(m.resource['id']) % 250}", "port": 8470}],
-        )
+        m.resource.update(state="READY", health="HEALTHY", networkEndpoints=network_endpoints(m))
         if n is m:
             self.cloud.boot(m)
 
@@ -252,20 +255,37 @@ class TpuApi(QueuedResources):
         with self.cloud.lock:
             return Response(self.render_node(self._node(req), req.doc.endswith("alpha1")), "Node")
 
+    def _workers(self, m: Machine, ids: list[Any]) -> list[Machine | Worker]:
+        """The workers named by 0-based `workerIds` strings (a 400 for one the node does not have)."""
+        hosts = m.hosts()
+        out = []
+        for raw in ids:
+            if not str(raw).isdigit() or int(raw) >= len(hosts):
+                raise invalid(f"Invalid worker ID {raw!r}: the node has workers 0 to {len(hosts) - 1}")
+            out.append(hosts[int(raw)])
+        return out
+
     def get_guest_attributes(self, req: Request) -> Response:
-        """What the node's guest wrote to its metadata server's guest attributes, filtered by queryPath
-        ('' or '/' everything, 'NAMESPACE/' a namespace, 'NAMESPACE/KEY' one key); one worker per node here."""
-        path = str((req.body or {}).get("queryPath") or "")
+        """What the node's guests wrote to their metadata servers' guest attributes, filtered by queryPath
+        ('' or '/' everything, 'NAMESPACE/' a namespace, 'NAMESPACE/KEY' one key): one GuestAttributes per
+        worker asked for in `workerIds`, in that order, every worker in worker order when it is empty
+        (tpu.v2.json GetGuestAttributesRequest). The answer names no worker (GuestAttributes has only
+        queryPath and queryValue): the order is how a caller tells them apart."""
+        body = req.body or {}
+        path = str(body.get("queryPath") or "")
         want = path.strip("/")
         with self.cloud.lock:
             m = self._node(req)
-            entries = [
-                {"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
-                for k, v in sorted(m.guest_attributes.items())
-                if not want or k == want or k.startswith(want + "/")
-            ]
-        value = {"items": entries} if entries else {}
-        return Response({"guestAttributes": [{"queryPath": path, "queryValue": value}]}, "GetGuestAttributesResponse")
+            hosts = self._workers(m, list(body.get("workerIds") or [])) or m.hosts()
+            out = []
+            for h in hosts:
+                entries = [
+                    {"namespace": k.split("/", 1)[0], "key": k.split("/", 1)[1], "value": v}
+                    for k, v in sorted(h.guest_attributes.items())
+                    if not want or k == want or k.startswith(want + "/")
+                ]
+                out.append({"queryPath": path, "queryValue": {"items": entries} if entries else {}})
+        return Response({"guestAttributes": out}, "GetGuestAttributesResponse")
 
     def list_nodes(self, req: Request) -> Response:
         with self.cloud.lock:
@@ -325,7 +345,8 @@ class TpuApi(QueuedResources):
                 op = self._operation(m.zone, "delete", m.resource["name"])
                 m.resource["state"] = "DELETING"
                 m.generation += 1
-                m.maintenance = None
+                for h in m.hosts():
+                    h.maintenance = None
                 self.cloud.take_down(m, "delete")
             self.cloud.log("tpu_node_delete", node=m.resource["name"])
 
@@ -365,7 +386,8 @@ class TpuApi(QueuedResources):
             op = self._operation(m.zone, "stop", m.resource["name"])
             m.resource["state"] = "STOPPING"
             m.generation += 1
-            m.maintenance = None
+            for h in m.hosts():
+                h.maintenance = None
             self.cloud.take_down(m, "stop")
 
             def done() -> None:
@@ -399,23 +421,31 @@ class TpuApi(QueuedResources):
             return self._op_response(op, req)
 
     def simulate_maintenance(self, req: Request) -> Response:
+        """A maintenance notice on one worker: the first of `workerIds`, worker 0 when empty ("a maintenance
+        event will only be fired on the first specified worker ID", tpu.v2alpha1.json)."""
         with self.cloud.lock:
             m = self._node(req)
+            hosts = self._workers(m, list((req.body or {}).get("workerIds") or [])) or [m]
             if m.resource.get("state") != "READY":
                 raise ApiError(400, "Maintenance can only be simulated on a READY node", "FAILED_PRECONDITION")
             op = self._operation(m.zone, "simulateMaintenanceEvent", m.resource["name"])
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             mtype, notice = self.cloud.choose_maintenance("tpu")
-            self.cloud.schedule_maintenance(m, mtype, notice)
+            self.cloud.schedule_maintenance(m, mtype, notice, host=hosts[0])
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 
     def perform_maintenance(self, req: Request) -> Response:
         with self.cloud.lock:
             m = self._node(req)
-            if m.maintenance is None or m.maintenance["status"] != "PENDING":
+            pending = [h for h in m.hosts() if h.maintenance is not None and h.maintenance["status"] == "PENDING"]
+            if not pending:
                 raise ApiError(400, "There is no pending maintenance on this node", "FAILED_PRECONDITION")
-            if not m.maintenance.get("can_reschedule"):  # canReschedule=false + PENDING: no manual start here
+            # On a slice it is the slice's maintenance: all its VMs go down together (cloud.begin_maintenance).
+            host = next((h for h in pending if (h.maintenance or {}).get("can_reschedule")), pending[0])
+            if not (host.maintenance or {}).get(
+                "can_reschedule"
+            ):  # canReschedule=false + PENDING: no manual start here
                 raise ApiError(
                     400,
                     "The pending maintenance on this node cannot be started manually (canReschedule is false)",
@@ -424,7 +454,7 @@ class TpuApi(QueuedResources):
             op = self._operation(m.zone, "performMaintenance", m.resource["name"])
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             self.cloud.log("perform_maintenance", machine=m.machine_id)
-            self.cloud.begin_maintenance(m)
+            self.cloud.begin_maintenance(m, host=host)
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 
@@ -451,10 +481,12 @@ class TpuApi(QueuedResources):
 
     def _atype(self, zone: str, t: str) -> dict[str, Any]:
         fam, size = tpu_family(t)
+        shape = tpu_shape(t)
+        topology = shape.topology if shape.multi_host else ("2x4" if size == 8 else "1x1")
         return {
             "name": f"{self._parent(zone)}/acceleratorTypes/{t}",
             "type": t,
-            "acceleratorConfigs": [{"type": TPU_FAMILIES[fam], "topology": "2x4" if size == 8 else "1x1"}],
+            "acceleratorConfigs": [{"type": TPU_FAMILIES[fam], "topology": topology}],
         }
 
     def list_accelerator_types(self, req: Request) -> Response:
