@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from interlude_localcloud.machines import MachineProcess
+from interlude_localcloud.machines import Devices, MachineProcess
 from interlude_localcloud.scenario import Fault, Scenario
 
 
@@ -49,6 +49,8 @@ class Machine:
     deleted: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
+    # attributes the platform sets for the guest that the API's metadata does not show (a TPU VM's accelerator-type)
+    platform_attributes: dict[str, str] = field(default_factory=dict)
 
     @property
     def machine_id(self) -> str:
@@ -63,7 +65,7 @@ class Machine:
         if self.kind == "tpu":
             return dict(self.resource.get("metadata") or {})
         items = (self.resource.get("metadata") or {}).get("items") or []
-        return {i["key"]: i.get("value", "") for i in items}
+        return {**self.platform_attributes, **{i["key"]: i.get("value", "") for i in items}}
 
 
 class Cloud:
@@ -166,7 +168,15 @@ class Cloud:
 
     # machines ------------------------------------------------------------------------------
     def new_machine(
-        self, kind: str, zone: str, name: str, resource: dict[str, Any], spot: bool, cap_type: str, units: int
+        self,
+        kind: str,
+        zone: str,
+        name: str,
+        resource: dict[str, Any],
+        spot: bool,
+        cap_type: str,
+        units: int,
+        devices: Devices | None = None,
     ) -> Machine:
         mid = f"{kind}-{zone}-{name}"
         env = {
@@ -174,7 +184,7 @@ class Cloud:
             "STORAGE_EMULATOR_HOST": self.gcs_endpoint,
             "INTERLUDE_MACHINE_ID": mid,
         }
-        proc = MachineProcess(mid, self.state_dir / "machines" / mid, env)
+        proc = MachineProcess(mid, self.state_dir / "machines" / mid, env, devices)
         m = Machine(kind, zone, name, resource, spot, cap_type, units, proc)
         self.machines[(kind, zone, name)] = m
         return m
