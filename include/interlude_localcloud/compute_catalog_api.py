@@ -7,9 +7,11 @@ from typing import Any
 
 from interlude_localcloud.catalog import GPU_DESCRIPTIONS
 from interlude_localcloud.compute_base import DOC, ComputeBase, P, Z
-from interlude_localcloud.compute_tpu_catalog import machine_info
+from interlude_localcloud.compute_tpu_catalog import TPU_QUOTA_METRICS, machine_info
 from interlude_localcloud.errors import ApiError
 from interlude_localcloud.server import Request, Response, Router
+
+CLOUD_QUOTAS_ONLY = {metric for pair in TPU_QUOTA_METRICS.values() for metric in pair}
 
 
 class ComputeCatalogApi(ComputeBase):
@@ -156,9 +158,10 @@ class ComputeCatalogApi(ComputeBase):
             )
         with self.cloud.lock:
             usage = self.region_usage(region)
-        quotas = [
+        quotas = [  # TPU VM chip quotas are Cloud Quotas metrics: enforced at insert, not listed here (as Google)
             {"metric": k, "limit": v, "usage": usage.get(k, 0.0)}
             for k, v in sorted((self.cloud.scenario.quotas.get(region) or {}).items())
+            if k not in CLOUD_QUOTAS_ONLY
         ]
         return Response(
             {

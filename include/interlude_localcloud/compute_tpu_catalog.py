@@ -51,9 +51,10 @@ TPU_MACHINE_TYPES: dict[str, TpuMachineType] = {
 TPU_ACCELERATORS = {t.accelerator for t in TPU_MACHINE_TYPES.values()}
 TPU_DESCRIPTIONS = {"tpu-v5p-slice": "TPU v5p", "tpu-v6e-slice": "TPU v6e", "tpu7x": "TPU7x (Ironwood)"}
 
-# Regional quota in TPU chips per family, (on-demand, spot). Google keeps TPU VM quotas in Cloud Quotas, not in
-# regions.get; these metric names are the local cloud's, shown in regions.get beside the GPU metrics so one
-# read reports every limit (README, "Capacity and quota").
+# Regional quota in TPU chips per family, (on-demand, spot). Google keeps TPU VM quotas in Cloud Quotas: Compute's
+# regions.get lists no v5p/v6e/TPU7x metric (its Quota.metric enum has only TPU v4/v5e ones). The local cloud
+# enforces these at insert (403 quotaExceeded, Compute's wording) when the scenario's region sets them, and, like
+# Google, leaves them out of regions.get. The names are the local cloud's.
 TPU_QUOTA_METRICS: dict[str, tuple[str, str]] = {
     "tpu-v5p-slice": ("TPU_V5P_CHIPS", "PREEMPTIBLE_TPU_V5P_CHIPS"),
     "tpu-v6e-slice": ("TPU_V6E_CHIPS", "PREEMPTIBLE_TPU_V6E_CHIPS"),
