@@ -17,7 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from interlude_localcloud.scenario import parse
 from interlude_localcloud.testing import RunningLocalCloud, running_localcloud
 from tests.include.interlude_localcloud.conftest import FAST, ZONE, Compute, gpu_instance
-from tests.include.interlude_localcloud.test_maintenance import until
+from tests.include.interlude_localcloud.test_maintenance import metadata, until
 
 EAST = "us-east5-a"
 PROBE = """python - <<'PY'
@@ -41,6 +41,7 @@ def _scenario() -> dict[str, Any]:
     gpu["reservations"] = [{"name": "v6e-res", "machine_type": "ct6e-standard-4t", "count": 2, "in_use": 1}]
     raw["zones"][EAST] = {"gpu": {"tpu_machine_types": ["tpu7x-standard-4t"], "capacity": {"tpu7x": 4}}}
     raw["regions"]["us-central1"]["quotas"]["TPU_V6E_CHIPS"] = 12
+    raw["maintenance"]["gce"]["duration"] = 3600  # host down 1 s: long enough for a poller to see TERMINATED
     return raw
 
 
@@ -110,11 +111,14 @@ def test_guest_sees_its_tpu_chips_and_goes_through_maintenance(cloud: tuple[Runn
     until(lambda: "accel=v5p-8 chips=4 topology=True" in _serial(lc, compute, "v5p"), what="TPU VM probe")
     until(lambda: "GPU 0: nvidia-l4" in _serial(lc, compute, "l4"), what="GPU VM probe")
     assert "nvidia-smi" not in _serial(lc, compute, "v5p") and "GPU 0" not in _serial(lc, compute, "v5p")
+    lc.admin.next_maintenance("SCHEDULED", notice_seconds=86400, kind="gce")  # a day's notice: PENDING stays
     compute.instances.simulate_maintenance_event(
         request={"project": lc.project, "zone": ZONE, "instance": "v5p", "with_extended_notifications": True}
     )
     up = compute.get("v5p").resource_status.upcoming_maintenance
     assert (up.maintenance_status, up.type_, up.can_reschedule) == ("PENDING", "SCHEDULED", True)
+    assert metadata(lc, "gce", "v5p", "instance/maintenance-event").text == "TERMINATE_ON_HOST_MAINTENANCE"
+    compute.instances.perform_maintenance(project=lc.project, zone=ZONE, instance="v5p")  # start it now
     until(lambda: compute.get("v5p").status == "TERMINATED", what="down for maintenance")
     until(lambda: compute.get("v5p").status == "RUNNING", what="back (automaticRestart)")
     until(lambda: _serial(lc, compute, "v5p").count("accel=v5p-8 chips=4") == 2, what="second boot's probe")
