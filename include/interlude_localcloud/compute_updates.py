@@ -2,9 +2,11 @@
 method the local cloud does not implement.
 
 - setMetadata replaces `metadata.items` when the request carries the instance's current `metadata.fingerprint`;
-  a stale or missing one is 412 conditionNotMet, as Google answers (optimistic locking:
-  https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#update_metadata). Each change gets a
-  new fingerprint. The guest's metadata server reads the items live, so `instance/attributes/KEY` (and a
+  a stale or missing one is 412 conditionNotMet, "Supplied fingerprint does not match current metadata
+  fingerprint.", as Google answers (optimistic locking:
+  https://cloud.google.com/compute/docs/metadata/setting-custom-metadata#update_metadata; clients retry on exactly
+  that 412 and text, e.g. terraform-provider-google's IsFingerprintError). Each change gets a new fingerprint.
+  The guest's metadata server reads the items live, so `instance/attributes/KEY` (and a
   `wait_for_change` long-poll on it) sees the new value at once.
 - setMachineType works only on a stopped (TERMINATED) instance, else 400
   (https://cloud.google.com/compute/docs/instances/changing-machine-type-of-stopped-instance); the new type must
@@ -90,7 +92,8 @@ class ComputeUpdatesApi(ComputeBase):
         body = req.body or {}
         with self.cloud.lock:
             m = self.instance_of(req)
-            if m.resource["status"] != "TERMINATED":
+            # TERMINATED by the user (stop, preemption): not one held through a host maintenance that restarts it
+            if m.resource["status"] != "TERMINATED" or m.holds:
                 raise ApiError(
                     400,
                     f"The instance must be stopped (TERMINATED) to change its machine type; it is "
