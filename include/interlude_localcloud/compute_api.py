@@ -16,7 +16,13 @@ from typing import Any
 from interlude_localcloud.cloud import Machine, rfc3339
 from interlude_localcloud.compute_base import DOC, INST, ComputeBase, Z, last
 from interlude_localcloud.compute_catalog_api import ComputeCatalogApi
-from interlude_localcloud.compute_network import addresses_in_use, network_interfaces
+from interlude_localcloud.compute_network import (
+    addresses_in_use,
+    assign_ephemeral,
+    ephemeral_nats,
+    network_interfaces,
+    release_ephemeral,
+)
 from interlude_localcloud.compute_tpu_catalog import machine_info
 from interlude_localcloud.compute_updates import (
     ComputeUpdatesApi,
@@ -44,6 +50,7 @@ class ComputeApi(ComputeBase):
         r.add("GET", Z + r"/operations/(?P<op>[^/]+)", self.get_operation, DOC)
         r.add("POST", Z + r"/operations/(?P<op>[^/]+)/wait", self.wait_operation, DOC)
         r.add("GET", Z + "/operations", self.list_operations, DOC)
+        self.cloud.preempt_hooks.append(self._stopped)  # a preempted spot VM is stopped: its ephemeral natIP goes
         ComputeUpdatesApi(self.cloud).register(r)
         ComputeCatalogApi(self.cloud).register(r)
         register_unimplemented(r)
@@ -100,6 +107,7 @@ class ComputeApi(ComputeBase):
             devices, platform = devices_for(mt_name, gpu, count)
             m = self.cloud.new_machine("gce", zone, name, res, spot, gpu, count, devices)
             m.platform_attributes = platform
+            m.extra["ephemeral_nats"] = ephemeral_nats(body.get("networkInterfaces"))
             op = self.new_op(zone, "insert", m, name)
             ok = self.cloud.has_capacity(zone, gpu, spot, "gce", count)
             m.holds = ok
@@ -173,7 +181,13 @@ class ComputeApi(ComputeBase):
         res["metadata"] = md
         return res
 
+    def _stopped(self, m: Machine) -> None:
+        if m.kind == "gce":
+            release_ephemeral(m.resource, m.extra.get("ephemeral_nats", []))
+
     def _running(self, m: Machine) -> None:
+        used = addresses_in_use(x.resource for x in self.cloud.machines.values() if x.kind == "gce")
+        assign_ephemeral(m.resource, m.extra.get("ephemeral_nats", []), used)
         m.resource["status"] = "RUNNING"
         m.resource["lastStartTimestamp"] = rfc3339()
         m.preempted = False
@@ -213,6 +227,7 @@ class ComputeApi(ComputeBase):
                 m.resource["status"] = "TERMINATED"
                 m.resource["lastStopTimestamp"] = rfc3339()
                 m.holds = False
+                self._stopped(m)
                 self.finish_op(op)
 
             self.cloud.after_for(m, self.cloud.scenario.delay("gce_stop"), done)

@@ -8,6 +8,8 @@ interface has no access config. Addresses are unique among the cloud's instances
 203.0.113.0/24 and 198.51.100.0/24 (RFC 5737), never routable, so no local address looks like a real host.
 An interface without access configs has no external IP, as on Google
 (https://cloud.google.com/compute/docs/reference/rest/v1/instances, networkInterfaces[].accessConfigs[]).
+An ephemeral natIP (one the body did not give) is released when the instance stops and a new one is assigned when
+it starts again (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress); a given (static) one stays.
 """
 
 from __future__ import annotations
@@ -90,3 +92,25 @@ def network_interfaces(
             res["accessConfigs"] = [_access_config(ac, used) for ac in nic["accessConfigs"]]
         out.append(res)
     return out
+
+
+def ephemeral_nats(body_nics: list[dict[str, Any]] | None) -> list[tuple[int, int]]:
+    """(interface, access config) indexes of the ONE_TO_ONE_NAT configs whose natIP Google picks (ephemeral)."""
+    return [
+        (i, j)
+        for i, nic in enumerate(body_nics or [])
+        for j, ac in enumerate(nic.get("accessConfigs") or [])
+        if ac.get("type", "ONE_TO_ONE_NAT") == "ONE_TO_ONE_NAT" and not ac.get("natIP")
+    ]
+
+
+def release_ephemeral(resource: dict[str, Any], nats: list[tuple[int, int]]) -> None:
+    for i, j in nats:
+        resource["networkInterfaces"][i]["accessConfigs"][j].pop("natIP", None)
+
+
+def assign_ephemeral(resource: dict[str, Any], nats: list[tuple[int, int]], used: set[str]) -> None:
+    for i, j in nats:
+        config = resource["networkInterfaces"][i]["accessConfigs"][j]
+        if not config.get("natIP"):
+            config["natIP"] = _free(_external(), used)

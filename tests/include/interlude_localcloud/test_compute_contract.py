@@ -52,6 +52,13 @@ def test_external_nat_gets_a_unique_nat_ip(cloud: tuple[RunningLocalCloud, Compu
     # What the provider's get_instance_address reads, over plain REST: networkInterfaces[0].accessConfigs[0].natIP
     raw = requests.get(f"{lc.api_endpoint}/compute/v1/projects/{lc.project}/zones/{ZONE}/instances/nat-a", timeout=5)
     assert raw.json()["networkInterfaces"][0]["accessConfigs"][0]["natIP"] == nat_ips[0]
+    # An ephemeral natIP is released while the instance is stopped and a free one assigned when it starts.
+    compute.wait(compute.instances.stop(project=lc.project, zone=ZONE, instance="nat-b"))
+    stopped = compute.get("nat-b").network_interfaces[0].access_configs[0]
+    assert not stopped.nat_i_p and stopped.name == "External NAT"
+    compute.wait(compute.instances.start(project=lc.project, zone=ZONE, instance="nat-b"))
+    restarted = compute.get("nat-b").network_interfaces[0].access_configs[0].nat_i_p
+    assert restarted and restarted != nat_ips[0]
 
 
 def _metadata(lc: RunningLocalCloud, name: str, key: str, query: str = "") -> requests.Response:
@@ -91,7 +98,7 @@ def test_set_metadata_checks_the_fingerprint_and_reaches_the_guest(cloud: tuple[
             instance="md",
             metadata_resource=compute_v1.Metadata(fingerprint=first, items=[compute_v1.Items(key="x", value="y")]),
         )
-    assert "fingerprint" in str(stale.value)
+    assert "Supplied fingerprint does not match current metadata fingerprint." in str(stale.value)
     assert _metadata(lc, "md", "run-id").text == "r7" and _metadata(lc, "md", "x").status_code == 404
 
 
