@@ -1,4 +1,5 @@
-"""Compute Engine v1, the subset GPU VMs need, as compute.googleapis.com/compute/v1 serves it.
+"""Compute Engine v1 instances, the subset GPU and TPU VMs need, as compute.googleapis.com/compute/v1 serves them
+(changes to an instance: compute_updates.py; zones, regions and types: compute_catalog_api.py).
 
 Instance lifecycle: PROVISIONING -> STAGING -> RUNNING; stop: STOPPING -> TERMINATED; delete: STOPPING -> gone;
 host maintenance: STOPPING -> TERMINATED -> (automaticRestart) STAGING -> RUNNING.
