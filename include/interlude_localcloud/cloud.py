@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interlude_localcloud.machines import MachineProcess
+from interlude_localcloud.machines import Devices, MachineProcess
 from interlude_localcloud.maintenance import Maintenance
 from interlude_localcloud.scenario import Fault, Scenario
 from interlude_localcloud.slices import Worker, free_ports, slice_env, worker_id
@@ -49,6 +49,8 @@ class Machine:
     guest_attributes: dict[str, str] = field(default_factory=dict)  # "namespace/key" -> value, set by the guest
     extra_workers: list[Worker] = field(default_factory=list)  # workers 1..N-1 of a multi-host TPU slice
     port: int = 0  # worker 0's local port on a multi-host slice (slices.py)
+    # attributes the platform sets for the guest that the API's metadata does not show (a TPU VM's accelerator-type)
+    platform_attributes: dict[str, str] = field(default_factory=dict)
 
     @property
     def machine_id(self) -> str:
@@ -67,7 +69,7 @@ class Machine:
         if self.kind == "tpu":
             return dict(self.resource.get("metadata") or {})
         items = (self.resource.get("metadata") or {}).get("items") or []
-        return {i["key"]: i.get("value", "") for i in items}
+        return {**self.platform_attributes, **{i["key"]: i.get("value", "") for i in items}}
 
 
 class Cloud(Maintenance):
@@ -181,6 +183,7 @@ class Cloud(Maintenance):
         cap_type: str,
         units: int,
         hosts: int = 1,
+        devices: Devices | None = None,
     ) -> Machine:
         """A machine; a multi-host TPU slice (hosts > 1) gets one process per worker (slices.py)."""
         mid = f"{kind}-{zone}-{name}"
@@ -194,7 +197,7 @@ class Cloud(Maintenance):
                 "INTERLUDE_MACHINE_ID": wid,
                 **(slice_env(ports) if hosts > 1 else {}),
             }
-            procs.append(MachineProcess(wid, self.state_dir / "machines" / wid, env))
+            procs.append(MachineProcess(wid, self.state_dir / "machines" / wid, env, devices))
         m = Machine(kind, zone, name, resource, spot, cap_type, units, procs[0], port=ports[0])
         m.extra_workers = [Worker(i, procs[i].machine_id, procs[i], ports[i]) for i in range(1, hosts)]
         self.machines[(kind, zone, name)] = m

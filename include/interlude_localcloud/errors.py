@@ -13,6 +13,7 @@ _STATUS_BY_CODE = {
     412: "FAILED_PRECONDITION",
     429: "RESOURCE_EXHAUSTED",
     500: "INTERNAL",
+    501: "UNIMPLEMENTED",
     503: "UNAVAILABLE",
 }
 _REASON_BY_CODE = {
@@ -66,6 +67,8 @@ class ApiError(Exception):
             }
             if self.details:
                 compute.update(status=self.status, details=self.details)
+            elif self.code == 501:  # a method the local cloud lacks: the status says so (not "no such resource")
+                compute["status"] = self.status
             return {"error": compute}
         err: dict[str, Any] = {"code": self.code, "message": self.message, "status": self.status}
         if self.details:

@@ -14,17 +14,49 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The accelerators a machine's guest sees, the way the entrypoints look for them (as on the local GKE's
+    nodes, gke/containers.py): `$INTERLUDE_DEVICE_ROOT/dev/vfio/N` per TPU chip (TPU VMs expose their chips
+    through VFIO), and for NVIDIA GPUs an `nvidia-smi` on PATH that lists them (as the driver installs it)."""
+
+    tpu_chips: int = 0
+    gpu: str = ""
+    gpu_count: int = 0
+
+    def make(self, root: Path, machine_id: str) -> tuple[dict[str, str], str]:
+        """Create the fake root under `root`: (env additions, a directory to put first on PATH or "")."""
+        (root / "dev").mkdir(parents=True, exist_ok=True)
+        for chip in range(self.tpu_chips):
+            (root / "dev" / "vfio").mkdir(exist_ok=True)
+            (root / "dev" / "vfio" / str(chip)).touch()
+        bindir = ""
+        if self.gpu:
+            bin_path = root / "usr" / "bin"
+            bin_path.mkdir(parents=True, exist_ok=True)
+            lines = "".join(
+                f"echo 'GPU {i}: {self.gpu} (UUID: GPU-localcloud-{machine_id}-{i})'\n" for i in range(self.gpu_count)
+            )
+            smi = bin_path / "nvidia-smi"
+            smi.write_text(f"#!/bin/sh\n{lines}")
+            smi.chmod(0o755)
+            bindir = str(bin_path)
+        return {"INTERLUDE_DEVICE_ROOT": str(root)}, bindir
 
 
 class MachineProcess:
     """The guest side of one machine: its disk dir and, while booted, its startup-script process."""
 
-    def __init__(self, machine_id: str, disk_dir: Path, env: dict[str, str]) -> None:
+    def __init__(self, machine_id: str, disk_dir: Path, env: dict[str, str], devices: Devices | None = None) -> None:
         self.machine_id = machine_id
         self.disk_dir = disk_dir
         self.env = env
+        self.devices = devices
         self._proc: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
         self.boots = 0
@@ -51,6 +83,11 @@ class MachineProcess:
             env = dict(os.environ)
             env.update(self.env)
             env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+            if self.devices is not None:
+                extra, bindir = self.devices.make(self.disk_dir / "root", self.machine_id)
+                env.update(extra)
+                if bindir:
+                    env["PATH"] = bindir + os.pathsep + env["PATH"]
             log = self.serial_log.open("ab")
             try:
                 self._proc = subprocess.Popen(

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from interlude_localcloud.catalog import runtime_versions_for
+from interlude_localcloud.compute_tpu_catalog import TPU_MACHINE_TYPES
 from interlude_localcloud.gke.config import ClusterSpec, parse_gke
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
@@ -58,7 +59,8 @@ class Zone:
     tpu_capacity: dict[str, Tier] = field(default_factory=dict)
     gpu_types: list[str] = field(default_factory=list)
     machine_types: list[str] = field(default_factory=list)
-    gpu_capacity: dict[str, Tier] = field(default_factory=dict)
+    tpu_machine_types: list[str] = field(default_factory=list)  # Compute Engine TPU VMs (compute_tpu_catalog.py)
+    gpu_capacity: dict[str, Tier] = field(default_factory=dict)  # GPUs per GPU type; TPU chips per TPU accelerator
     reservations: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -110,6 +112,16 @@ def _tiers(raw: dict[str, Any] | None) -> dict[str, Tier]:
     return out
 
 
+def _tpu_machine_types(zone: str, raw: list[str] | None) -> list[str]:
+    """The zone's Compute Engine TPU machine types; a name the catalog lacks is an error (a typo, or a type
+    Google does not document), so a zone offers TPU7x only where its scenario names tpu7x-standard-4t."""
+    names = [str(n) for n in raw or []]
+    unknown = [n for n in names if n not in TPU_MACHINE_TYPES]
+    if unknown:
+        raise ValueError(f"zone {zone}: unknown TPU machine types {unknown}; known: {sorted(TPU_MACHINE_TYPES)}")
+    return names
+
+
 def parse(raw: dict[str, Any]) -> Scenario:
     """Build a Scenario from the YAML mapping (unknown keys are an error, to catch typos)."""
     known = {
@@ -142,6 +154,7 @@ def parse(raw: dict[str, Any]) -> Scenario:
             tpu_capacity=_tiers(tpu.get("capacity")),
             gpu_types=list(gpu.get("accelerator_types", [])),
             machine_types=list(gpu.get("machine_types", [])),
+            tpu_machine_types=_tpu_machine_types(name, gpu.get("tpu_machine_types")),
             gpu_capacity=_tiers(gpu.get("capacity")),
             reservations=list(gpu.get("reservations", [])),
         )
