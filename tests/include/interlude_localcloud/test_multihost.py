@@ -32,8 +32,10 @@ from tests.include.interlude_localcloud.conftest import FAST, ZONE, fast_scenari
 SCRIPT = r"""#!/bin/bash
 md() { curl -sf -H 'Metadata-Flavor: Google' "$INTERLUDE_METADATA_URL/$1"; }
 W=$(md instance/attributes/agent-worker-number)
-trap 'echo "term $W" >> boots.txt; exit 0' TERM
-echo "boot $W" >> boots.txt
+# Boots are kept outside the worker's disk: a slice deleted (a suspended queued resource) takes its disks along.
+B="$(md instance/attributes/boots-dir)/$INTERLUDE_MACHINE_ID.txt"
+trap 'echo "term $W" >> "$B"; exit 0' TERM
+echo "boot $W" >> "$B"
 echo "worker=$W endpoints=$(md instance/attributes/worker-network-endpoints)"
 echo "coordinator=$INTERLUDE_COORDINATOR_ADDRESS ports=$INTERLUDE_WORKER_PORTS"
 curl -sf -X PUT --data-binary "up $W" -H 'Metadata-Flavor: Google' \
@@ -99,6 +101,7 @@ def until(pred: Callable[[], Any], timeout: float = 20.0, what: str = "") -> Any
 @pytest.fixture(scope="module")
 def lc() -> Iterator[RunningLocalCloud]:
     with running_localcloud(fast_scenario(**SCENARIO), gcs=False, strict=True) as cloud:
+        BOOTS[:] = [boots_dir(cloud)]
         yield cloud
         assert cloud.violations == []
 
@@ -120,9 +123,18 @@ def workers(lc: RunningLocalCloud, name: str) -> list[dict[str, Any]]:
     return list(m["workers"])
 
 
+def boots_dir(lc: RunningLocalCloud) -> Path:
+    path = Path(lc.state_dir) / "boots"
+    path.mkdir(exist_ok=True)
+    return path
+
+
 def boots(w: dict[str, Any]) -> list[str]:
-    p = Path(w["disk_dir"]) / "boots.txt"
+    p = BOOTS[0] / f"{w['id']}.txt"
     return p.read_text().splitlines() if p.exists() else []
+
+
+BOOTS: list[Path] = []  # the module's boots dir (set by the lc fixture)
 
 
 def serial(w: dict[str, Any]) -> str:
@@ -166,7 +178,9 @@ def all_up(lc: RunningLocalCloud, name: str, boot_count: int) -> bool:
 def slice16(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> tpu_v2.Node:
     """One v5litepod-16 (4 workers of 4 chips) with every worker up and the rendezvous done."""
     node = tpu_v2.Node(
-        accelerator_type="v5litepod-16", runtime_version="v2-alpha-tpuv5-lite", metadata={"startup-script": SCRIPT}
+        accelerator_type="v5litepod-16",
+        runtime_version="v2-alpha-tpuv5-lite",
+        metadata={"startup-script": SCRIPT, "boots-dir": str(BOOTS[0])},
     )
     got = tpu.create_node(parent=parent(lc), node_id="slice", node=node).result(timeout=20)
     until(lambda: all_up(lc, "slice", 1), what="every worker's first boot")
@@ -306,7 +320,9 @@ def test_a_window_opening_on_one_worker_interrupts_the_slice(lc: RunningLocalClo
 
 def test_queued_resource_slice_and_preemption_of_one_worker(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
     node = tpu_v2.Node(
-        accelerator_type="v6e-16", runtime_version="v2-alpha-tpuv6e", metadata={"startup-script": SCRIPT}
+        accelerator_type="v6e-16",
+        runtime_version="v2-alpha-tpuv6e",
+        metadata={"startup-script": SCRIPT, "boots-dir": str(BOOTS[0])},
     )
     qr = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(
