@@ -8,8 +8,8 @@ plain `def`: Starlette runs them in its thread pool, so their DB and GCS reads n
 https://airflow.apache.org/docs/apache-airflow/stable/administration-and-deployment/plugins.html
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: FastAPI reads the routes' annotations at definition time, and the
+# dependencies they name (GetUserDep) are imported inside create_app, where a string annotation would not find them.
 import time
 from collections.abc import Callable
 from typing import Annotated, Any
