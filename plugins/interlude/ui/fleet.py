@@ -116,9 +116,11 @@ def node_rows(
                 what="GKE node",
                 name=node.name,
                 where=f"{spec.cluster} ({spec.location})",
-                accelerator=f"{node.accelerator}: {node.labels.get('cloud.google.com/gke-tpu-accelerator') or node.labels.get('cloud.google.com/gke-accelerator') or ''}",
+                accelerator=f"{node.accelerator}: {_accelerator_type(node.labels)}",
                 run=run,
-                state=("Ready" if node.ready else "NotReady") + (", cordoned" if node.cordoned else "") + f", {on} pod(s)",
+                state=("Ready" if node.ready else "NotReady")
+                + (", cordoned" if node.cordoned else "")
+                + f", {on} pod(s)",
                 window_start=at,
                 window_end=None,
                 notice="scheduled-maintenance-time" if at is not None else "",
@@ -126,6 +128,10 @@ def node_rows(
             )
         )
     return rows
+
+
+def _accelerator_type(labels: Mapping[str, str]) -> str:
+    return labels.get("cloud.google.com/gke-tpu-accelerator") or labels.get("cloud.google.com/gke-accelerator") or ""
 
 
 def soonest_first(rows: Sequence[FleetRow]) -> list[FleetRow]:

@@ -61,7 +61,9 @@ def _select(name: str, options: Sequence[str], chosen: str | None) -> str:
     return f'<label>{name} <select name="{name}" id="filter-{name}">{"".join(items)}</select></label> '
 
 
-def runs_page(root: str, rows: Sequence[RunRow], dag_id: str | None, state: str | None, dags: Sequence[str] = DAGS) -> str:
+def runs_page(
+    root: str, rows: Sequence[RunRow], dag_id: str | None, state: str | None, dags: Sequence[str] = DAGS
+) -> str:
     """The Runs table, newest first, with the DAG and state filters as a GET form."""
     head = (
         "<tr><th>DAG</th><th>run</th><th>state</th><th>platform</th><th>accelerator</th><th>zone</th>"
@@ -76,7 +78,7 @@ def runs_page(root: str, rows: Sequence[RunRow], dag_id: str | None, state: str 
             f"<td>{_e(r.dag_id)}</td>"
             f'<td><a class="timeline-link" href="{_e(timeline_href(root, r.dag_id, r.run_id))}">{_e(r.run_id)}</a></td>'
             f'<td class="state state-{_e(r.state)}">{_e(r.state)}</td><td>{_e(r.platform)}</td>'
-            f"<td>{_e(r.accelerator)}</td><td>{_e(r.zone)}</td><td class=\"steps\">{_e(r.steps)}</td>"
+            f'<td>{_e(r.accelerator)}</td><td>{_e(r.zone)}</td><td class="steps">{_e(r.steps)}</td>'
             f'<td class="events">{_e(events)}</td><td class="goodput">{_e(goodput)}</td><td>{_e(_when(r.start))}</td>'
             f'<td class="muted">{_e(r.detail)}</td></tr>'
         )
@@ -103,7 +105,9 @@ def timeline_page(root: str, dag_id: str, run_id: str, tl: Timeline | None, svg:
     if tl.badput:
         facts.append("<li>badput: " + _e(", ".join(f"{k} {v:.1f} s" for k, v in tl.badput)) + "</li>")
     notes_html = "".join(f'<p class="note muted">{_e(n)}</p>' for n in [*notes, *tl.notes])
-    return _page(root, f"Run timeline: {run_id}", back + f'<div id="timeline">{svg}</div><ul>{"".join(facts)}</ul>' + notes_html)
+    return _page(
+        root, f"Run timeline: {run_id}", back + f'<div id="timeline">{svg}</div><ul>{"".join(facts)}</ul>' + notes_html
+    )
 
 
 def fleet_page(root: str, rows: Sequence[FleetRow], now: float, errors: Sequence[str]) -> str:
@@ -119,7 +123,7 @@ def fleet_page(root: str, rows: Sequence[FleetRow], now: float, errors: Sequence
             f'<tr class="fleet-row" data-what="{_e(r.what)}" data-name="{_e(r.name)}" '
             f'data-window-start="{"" if r.window_start is None else f"{r.window_start:.0f}"}">'
             f"<td>{_e(r.what)}</td><td>{_e(r.name)}</td><td>{_e(r.where)}</td><td>{_e(r.accelerator)}</td>"
-            f"<td>{_e(r.run)}</td><td>{_e(r.state)}</td><td class=\"window\">{_e(window)}</td>"
+            f'<td>{_e(r.run)}</td><td>{_e(r.state)}</td><td class="window">{_e(window)}</td>'
             f'<td>{_e(r.notice)}</td><td class="action">{_e(r.action)}</td></tr>'
         )
     problems = "".join(f'<p class="note muted">could not look: {_e(e)}</p>' for e in errors)

@@ -207,7 +207,11 @@ def fleet(runs: Sequence[tuple[RunInfo, Mapping[str, Any]]], now: float) -> tupl
                 record = current_machine(spec, dict(xcoms["provision"])) or dict(xcoms["provision"])
                 hooks = hooks or machine_hooks(GCP_CONN_ID)
                 zone, name = str(record["zone"]), str(record["name"])
-                raw = hooks.compute.get_instance(zone, name) if record["kind"] == "gce_vm" else hooks.tpu.get_node(zone, name)
+                raw = (
+                    hooks.compute.get_instance(zone, name)
+                    if record["kind"] == "gce_vm"
+                    else hooks.tpu.get_node(zone, name)
+                )
                 rows.append(fleet_rows.machine_row(label, record, raw, now))
             elif info.dag_id == SERVING_DAG and isinstance(xcoms.get("resolve"), Mapping):
                 rows += _serving_nodes(label, xcoms["resolve"], now)

@@ -225,8 +225,13 @@ def from_training_report(
     raw = sorted(report.get("events") or [], key=lambda e: float(e.get("detected_at") or 0))
     events = tuple(event_mark(e, step_time.get(str(e.get("stage")), 0.0)) for e in raw if e.get("kind") != "move")
     moves = tuple(
-        Move(str(e.get("stage") or "?"), float(e.get("detected_at") or 0), str(e.get("from")), str(e.get("to")),
-             _event_title(e))
+        Move(
+            str(e.get("stage") or "?"),
+            float(e.get("detected_at") or 0),
+            str(e.get("from")),
+            str(e.get("to")),
+            _event_title(e),
+        )
         for e in raw
         if e.get("kind") == "move"
     )

@@ -63,12 +63,19 @@ def test_a_finished_training_run_row_has_every_figure() -> None:
     }
     row = training_row(run("interlude_training", "manual__1", "success", T0), xcoms)
     assert (row.platform, row.accelerator, row.zone, row.steps, row.events, row.goodput) == (
-        "Cloud TPU", "v6e-8", "us-east5-a", "90 / 90", 2, 0.9731
+        "Cloud TPU",
+        "v6e-8",
+        "us-east5-a",
+        "90 / 90",
+        2,
+        0.9731,
     )
 
 
 def test_a_running_training_run_shows_what_is_known() -> None:
-    row = training_row(run("interlude_training", "r", "running", T0), {"resolve_run": SPEC, "train": {"final_step": 60}})
+    row = training_row(
+        run("interlude_training", "r", "running", T0), {"resolve_run": SPEC, "train": {"final_step": 60}}
+    )
     assert (row.steps, row.events, row.goodput, row.accelerator) == ("60 / 90", None, None, "")
     bare = training_row(run("interlude_training", "q", "queued", None), {})
     assert (bare.steps, bare.platform) == ("", "")
@@ -87,7 +94,10 @@ def test_a_serving_row_counts_fallbacks_and_maintenance_steps_not_waits() -> Non
     }
     row = serving_row(run("interlude_serving", "s", "success", T0), xcoms)
     assert (row.platform, row.accelerator, row.zone, row.events) == (
-        "GKE interlude-serving", "gpu x2, tpu x1", "us-central1", 3
+        "GKE interlude-serving",
+        "gpu x2, tpu x1",
+        "us-central1",
+        3,
     )
     assert row.detail == "answered: gpu 40, tpu 3; 1 fallback(s)"
 
@@ -116,7 +126,9 @@ def test_the_runs_page_escapes_what_the_run_says() -> None:
 
 def test_the_extra_link_opens_the_runs_timeline_under_the_api_servers_base_url() -> None:
     url = timeline_url("http://127.0.0.1:8080/", "interlude_training", "manual__2026-12-06T02:00:00+00:00")
-    assert url == "http://127.0.0.1:8080/interlude/timeline/interlude_training/manual__2026-12-06T02%3A00%3A00%2B00%3A00"
+    assert (
+        url == "http://127.0.0.1:8080/interlude/timeline/interlude_training/manual__2026-12-06T02%3A00%3A00%2B00%3A00"
+    )
     assert timeline_url("", "d", "r") == "/interlude/timeline/d/r"
 
 
@@ -161,9 +173,11 @@ def test_a_gpu_vm_reads_its_notice_from_resource_status_and_a_gone_machine_says_
 
 
 def gke_node(name: str, accelerator: str, maintenance_at: float | None) -> dict[str, Any]:
-    labels = {"cloud.google.com/gke-accelerator": "nvidia-l4"} if accelerator == "gpu" else {
-        "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"
-    }
+    labels = (
+        {"cloud.google.com/gke-accelerator": "nvidia-l4"}
+        if accelerator == "gpu"
+        else {"cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice"}
+    )
     if maintenance_at is not None:
         labels["cloud.google.com/scheduled-maintenance-time"] = str(int(maintenance_at))
     return {

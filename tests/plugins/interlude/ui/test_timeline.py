@@ -124,7 +124,11 @@ def test_a_band_per_leg_of_every_event_and_one_group_per_event() -> None:
 def test_a_tick_per_committed_checkpoint_with_its_step_in_the_hover_text() -> None:
     tl = from_training_report(report(), COMMITS)
     assert [(t.stage, t.step) for t in tl.ticks] == [
-        ("train", 10), ("train", 30), ("train", 60), ("finetune", 10), ("finetune", 30)
+        ("train", 10),
+        ("train", 30),
+        ("train", 60),
+        ("finetune", 10),
+        ("finetune", 30),
     ]
     root = parse(svg.render(tl))
     ticks = groups(root, "tick")
