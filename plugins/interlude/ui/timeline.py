@@ -196,12 +196,35 @@ def event_mark(e: Mapping[str, Any], step_seconds: float) -> EventMark:
     return EventMark(event_id, stage, str(e.get("kind") or "event"), at, _event_title(e), tuple(bands), recompute)
 
 
-def stage_lane(stage: Mapping[str, Any], commits: Sequence[tuple[int, float]]) -> StageLane:
-    """A stage row of the report plus its committed steps as (step, committed at)."""
+EVENT_STEPS = (
+    ("detected_at", "step_at_detection"),
+    ("checkpoint_committed_at", "checkpoint_step"),
+    ("down_at", "step_at_down"),
+    ("resumed_at", "resumed_from_step"),
+)
+"""The (time, step) pairs an event records: where the stage was when the notice came, what it committed, where it
+was when the machine went down, where it resumed (below the step at down when steps were lost)."""
+
+
+def event_points(events: Sequence[Mapping[str, Any]]) -> list[tuple[float, int]]:
+    out = []
+    for e in events:
+        for at, step in EVENT_STEPS:
+            t, n = _num(e.get(at)), e.get(step)
+            if t is not None and isinstance(n, int | float):
+                out.append((t, int(n)))
+    return out
+
+
+def stage_lane(
+    stage: Mapping[str, Any], commits: Sequence[tuple[int, float]], events: Sequence[Mapping[str, Any]] = ()
+) -> StageLane:
+    """A stage row of the report plus its committed steps as (step, committed at) (Orbax keeps the last few only)
+    and its events' recorded steps."""
     name = str(stage["stage"])
     start, end = float(stage.get("started_at") or 0.0), float(stage.get("finished_at") or 0.0)
     ticks = tuple(Tick(name, at, step) for step, at in sorted(commits, key=lambda c: c[1]))
-    points = ((start, 0), *((t.at, t.step) for t in ticks))
+    points = ((start, 0), *((t.at, t.step) for t in ticks), *event_points(events))
     steps = int(stage.get("steps") or 0)
     if not ticks or ticks[-1].step < steps:
         points = (*points, (end, steps))
@@ -218,11 +241,11 @@ def from_training_report(
     """A training run's timeline from its report.json (and each stage's committed steps, when listed)."""
     commits = commits or {}
     step_time = {str(s["stage"]): float(s.get("mean_step_seconds") or 0.0) for s in report.get("stages") or []}
+    raw = sorted(report.get("events") or [], key=lambda e: float(e.get("detected_at") or 0))
     lanes = tuple(
-        stage_lane(s, commits.get(str(s["stage"]), ()))
+        stage_lane(s, commits.get(str(s["stage"]), ()), [e for e in raw if e.get("stage") == s["stage"]])
         for s in sorted(report.get("stages") or [], key=lambda s: float(s.get("started_at") or 0))
     )
-    raw = sorted(report.get("events") or [], key=lambda e: float(e.get("detected_at") or 0))
     events = tuple(event_mark(e, step_time.get(str(e.get("stage")), 0.0)) for e in raw if e.get("kind") != "move")
     moves = tuple(
         Move(

@@ -50,6 +50,7 @@ PREEMPTION = {  # Spot: no notice, 7 steps past the last commit (step 10 of fine
     "downtime_s": 8.0,
     "steps_recomputed": 7,
     "checkpoint_step": 10,
+    "step_at_down": 17,
     "resumed_from_step": 10,
 }
 MOVE = {
@@ -148,6 +149,9 @@ def test_a_spot_preemption_shows_its_lost_steps_as_recomputed() -> None:
     assert rect.get("data-steps") == "7" and "7 step(s) recomputed" in title(rect)
     assert "resuming from step 10" in title(rect)
     assert "7 step(s) recomputed" in tl.headline()
+    # The steps-over-time line falls back from where the machine went down to the step it resumed from.
+    finetune = tl.lanes[1].points
+    assert finetune[finetune.index((T0 + 110, 17)) + 1] == (T0 + 120, 10), finetune
 
 
 def test_the_goodput_figure_is_the_reports_and_its_hover_names_the_badput() -> None:
