@@ -348,7 +348,8 @@ def interlude_view_tells_the_same_story(b: Browser, stack: Stack, run_id: str, r
         assert [int(ticks.nth(i).get_attribute("data-step") or -1) for i in range(ticks.count())] == committed
     goodput = page.locator("svg.interlude-timeline text.goodput")
     assert goodput.get_attribute("data-goodput") == f"{report['goodput']:.4f}"
-    assert goodput.inner_text().strip() == f"goodput {report['goodput']:.1%}"
+    shown = goodput.evaluate("text => text.firstChild.nodeValue")  # the figure; its <title> child is the hover
+    assert shown.strip() == f"goodput {report['goodput']:.1%}", shown
     assert page.locator("li.event-line").count() == 2
 
     page.goto(f"{base}/plugin/interlude")  # the navigation entry: the Runs page in the UI's iframe

@@ -18,7 +18,7 @@ RIGHT = 20
 LANE_H = 64
 TOP = 46  # the headline
 AXIS_H = 34
-LEGEND_H = 30
+LEGEND_H = 46  # two rows of swatches
 
 COLOURS = {
     "lane": "#f4f6f8",
@@ -87,14 +87,19 @@ def _polyline(points: list[tuple[float, float]], colour: str, css: str, title: s
 
 
 def _legend(y: float) -> list[str]:
+    """Swatches in rows that fit the width."""
     out = [f'<g class="legend" transform="translate({LEFT},{y})">']
-    x = 0
+    x, row = 0.0, 0
     for key, label in LEGEND:
+        width = 22 + 6.2 * len(label)
+        if x and x + width > WIDTH - LEFT - RIGHT:
+            x, row = 0.0, row + 1
+        yy = row * 16
         out.append(
-            f'<g class="legend-item" data-key="{key}"><rect x="{x}" y="0" width="12" height="12" '
-            f'fill="{COLOURS[key]}"/><text x="{x + 16}" y="10" font-size="11">{_e(label)}</text></g>'
+            f'<g class="legend-item" data-key="{key}"><rect x="{x}" y="{yy}" width="12" height="12" '
+            f'fill="{COLOURS[key]}"/><text x="{x + 16}" y="{yy + 10}" font-size="11">{_e(label)}</text></g>'
         )
-        x += 22 + 6.2 * len(label)
+        x += width
     out.append("</g>")
     return out
 
