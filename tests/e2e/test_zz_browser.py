@@ -251,7 +251,7 @@ def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(st
         assert f"{naming.checkpoint_prefix(run_key, 'train')}" in checkpoints, checkpoints[:2000]
         assert "checkpoints/60/commit_success.txt" in checkpoints, checkpoints[:3000]
         interlude_view_tells_the_same_story(b, stack, run_id, run_key)
-    assert len(b.saved) >= 11 and all(p.stat().st_size > 0 for p in b.saved)
+    assert len(b.saved) >= 12 and all(p.stat().st_size > 0 for p in b.saved)
 
 
 def test_a_bad_param_typed_in_the_form_fails_the_first_task_whose_log_names_it(stack: Stack, tmp_path: Any) -> None:
@@ -363,7 +363,8 @@ def interlude_view_tells_the_same_story(b: Browser, stack: Stack, run_id: str, r
     assert row.locator("td.steps").inner_text().strip() == "90 / 90"  # 60 train + 30 finetune, both done
     frame.locator("#filter-state").select_option("failed")
     frame.get_by_role("button", name="Filter").click()
-    frame.locator("#run-count").wait_for()
+    frame.locator("#filter-state option[value='failed'][selected]").wait_for(state="attached")  # the page it sent
+    b.screenshot("interlude-runs-failed")
     assert frame.locator(f"tr.run[data-run-id='{run_id}']").count() == 0, "the state filter let a success through"
 
 
