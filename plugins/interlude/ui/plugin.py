@@ -42,6 +42,6 @@ class InterludeUiPlugin(AirflowPlugin):
         }
     ]
 
-    @property  # type: ignore[override]
-    def fastapi_apps(self) -> list[dict[str, Any]]:
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:  # type: ignore[override]  # built on first read, not at import
         return [{"app": _app(), "url_prefix": URL_PREFIX, "name": "Interlude"}]

@@ -62,7 +62,7 @@ def list_runs(
         query = query.where(DagRun.state == state)
     query = query.order_by(DagRun.run_after.desc()).limit(limit)
     runs = session.execute(query).all()
-    by_id = {
+    by_id: dict[int, tuple[RunInfo, dict[str, Any]]] = {
         r.id: (RunInfo(r.dag_id, r.run_id, str(r.state), _epoch(r.start_date), _epoch(r.end_date)), {}) for r in runs
     }
     if not by_id:
@@ -164,24 +164,30 @@ def report_so_far(spec: Mapping[str, Any], machine: Mapping[str, Any] | None) ->
     )
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def timeline_for(info: RunInfo, xcoms: Mapping[str, Any]) -> tuple[Timeline | None, list[str]]:
     """The run's timeline and notes on what it is drawn from (or why there is none)."""
     if info.dag_id == SERVING_DAG:
         report = xcoms.get("report")
         if not isinstance(report, Mapping):
             return None, ["no serving report yet: the report task has not run"]
-        spec = xcoms.get("resolve") if isinstance(xcoms.get("resolve"), Mapping) else {}
-        watch = xcoms.get("maintenance_watch") if isinstance(xcoms.get("maintenance_watch"), Mapping) else {}
+        spec = _mapping(xcoms.get("resolve"))
+        watch = _mapping(xcoms.get("maintenance_watch"))
         tl = from_serving_report(str(spec.get("name") or info.run_id), report, watch.get("decisions") or [])
         return tl, ["pods per accelerator and requests: the serving report (the pods' own records)"]
-    spec = xcoms.get("resolve_run")
-    if not isinstance(spec, Mapping):
+    run_spec = xcoms.get("resolve_run")
+    if not isinstance(run_spec, Mapping):
         return None, ["the run has no resolved params: it failed before resolve_run finished"]
-    bucket, run_key = str(spec["bucket"]), str(spec["run_key"])
+    bucket, run_key = str(run_spec["bucket"]), str(run_spec["run_key"])
     report = training_report(bucket, run_key)
     notes = [f"from gs://{bucket}/{run_key}/report.json and its committed checkpoints"]
     if report is None:
-        report = report_so_far(spec, xcoms.get("provision") if isinstance(xcoms.get("provision"), Mapping) else None)
+        report = report_so_far(
+            run_spec, xcoms.get("provision") if isinstance(xcoms.get("provision"), Mapping) else None
+        )
         notes = ["no report yet: drawn from the recorded events and the stages' progress so far"]
     commits = {str(s["stage"]): committed_steps(bucket, run_key, str(s["stage"])) for s in report.get("stages") or []}
     return from_training_report(report, commits), notes
