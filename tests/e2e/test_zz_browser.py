@@ -353,6 +353,7 @@ def interlude_view_tells_the_same_story(b: Browser, stack: Stack, run_id: str, r
     assert page.locator("li.event-line").count() == 2
 
     page.goto(f"{base}/plugin/interlude")  # the navigation entry: the Runs page in the UI's iframe
+    page.get_by_text("Interlude", exact=True).first.wait_for()  # the entry in the navigation bar
     frame = page.frame_locator("iframe[title='Interlude']")
     row = frame.locator(f"tr.run[data-run-id='{run_id}']")
     row.wait_for()

@@ -36,7 +36,9 @@ class InterludeUiPlugin(AirflowPlugin):
     external_views = [
         {
             "name": "Interlude",
-            "href": f"{URL_PREFIX}/runs",
+            # Relative: the UI's index sets <base href> to the api-server's base URL, so the iframe finds the app
+            # under a proxy's path prefix too.
+            "href": f"{URL_PREFIX.lstrip('/')}/runs",
             "url_route": NAV_ROUTE,
             "destination": "nav",
         }
