@@ -10,6 +10,11 @@ cloud's page of the machine shows one boot plus one per drill. Then open the `tr
 follow its extra links (the machine, the checkpoint folder) and check they resolve to the local cloud's
 pages for *this* run: the machine's history ends in its deletion (teardown), the checkpoint folder lists
 COMMITTED steps. Screenshots of every step land in the test's tmp dir and in var/artefacts/browser/.
+
+The same run, in the Interlude view (interlude.ui): while it trains, the Fleet page lists its machine; once it is
+over, the `train` task's Timeline extra link opens its timeline (a lane per stage, a band group per drill, a tick
+per committed checkpoint counted in the bucket, the report's goodput), and the Runs page (opened from the UI's
+navigation, inside its iframe) shows its row. Without a session the view answers 401, with a bad token 403.
 """
 
 from __future__ import annotations
@@ -21,11 +26,12 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
+import requests
 
 from interlude import naming
 from interlude.training.spec import RunSpec
 from tests.e2e.browser import Browser, chromium, is_loopback
-from tests.e2e.stack_fixtures import DAG_ID, DEFAULT_BUCKET, Stack
+from tests.e2e.stack_fixtures import DAG_ID, DEFAULT_BUCKET, TERMINAL, Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -209,6 +215,7 @@ def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(st
     with chromium(tmp_path / "screenshots") as b:
         log_in(b, stack.state)
         run_id = submit_trigger_form(b, stack, switches=("drill_maintenance",))
+        fleet_while_training(b, stack, run_id)
         shown = watch_run_in_grid(b, stack, run_id)
         states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
         assert shown == "success", f"the UI shows the run {shown!r}; tasks: {states}"
@@ -243,7 +250,8 @@ def test_trigger_form_with_a_drill_runs_to_success_and_the_ui_tells_the_truth(st
         checkpoints = open_link(b, links["Checkpoints"], "Checkpoints")
         assert f"{naming.checkpoint_prefix(run_key, 'train')}" in checkpoints, checkpoints[:2000]
         assert "checkpoints/60/commit_success.txt" in checkpoints, checkpoints[:3000]
-    assert len(b.saved) >= 8 and all(p.stat().st_size > 0 for p in b.saved)
+        interlude_view_tells_the_same_story(b, stack, run_id, run_key)
+    assert len(b.saved) >= 12 and all(p.stat().st_size > 0 for p in b.saved)
 
 
 def test_a_bad_param_typed_in_the_form_fails_the_first_task_whose_log_names_it(stack: Stack, tmp_path: Any) -> None:
@@ -269,3 +277,102 @@ def test_a_bad_param_typed_in_the_form_fails_the_first_task_whose_log_names_it(s
         callback = log[start:end]
         assert "Fix the param(s) named above and trigger a new run" in callback, callback
         assert "machine" not in callback.lower() and "resume" not in callback.lower(), callback
+
+
+def fleet_while_training(b: Browser, stack: Stack, run_id: str) -> None:
+    """While the run's `train` task runs, the Fleet page lists the run's machine (in the zone provision chose)."""
+    seen: dict[str, dict[str, Any]] = {}
+
+    def training(run: dict[str, Any]) -> bool:
+        return run["state"] in TERMINAL or (seen.get("train") or {}).get("state") in ("running", "deferred")
+
+    stack.api.wait_run(run_id, RUN_TIMEOUT, until=training, on_poll=seen.update)
+    assert (seen.get("train") or {}).get("state") in ("running", "deferred"), {t: ti["state"] for t, ti in seen.items()}
+    machine = stack.api.call(
+        "GET", f"dags/{DAG_ID}/dagRuns/{quote(run_id, safe='')}/taskInstances/provision/xcomEntries/return_value"
+    )
+    record = machine["value"] if isinstance(machine["value"], dict) else json.loads(machine["value"])
+    b.page.goto(f"{stack.state['base_url']}/interlude/fleet")
+    row = b.page.locator(f"tr.fleet-row[data-name='{record['name']}']")
+    row.wait_for()
+    b.screenshot("interlude-fleet")
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:4] == [
+        "TPU node" if record["kind"] == "tpu_node" else "GPU VM",
+        record["name"],
+        record["zone"],
+        record["accelerator_type"],
+    ], cells
+    assert run_id in cells[4] and cells[8], cells  # its run, and what Interlude will do
+    b.page.goto("about:blank")  # nothing left open to refresh while the run goes on
+
+
+def committed_in_bucket(run_key: str, stage: str) -> list[int]:
+    """The stage's finalised Orbax steps, from a raw listing of the bucket (not Interlude's checkpoint code)."""
+    from interlude.training import events
+
+    prefix = f"{naming.checkpoint_prefix(run_key, stage)}checkpoints/"
+    names = [blob.name for blob in events.storage_client().list_blobs(DEFAULT_BUCKET, prefix=prefix)]
+    return sorted(int(m[1]) for n in names if (m := re.fullmatch(re.escape(prefix) + r"(\d+)/commit_success\.txt", n)))
+
+
+def interlude_view_tells_the_same_story(b: Browser, stack: Stack, run_id: str, run_key: str) -> None:
+    """The Timeline extra link -> the run's picture; the UI's navigation -> the Runs page with the run's row."""
+    from interlude.training import events
+    from interlude_workload import layout
+
+    report = json.loads(
+        events.storage_client().bucket(DEFAULT_BUCKET).blob(layout.report_object(run_key)).download_as_bytes()
+    )
+    page, base = b.page, stack.state["base_url"]
+    page.goto(f"{base}/dags/{DAG_ID}/runs/{quote(run_id, safe='')}/tasks/train/details")
+    link = page.get_by_role("link", name="Timeline", exact=True)
+    href = str(link.get_attribute("href"))
+    assert href == f"{base.rstrip('/')}/interlude/timeline/{DAG_ID}/{quote(run_id, safe='')}", href
+    response = page.goto(href)
+    assert response is not None and response.status == 200, response and response.status
+    picture = page.locator("svg.interlude-timeline")
+    picture.wait_for()
+    b.screenshot("interlude-timeline")
+    assert picture.get_attribute("data-run-key") == run_key
+    lanes = [page.locator("g.lane.stage").nth(i).get_attribute("data-stage") for i in range(2)]
+    assert lanes == list(STAGES) and page.locator("g.lane.stage").count() == 2
+    groups = page.locator("g.event")
+    assert groups.count() == 2, "a band group per drill"
+    assert sorted(groups.nth(i).get_attribute("data-stage") or "" for i in range(2)) == sorted(STAGES)
+    for i in range(2):  # every drill took the machine down: its group has a "down" band
+        assert groups.nth(i).locator("rect.band-down").count() == 1
+    for stage in STAGES:
+        committed = committed_in_bucket(run_key, stage)
+        ticks = page.locator(f"g.lane.stage[data-stage='{stage}'] line.tick")
+        assert [int(ticks.nth(i).get_attribute("data-step") or -1) for i in range(ticks.count())] == committed
+    goodput = page.locator("svg.interlude-timeline text.goodput")
+    assert goodput.get_attribute("data-goodput") == f"{report['goodput']:.4f}"
+    shown = goodput.evaluate("text => text.firstChild.nodeValue")  # the figure; its <title> child is the hover
+    assert shown.strip() == f"goodput {report['goodput']:.1%}", shown
+    assert page.locator("li.event-line").count() == 2
+
+    page.goto(f"{base}/plugin/interlude")  # the navigation entry: the Runs page in the UI's iframe
+    page.get_by_text("Interlude", exact=True).first.wait_for()  # the entry in the navigation bar
+    frame = page.frame_locator("iframe[title='Interlude']")
+    row = frame.locator(f"tr.run[data-run-id='{run_id}']")
+    row.wait_for()
+    b.screenshot("interlude-runs")
+    assert row.get_attribute("data-state") == "success"
+    assert row.locator("td.events").inner_text().strip() == "2"
+    assert row.locator("td.goodput").inner_text().strip() == f"{report['goodput']:.1%}"
+    assert row.locator("td.steps").inner_text().strip() == "90 / 90"  # 60 train + 30 finetune, both done
+    frame.locator("#filter-state").select_option("failed")
+    frame.get_by_role("button", name="Filter").click()
+    frame.locator("#filter-state option[value='failed'][selected]").wait_for(state="attached")  # the page it sent
+    b.screenshot("interlude-runs-failed")
+    assert frame.locator(f"tr.run[data-run-id='{run_id}']").count() == 0, "the state filter let a success through"
+
+
+def test_the_interlude_view_refuses_requests_without_a_session(stack: Stack) -> None:
+    """No cookie and no token: 401 on every page; a token Airflow did not sign: 403 (Airflow's own dependencies)."""
+    base = stack.state["base_url"]
+    for path in ("/interlude/runs", "/interlude/fleet", f"/interlude/timeline/{DAG_ID}/any-run", "/interlude/svg/x/y"):
+        assert requests.get(base + path, timeout=30).status_code == 401, path
+        forged = requests.get(base + path, headers={"Authorization": "Bearer not-a-jwt"}, timeout=30)
+        assert forged.status_code == 403, (path, forged.status_code)

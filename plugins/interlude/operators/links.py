@@ -114,3 +114,22 @@ class CheckpointsLink(BaseOperatorLink):
         spec = RunSpec.from_dict(raw)
         prefix = naming.checkpoint_prefix(spec.run_key, str(operator.stage))
         return checkpoints_url(spec.bucket, prefix, operator_target(operator))
+
+
+def timeline_url(base_url: str, dag_id: str, run_id: str) -> str:
+    """The run's page in the Interlude view (interlude.ui, mounted by the api-server under /interlude)."""
+    from interlude.ui.pages import URL_PREFIX, timeline_href
+
+    return base_url.rstrip("/") + timeline_href(URL_PREFIX, dag_id, run_id)
+
+
+class TimelineLink(BaseOperatorLink):
+    """The run's timeline (stages, checkpoints, maintenance, recomputed steps; serving pods) in the Airflow UI's
+    Interlude view, at the api-server's `[api] base_url`."""
+
+    name = "Timeline"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        from airflow.configuration import conf
+
+        return timeline_url(conf.get("api", "base_url", fallback="") or "", ti_key.dag_id, ti_key.run_id)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from interlude.operators.links import TimelineLink
 from interlude.serving.spec import ServeSpec
 
 if TYPE_CHECKING:  # the kubernetes client costs ~0.3 s to import: at run time, never at DAG parse
@@ -39,6 +40,7 @@ class ServingBaseOperator(BaseOperator):
 
     template_fields = ("spec",)
     template_fields_renderers = {"spec": "json"}
+    operator_extra_links = (TimelineLink(),)
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from interlude.hooks.machines import machine_hooks
 from interlude.operators.conventions import default_deferrable
-from interlude.operators.links import CheckpointsLink, MachineConsoleLink
+from interlude.operators.links import CheckpointsLink, MachineConsoleLink, TimelineLink
 from interlude.operators.stage_actions import CapacityWait, StageActions
 from interlude.stage.machine import next_step
 from interlude.stage.model import Action, Drill, Limits, Observation, Phase, StageState
@@ -65,7 +65,7 @@ class TrainingStageOperator(StageActions, BaseOperator):
 
     template_fields = ("machine", "spec")
     ui_color = "#d9ecff"
-    operator_extra_links = (MachineConsoleLink(), CheckpointsLink())
+    operator_extra_links = (MachineConsoleLink(), CheckpointsLink(), TimelineLink())
 
     def __init__(
         self,
