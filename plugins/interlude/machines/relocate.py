@@ -74,14 +74,13 @@ def _lost_places(spec: RunSpec) -> list[Place]:
 
 
 def _plan(spec: RunSpec, machine: dict[str, Any], why: Why, lost: list[Place]) -> Move | Refusal:
-    from interlude.capacity.profiles import get_profile
     from interlude.capacity.report import CapacityReport
     from interlude.training import tasks as lifecycle
 
     report = CapacityReport.from_dict(lifecycle.evaluate_capacity(spec))
     return plan_move(
         report,
-        get_profile(spec.model_profile),
+        spec.profile(),
         spec.strategy,
         Place(machine["zone"], machine["accelerator_type"]),
         why,
@@ -117,9 +116,7 @@ def move_run(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
     for _ in range(MAX_ATTEMPTS):
         plan = _plan(spec, machine, why, lost)
         if isinstance(plan, Refusal):
-            from interlude.capacity.profiles import get_profile
-
-            wait = get_profile(spec.model_profile).max_wait.total_seconds() if plan.wait else 0.0
+            wait = spec.profile().max_wait.total_seconds() if plan.wait else 0.0
             raise MoveRefused(
                 f"stage {stage}: cannot move off {plan.source} ({why.value}): {plan.reason}", max_wait_seconds=wait
             )

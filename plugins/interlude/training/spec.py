@@ -81,6 +81,12 @@ class RunSpec:
         {"type": "string", "enum": list(PROFILES)},
         "What the model runs on and what converting it would cost.",
     )
+    tpu_types: tuple[str, ...] = _param(
+        (),
+        {"type": "array", "items": {"type": "string"}, "maxItems": 16},
+        "TPU slice types to try, in order of preference (e.g. v5litepod-16 for 4 hosts of 4 chips); empty = the "
+        "profile's. A multi-host slice is asked for as a queued resource and trains on every host.",
+    )
     strategy: str = _param(STRATEGIES[0], {"type": "string", "enum": list(STRATEGIES)}, "Which decision tree to walk.")
     zones: tuple[str, ...] = _param(
         DEFAULT_ZONES,
@@ -254,6 +260,7 @@ class RunSpec:
         out = dataclasses.asdict(self)
         out["zones"] = list(self.zones)
         out["workload_command"] = list(self.workload_command)
+        out["tpu_types"] = list(self.tpu_types)
         return out
 
     @classmethod
@@ -262,7 +269,7 @@ class RunSpec:
             return data
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
-        for name in ("zones", "workload_command"):
+        for name in ("zones", "workload_command", "tpu_types"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -289,6 +296,15 @@ class RunSpec:
             reprovision_margin_seconds=self.reprovision_margin_seconds,
             down_budget_seconds=self.down_budget_seconds,
         )
+
+    def profile(self) -> Any:
+        """The model profile the trees walk: ``model_profile``'s, with ``tpu_types`` as its TPU candidates if set."""
+        from interlude.capacity.profiles import Candidate, get_profile
+
+        profile = get_profile(self.model_profile)
+        if not self.tpu_types:
+            return profile
+        return dataclasses.replace(profile, tpu_candidates=tuple(Candidate(t) for t in self.tpu_types))
 
     def replace(self, **changes: Any) -> RunSpec:
         return dataclasses.replace(self, **changes)
@@ -371,4 +387,18 @@ def _problems(spec: RunSpec) -> list[str]:
     from interlude_workload.job_command import problems as command_problems
 
     command: list[str] = command_problems(spec.workload_command)
-    return _range_problems(spec) + _shape_problems(spec) + _date_problems(spec) + command
+    return _range_problems(spec) + _shape_problems(spec) + _date_problems(spec) + _tpu_type_problems(spec) + command
+
+
+def _tpu_type_problems(spec: RunSpec) -> list[str]:
+    from interlude.runtimes.tpu import UnknownAcceleratorError, parse_tpu_type
+
+    out: list[str] = []
+    for name in spec.tpu_types:
+        try:
+            parse_tpu_type(name)
+        except UnknownAcceleratorError as exc:
+            out.append(f"tpu_types: {shown(name)} is not a TPU type ({exc})")
+    if len(set(spec.tpu_types)) != len(spec.tpu_types):
+        out.append("tpu_types: a type is listed twice")
+    return out

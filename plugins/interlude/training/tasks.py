@@ -62,9 +62,8 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
 
 def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     from interlude.capacity.probe import probe_capacity
-    from interlude.capacity.profiles import get_profile
 
-    profile = get_profile(spec.model_profile)
+    profile = spec.profile()
     tpu_types = sorted({c.accelerator_type for c in profile.tpu_candidates})
     gpu_types = sorted({c.accelerator_type for c in (*profile.gpu_candidates, *profile.smaller_gpus)})
     tpu, compute = machine_hooks(GCP_CONN_ID)
@@ -75,12 +74,9 @@ def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = N
 
 def decide(spec: RunSpec, report: Mapping[str, Any], wait: Any = None) -> dict[str, Any]:
     from interlude.capacity.decisions import decide as walk
-    from interlude.capacity.profiles import get_profile
     from interlude.capacity.report import CapacityReport
 
-    decision = walk(
-        CapacityReport.from_dict(report), get_profile(spec.model_profile), spec.strategy, dt.datetime.now(dt.UTC), wait
-    )
+    decision = walk(CapacityReport.from_dict(report), spec.profile(), spec.strategy, dt.datetime.now(dt.UTC), wait)
     log.info("%s", decision.trail_text())
     return decision.to_dict()
 

@@ -65,12 +65,15 @@ def _dict(value: Any) -> Mapping[str, Any]:
 
 
 def training_row(run: RunInfo, xcoms: Mapping[str, Any]) -> RunRow:
-    spec, machine = _dict(xcoms.get("resolve_run")), _dict(xcoms.get("provision"))
+    from interlude.training.spec import RunSpec
+
+    raw, machine = _dict(xcoms.get("resolve_run")), _dict(xcoms.get("provision"))
+    spec = RunSpec.from_dict(raw) if raw else None  # the run's params are read through RunSpec only
     report = _dict(xcoms.get("run_report"))
     stages = [_dict(xcoms.get(t)) for t in ("train", "finetune")]
     total = None
     if spec:
-        total = int(spec.get("train_steps") or 0) + int(spec.get("finetune_steps") or 0)
+        total = spec.train_steps + spec.finetune_steps
     done = sum(int(s.get("final_step") or 0) for s in stages) if any(stages) else (0 if spec else None)
     return RunRow(
         dag_id=run.dag_id,
@@ -85,7 +88,7 @@ def training_row(run: RunInfo, xcoms: Mapping[str, Any]) -> RunRow:
         events=int(report["events"]) if "events" in report else None,
         goodput=float(report["goodput"]) if report.get("goodput") is not None else None,
         start=run.start,
-        run_key=str(spec.get("run_key") or ""),
+        run_key=spec.run_key if spec else "",
         detail=str(report.get("uri") or ""),
     )
 

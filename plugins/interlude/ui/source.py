@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from interlude.training.spec import RunSpec
 from interlude.ui import fleet as fleet_rows
 from interlude.ui.runs import SERVING_DAG, TASKS, TRAINING_DAG, RunInfo
 from interlude.ui.timeline import Timeline, from_serving_report, from_training_report
@@ -137,13 +138,13 @@ def training_report(bucket: str, run_key: str) -> dict[str, Any] | None:
     return report
 
 
-def report_so_far(spec: Mapping[str, Any], machine: Mapping[str, Any] | None) -> dict[str, Any]:
+def report_so_far(spec: RunSpec, machine: Mapping[str, Any] | None) -> dict[str, Any]:
     """A run without its report yet (still going, or failed before it): the same report built the same way
     (events.build_report) from the recorded events and each stage's progress as the workload wrote it."""
     from interlude.training import events
     from interlude_workload.checkpoints import CheckpointStore
 
-    bucket, run_key = str(spec["bucket"]), str(spec["run_key"])
+    bucket, run_key = spec.bucket, spec.run_key
     stages = []
     for stage in ("train", "finetune"):
         progress = CheckpointStore(bucket, run_key, stage).read_progress() or {}
@@ -156,7 +157,7 @@ def report_so_far(spec: Mapping[str, Any], machine: Mapping[str, Any] | None) ->
                 "steps": int(progress.get("step") or 0),
                 "started_at": float(started),
                 "finished_at": float(progress.get("updated_at_epoch") or time.time()),
-                "mean_step_seconds": float(progress.get("mean_step_seconds") or spec.get("step_seconds") or 0.0),
+                "mean_step_seconds": float(progress.get("mean_step_seconds") or spec.step_seconds or 0.0),
             }
         )
     return events.build_report(
@@ -178,10 +179,11 @@ def timeline_for(info: RunInfo, xcoms: Mapping[str, Any]) -> tuple[Timeline | No
         watch = _mapping(xcoms.get("maintenance_watch"))
         tl = from_serving_report(str(spec.get("name") or info.run_id), report, watch.get("decisions") or [])
         return tl, ["pods per accelerator and requests: the serving report (the pods' own records)"]
-    run_spec = xcoms.get("resolve_run")
-    if not isinstance(run_spec, Mapping):
+    raw_spec = xcoms.get("resolve_run")
+    if not isinstance(raw_spec, Mapping):
         return None, ["the run has no resolved params: it failed before resolve_run finished"]
-    bucket, run_key = str(run_spec["bucket"]), str(run_spec["run_key"])
+    run_spec = RunSpec.from_dict(raw_spec)
+    bucket, run_key = run_spec.bucket, run_spec.run_key
     report = training_report(bucket, run_key)
     notes = [f"from gs://{bucket}/{run_key}/report.json and its committed checkpoints"]
     if report is None:

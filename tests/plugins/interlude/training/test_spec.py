@@ -95,6 +95,14 @@ def test_json_round_trip_is_exact() -> None:
     assert RunSpec.from_json(job.to_json()) == job
 
 
+def test_tpu_types_replace_the_profiles_tpu_candidates_in_order() -> None:
+    spec = RunSpec.from_params({"tpu_types": ["v5litepod-16", "v6e-8"]}, dag_id="d", run_id="r", run_key="k")
+    profile = spec.profile()
+    assert [c.accelerator_type for c in profile.tpu_candidates] == ["v5litepod-16", "v6e-8"]
+    assert profile.gpu_candidates == spec.replace(tpu_types=()).profile().gpu_candidates
+    assert RunSpec.from_json(spec.to_json()) == spec
+
+
 def test_empty_strings_mean_not_set() -> None:
     spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r", run_key="k")
     assert spec.gpu_image is None and spec.network is None and spec.data_date is None
@@ -155,6 +163,11 @@ def test_empty_strings_mean_not_set() -> None:
         ({"workload_command": ["python", "a\nb"]}, "workload_command"),
         ({"workload_command": ["python", 3]}, "workload_command"),
         ({"workload_command": ["x"] * 65}, "workload_command: at most 64"),
+        ({"tpu_types": ["v9-8"]}, "tpu_types: 'v9-8' is not a TPU type"),
+        ({"tpu_types": ["v6e-3"]}, "tpu_types: 'v6e-3' is not a TPU type"),
+        ({"tpu_types": ["nvidia-l4"]}, "tpu_types"),
+        ({"tpu_types": ["v6e-16", "v6e-16"]}, "tpu_types: a type is listed twice"),
+        ({"tpu_types": "v6e-16"}, "tpu_types"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
