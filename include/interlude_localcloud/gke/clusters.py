@@ -22,7 +22,10 @@ from interlude_localcloud.errors import ApiError, already_exists, invalid, not_f
 from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
 from interlude_localcloud.gke.controllers import NODES, capacity_key
+from interlude_localcloud.gke.control_loop import ControlLoop
 from interlude_localcloud.gke.deployments import DeploymentController
+from interlude_localcloud.gke.jobs import JobController
+from interlude_localcloud.gke.jobset_controller import JobSetController
 from interlude_localcloud.gke.nodes import POOL_LABEL
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.runtime import ClusterRuntime
@@ -62,6 +65,7 @@ class ClusterState:
     id: str
     pools: dict[str, PoolState] = field(default_factory=dict)
     controller: DeploymentController | None = None
+    workloads: list[ControlLoop] = field(default_factory=list)  # Job and JobSet controllers
     runtime: ClusterRuntime | None = None
 
 
@@ -136,6 +140,9 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
+            c.workloads = [JobController(c.kube.store), JobSetController(c.kube.store)]
+            for loop in c.workloads:
+                loop.start()
             if not c.spec.run:
                 continue
             sc = self.cloud.scenario
@@ -182,6 +189,8 @@ class Gke:
                 c.runtime.stop()
             if c.controller is not None:
                 c.controller.stop()
+            for loop in c.workloads:
+                loop.stop()
             c.kube.stop()
 
     # lookups ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from interlude_localcloud.gke import job_api
 from interlude_localcloud.gke.resources import ResourceType
 
 _CLUSTER_IPS = itertools.count(10)
@@ -88,7 +89,14 @@ def _pod(obj: dict[str, Any]) -> None:
     obj.setdefault("status", {"phase": "Pending", "qosClass": "BestEffort"})
 
 
-_BY_KIND = {"Deployment": _deployment, "Service": _service, "Namespace": _namespace, "Pod": _pod}
+_BY_KIND = {
+    "Deployment": _deployment,
+    "Service": _service,
+    "Namespace": _namespace,
+    "Pod": _pod,
+    "Job": lambda obj: job_api.job_defaults(obj, pod_spec),
+    "JobSet": job_api.jobset_defaults,
+}
 
 
 def apply(rt: ResourceType, obj: dict[str, Any]) -> None:

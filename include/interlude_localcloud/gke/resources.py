@@ -6,7 +6,9 @@ ComputeClass CRD is cluster-scoped, group cloud.google.com, plural computeclasse
 Prometheus' PodMonitoring is namespaced, group monitoring.googleapis.com, plural podmonitorings
 (https://cloud.google.com/stackdriver/docs/managed-prometheus/setup-managed); RBAC kinds as in
 https://kubernetes.io/docs/reference/access-authn-authz/rbac/; PodDisruptionBudget (policy/v1) and the
-pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/.
+pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/;
+Job (batch/v1) and the JobSet CRD (jobset.x-k8s.io/v1alpha2, plural jobsets, as its CRD in
+github.com/kubernetes-sigs/jobset declares it).
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False),
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",), True),
     ResourceType("monitoring.googleapis.com", "v1", "podmonitorings", "PodMonitoring", True, (), ("status",), True),
+    ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",), True),
+    ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, (), ("status",), True),
 )
 
 GROUPS: dict[str, list[str]] = {}

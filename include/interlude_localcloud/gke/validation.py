@@ -20,7 +20,7 @@ import jsonschema
 import kubernetes_validate.utils as kv
 from referencing import Registry, Resource
 
-from interlude_localcloud.gke import status
+from interlude_localcloud.gke import job_api, status
 from interlude_localcloud.gke.resources import ResourceType
 
 COMPUTECLASS_SCHEMA = Path(__file__).with_name("computeclass.schema.json")
@@ -28,7 +28,10 @@ COMPUTECLASS_SCHEMA = Path(__file__).with_name("computeclass.schema.json")
 CUSTOM_SCHEMAS = {
     "ComputeClass": COMPUTECLASS_SCHEMA,
     "PodMonitoring": Path(__file__).with_name("podmonitoring.schema.json"),
+    "JobSet": Path(__file__).with_name("jobset.schema.json"),
 }
+#: Custom resources whose CRD is structural: undeclared fields are pruned (with a Warning), not refused.
+PRUNED_CUSTOM = {"JobSet"}
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAMES = {"namespaces", "services"}  # these names must be DNS-1123 labels, others subdomains
@@ -133,7 +136,7 @@ class Admission:
 
     def prune(self, rt: ResourceType, obj: dict[str, Any]) -> list[str]:
         """Remove undeclared fields of a core object; return their paths (for `Warning` headers)."""
-        if rt.kind in CUSTOM_SCHEMAS:
+        if rt.kind in CUSTOM_SCHEMAS and rt.kind not in PRUNED_CUSTOM:
             return []
         return _prune_unknown(self._validator(rt), obj)
 
@@ -231,4 +234,6 @@ def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str
         causes += _deployment_causes(spec)
     elif rt.kind == "Pod" and isinstance(spec, dict):
         causes += _container_causes(spec, "spec")
+    elif rt.kind == "Job" and isinstance(spec, dict):
+        causes += job_api.job_causes(spec) + _container_causes((spec.get("template") or {}).get("spec") or {}, "spec.template.spec")
     return causes
