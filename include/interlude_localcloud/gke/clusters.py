@@ -21,8 +21,8 @@ from interlude_localcloud.cloud import Cloud, rfc3339
 from interlude_localcloud.errors import ApiError, already_exists, invalid, not_found
 from interlude_localcloud.gke import defaults, nodes
 from interlude_localcloud.gke.config import EFFECTS, ClusterSpec, GpuSpec, NodePoolSpec, Taint, TpuSpec
-from interlude_localcloud.gke.controllers import NODES, capacity_key
 from interlude_localcloud.gke.control_loop import ControlLoop
+from interlude_localcloud.gke.controllers import NODES, capacity_key
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.jobs import JobController
 from interlude_localcloud.gke.jobset_controller import JobSetController

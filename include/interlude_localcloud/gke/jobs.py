@@ -39,7 +39,7 @@ _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 
 def finished(job: dict[str, Any]) -> str | None:
-    """"Complete" or "Failed" once the Job has that condition True."""
+    """ "Complete" or "Failed" once the Job has that condition True."""
     for c in (job.get("status") or {}).get("conditions") or []:
         if c.get("type") in ("Complete", "Failed") and c.get("status") == "True":
             return str(c["type"])

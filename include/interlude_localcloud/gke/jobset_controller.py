@@ -82,7 +82,7 @@ def labels_for(js: dict[str, Any], rjob: dict[str, Any], index: int) -> dict[str
         P + "replicatedjob-replicas": str(_replicas(rjob)),
         P + "global-replicas": str(sum(_replicas(r) for r in rjobs)),
         P + "job-index": str(index),
-        P + "job-key": hashlib.sha1(f"{ns}/{job_name}".encode()).hexdigest(),  # noqa: S324 - the controller's key
+        P + "job-key": hashlib.sha1(f"{ns}/{job_name}".encode()).hexdigest(),
         P + "job-global-index": str(sum(_replicas(r) for r in before) + index),
         P + "group-name": _group(rjob),
         P + "group-replicas": str(sum(_replicas(r) for r in group)),
@@ -149,20 +149,21 @@ class JobSetController(ControlLoop):
             return
         for j in previous:
             self.delete(JOBS, j)
-        restarting = any(c.get("type") == "RestartingJobSet" and c.get("status") == "True" for c in status.get("conditions") or [])
-        if restarting and all(r["ready"] == _replicas(rj) for r, rj in zip(status["replicatedJobsStatus"], _rjobs(js))):
-            _set_condition(status, _condition("RestartingJobSet", "False", "JobsReady", "all jobs are ready"))
+        _jobs_ready_again(js, status)
         if failed:
             self._failure_policy(js, status, failed)
         elif not (successful and self._succeeded(js, status, successful)):
-            if dns_hostnames(js):
-                self._headless_service(js)
-            names = {j["metadata"]["name"] for j in jobs}
-            for rjob in _rjobs(js):
-                for index in range(_replicas(rjob)):
-                    if f"{js['metadata']['name']}-{rjob['name']}-{index}" not in names:
-                        self._create_job(js, rjob, index)
+            self._create_missing(js, {j["metadata"]["name"] for j in jobs})
         self.write_status(JOBSETS, js, status)
+
+    def _create_missing(self, js: dict[str, Any], names: set[str]) -> None:
+        """Jobs not there (by name, any attempt: one being deleted is replaced once it is gone) and the Service."""
+        if dns_hostnames(js):
+            self._headless_service(js)
+        for rjob in _rjobs(js):
+            for index in range(_replicas(rjob)):
+                if f"{js['metadata']['name']}-{rjob['name']}-{index}" not in names:
+                    self._create_job(js, rjob, index)
 
     def _rjob_statuses(self, js: dict[str, Any], jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out = []
@@ -179,7 +180,9 @@ class JobSetController(ControlLoop):
                     "ready": ready,
                     "succeeded": sum(finished(j) == "Complete" for j in mine),
                     "failed": sum(finished(j) == "Failed" for j in mine),
-                    "active": sum(finished(j) is None and int((j.get("status") or {}).get("active") or 0) > 0 for j in mine),
+                    "active": sum(
+                        finished(j) is None and int((j.get("status") or {}).get("active") or 0) > 0 for j in mine
+                    ),
                     "suspended": sum(bool((j.get("spec") or {}).get("suspend")) for j in mine),
                 }
             )
@@ -189,7 +192,9 @@ class JobSetController(ControlLoop):
         policy = js["spec"].get("successPolicy") or {"operator": "All"}
         targets = policy.get("targetReplicatedJobs") or [r["name"] for r in _rjobs(js)]
         matching = [j for j in successful if (j["metadata"].get("labels") or {}).get(REPLICATED_JOB) in targets]
-        expected = 1 if policy.get("operator") == "Any" else sum(_replicas(r) for r in _rjobs(js) if r["name"] in targets)
+        expected = (
+            1 if policy.get("operator") == "Any" else sum(_replicas(r) for r in _rjobs(js) if r["name"] in targets)
+        )
         if len(matching) < expected:
             return False
         _set_condition(status, _condition("Completed", "True", "AllJobsCompleted", "jobset completed successfully"))
@@ -217,7 +222,9 @@ class JobSetController(ControlLoop):
             status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
         message = MESSAGES.get(action, MESSAGES["RestartJobSet"])
         reason = f"FailurePolicy_{rule['name']}" if rule else "DefaultFailurePolicy"
-        cond = _condition("RestartingJobSet", "True", reason, f"{message} (first failed job: {job['metadata']['name']})")
+        cond = _condition(
+            "RestartingJobSet", "True", reason, f"{message} (first failed job: {job['metadata']['name']})"
+        )
         _set_condition(status, cond)
 
     def _fail(self, status: dict[str, Any], reason: str, job: dict[str, Any]) -> None:
@@ -236,7 +243,9 @@ class JobSetController(ControlLoop):
             "spec": {
                 "clusterIP": "None",
                 "selector": {JOBSET_NAME: js["metadata"]["name"]},
-                "publishNotReadyAddresses": bool((js["spec"].get("network") or {}).get("publishNotReadyAddresses", True)),
+                "publishNotReadyAddresses": bool(
+                    (js["spec"].get("network") or {}).get("publishNotReadyAddresses", True)
+                ),
             },
         }
         defaults.apply(SERVICES, svc)
@@ -275,6 +284,16 @@ class JobSetController(ControlLoop):
             self._wake.set()
 
 
+def _jobs_ready_again(js: dict[str, Any], status: dict[str, Any]) -> None:
+    """After a restart, RestartingJobSet turns False (JobsReady) once every child Job is ready."""
+    conds = status.get("conditions") or []
+    if not any(c.get("type") == "RestartingJobSet" and c.get("status") == "True" for c in conds):
+        return
+    pairs = zip(status["replicatedJobsStatus"], _rjobs(js), strict=True)
+    if all(r["ready"] + r["succeeded"] >= _replicas(rjob) for r, rjob in pairs):
+        _set_condition(status, _condition("RestartingJobSet", "False", "JobsReady", "all jobs are ready"))
+
+
 def _failed_at(job: dict[str, Any]) -> str:
     conds = (job.get("status") or {}).get("conditions") or []
     return next((str(c.get("lastTransitionTime")) for c in conds if c.get("type") == "Failed"), "")
@@ -289,7 +308,11 @@ def _matching_rule(
         for job in sorted(failed, key=_failed_at):
             rjob = (job["metadata"].get("labels") or {}).get(REPLICATED_JOB)
             reason = next(
-                (c.get("reason") for c in (job.get("status") or {}).get("conditions") or [] if c.get("type") == "Failed"),
+                (
+                    c.get("reason")
+                    for c in (job.get("status") or {}).get("conditions") or []
+                    if c.get("type") == "Failed"
+                ),
                 None,
             )
             targets, reasons = rule.get("targetReplicatedJobs") or [], rule.get("onJobFailureReasons") or []

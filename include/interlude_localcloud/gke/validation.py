@@ -235,5 +235,7 @@ def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str
     elif rt.kind == "Pod" and isinstance(spec, dict):
         causes += _container_causes(spec, "spec")
     elif rt.kind == "Job" and isinstance(spec, dict):
-        causes += job_api.job_causes(spec) + _container_causes((spec.get("template") or {}).get("spec") or {}, "spec.template.spec")
+        causes += job_api.job_causes(spec) + _container_causes(
+            (spec.get("template") or {}).get("spec") or {}, "spec.template.spec"
+        )
     return causes

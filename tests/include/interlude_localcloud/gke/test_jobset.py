@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client
+from kubernetes import client, watch
 
 from interlude.hooks.gke import GKEHook
 from interlude_localcloud.scenario import parse
@@ -119,7 +119,9 @@ def jobset(
                                     "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
                                     "cloud.google.com/gke-tpu-topology": "2x2",
                                 },
-                                "tolerations": [{"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}],
+                                "tolerations": [
+                                    {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"}
+                                ],
                                 "containers": [
                                     {
                                         "name": "trainer",
@@ -222,7 +224,16 @@ def test_deleting_a_jobset_removes_its_jobs_and_pods(api: client.ApiClient, poli
     sel = f"jobset.sigs.k8s.io/jobset-name={name}"
     wait_for("Jobs gone", lambda: not batch.list_namespaced_job(NS, label_selector=sel).items)
     wait_for("pods gone", lambda: not _pods(api, name))
-    wait_for("JobSet gone", lambda: not [o for o in custom.list_namespaced_custom_object(**JS, namespace=NS)["items"] if o["metadata"]["name"] == name])
+    wait_for(
+        "JobSet gone",
+        lambda: (
+            not [
+                o
+                for o in custom.list_namespaced_custom_object(**JS, namespace=NS)["items"]
+                if o["metadata"]["name"] == name
+            ]
+        ),
+    )
 
 
 def test_node_maintenance_terminates_the_pod_and_it_comes_back_on_the_node(
@@ -230,7 +241,13 @@ def test_node_maintenance_terminates_the_pod_and_it_comes_back_on_the_node(
 ) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     node = core.list_node().items[0].metadata.name
-    body = jobset("maint", replicas=1, env={"RUN_SECONDS": "600"}, max_restarts=3, **{"nodeSelector": {"kubernetes.io/hostname": node}})
+    body = jobset(
+        "maint",
+        replicas=1,
+        env={"RUN_SECONDS": "600"},
+        max_restarts=3,
+        **{"nodeSelector": {"kubernetes.io/hostname": node}},
+    )
     custom.create_namespaced_custom_object(**JS, namespace=NS, body=body)
     first = wait_for("pod running", lambda: [p for p in _pods(api, "maint") if p.status.phase == "Running"])[0]
     wait_for("trainer started", lambda: "trainer index=0" in _log(api, first.metadata.name))
@@ -239,18 +256,62 @@ def test_node_maintenance_terminates_the_pod_and_it_comes_back_on_the_node(
         "the notice", lambda: core.read_node(node).metadata.labels.get("cloud.google.com/scheduled-maintenance-time")
     )
     assert int(labels) == int(window)
-    assert not any(t.key == "cloud.google.com/impending-node-termination" for t in core.read_node(node).spec.taints or [])
+    assert not any(
+        t.key == "cloud.google.com/impending-node-termination" for t in core.read_node(node).spec.taints or []
+    )
     core.patch_node(node, {"metadata": {"labels": {"cloud.google.com/perform-maintenance": "true"}}})  # start now
     log_file = next((lc.state_dir / "gke" / CLUSTER / "pods").glob(f"{first.metadata.name}-*")) / "trainer.log"
     wait_for("SIGTERM seen by the trainer", lambda: "got SIGTERM, saving" in log_file.read_text())
     second = wait_for(
         "a new pod running on the node once it is back",
-        lambda: [p for p in _pods(api, "maint") if p.status.phase == "Running" and p.metadata.uid != first.metadata.uid],
+        lambda: [
+            p for p in _pods(api, "maint") if p.status.phase == "Running" and p.metadata.uid != first.metadata.uid
+        ],
     )[0]
     assert second.spec.node_name == node
+    phases = {e.get("phase") for e in lc.admin.gke_events(CLUSTER)["events"] if e.get("node") == node}
+    assert {"scheduled", "terminating", "done"} <= phases  # labelled, then tainted and drained, then back
     back = core.read_node(node)
     assert "cloud.google.com/scheduled-maintenance-time" not in back.metadata.labels
     assert not any(t.key == "cloud.google.com/impending-node-termination" for t in back.spec.taints or [])
     assert _status(api, "maint")["restarts"] == 1
     wait_for("the new trainer", lambda: "attempt=1" in _log(api, second.metadata.name))
     custom.delete_namespaced_custom_object(**JS, namespace=NS, name="maint")
+
+
+def test_jobs_and_jobsets_are_discovered_schema_checked_and_watched(api: client.ApiClient) -> None:
+    groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
+    assert groups["jobset.x-k8s.io"].preferred_version.group_version == "jobset.x-k8s.io/v1alpha2"
+    found = client.CustomObjectsApi(api).get_api_resources("jobset.x-k8s.io", "v1alpha2").resources
+    assert {r.name for r in found} == {"jobsets", "jobsets/status"}
+    assert "jobs" in {r.name for r in client.BatchV1Api(api).get_api_resources().resources}
+    custom, batch = client.CustomObjectsApi(api), client.BatchV1Api(api)
+    bad = jobset("bad")
+    bad["spec"]["replicatedJobs"][0]["replicas"] = "two"  # the CRD says integer
+    with pytest.raises(client.ApiException) as e:
+        custom.create_namespaced_custom_object(**JS, namespace=NS, body=bad)
+    assert e.value.status == 422 and "spec.replicatedJobs[0].replicas" in str(e.value.body)
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="always"),
+        spec=client.V1JobSpec(
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(restart_policy="Always", containers=[client.V1Container(name="c", image=IMAGE)])
+            )
+        ),
+    )
+    with pytest.raises(client.ApiException) as e:
+        batch.create_namespaced_job(NS, job)
+    assert e.value.status == 422 and "spec.template.spec.restartPolicy" in str(e.value.body)
+    rv = custom.list_namespaced_custom_object(**JS, namespace=NS)["metadata"]["resourceVersion"]
+    custom.create_namespaced_custom_object(**JS, namespace=NS, body=jobset("watched", replicas=1))
+    seen: list[tuple[str, str]] = []
+    w = watch.Watch()
+    for ev in w.stream(
+        custom.list_namespaced_custom_object, **JS, namespace=NS, resource_version=rv, timeout_seconds=DEADLINE
+    ):
+        seen.append((ev["type"], ev["object"]["metadata"]["name"]))
+        if any(c["type"] == "Completed" for c in (ev["object"].get("status") or {}).get("conditions") or []):
+            w.stop()
+    assert seen[0] == ("ADDED", "watched") and seen[-1][0] == "MODIFIED"
+    status = custom.get_namespaced_custom_object_status(**JS, namespace=NS, name="watched")["status"]
+    assert status["replicatedJobsStatus"][0]["name"] == "slice" and status["terminalState"] == "Completed"
