@@ -42,6 +42,7 @@ from interlude_localcloud.gke.containers import (
     write_file,
 )
 from interlude_localcloud.gke.loopback import loopback_session
+from interlude_localcloud.gke.pod_status import restarts_after, terminated, transitions
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store, now
@@ -314,7 +315,7 @@ class PodRunner:
             if proc.popen is not None:
                 code = proc.popen.returncode
                 code = 128 - code if code < 0 else code  # killed by signal N: exit code 128 + N, as runtimes report
-                if proc.exit_code is not None or not _restarts(self.spec, code):
+                if proc.exit_code is not None or not restarts_after(self.spec, code):
                     proc.exit_code = code
                     return
                 proc.restarts += 1
@@ -364,7 +365,7 @@ class PodRunner:
                     "started": p.popen is not None,
                     "state": {"running": {}}
                     if p.popen is not None and p.popen.poll() is None
-                    else _terminated(p.exit_code)
+                    else terminated(p.exit_code)
                     if p.exit_code is not None
                     else {"waiting": {"reason": "ContainerCreating"}},
                 }
@@ -392,7 +393,7 @@ class PodRunner:
         }
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-            cur["status"] = _transitions(cur.get("status") or {}, status)
+            cur["status"] = transitions(cur.get("status") or {}, status)
             cur["metadata"].pop("resourceVersion", None)
             return cur
 
@@ -401,15 +402,6 @@ class PodRunner:
             self._written = key
         except KubeError:
             pass
-
-
-def _restarts(spec: dict[str, Any], code: int) -> bool:
-    policy = spec.get("restartPolicy", "Always")
-    return policy == "Always" or (policy == "OnFailure" and code != 0)
-
-
-def _terminated(code: int) -> dict[str, Any]:
-    return {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": now()}}
 
 
 def _period(c: dict[str, Any]) -> float:
@@ -421,17 +413,3 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _transitions(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """`new` with the kubelet's bookkeeping: startTime set once, and each condition's lastTransitionTime kept
-    while its status stays, set to now when it flips (what clients read as e.g. "Ready since";
-    https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions)."""
-    before = {c.get("type"): c for c in old.get("conditions") or ()}
-    out = {**new, "startTime": old.get("startTime") or new["startTime"]}
-    out["conditions"] = []
-    for cond in new["conditions"]:
-        prev = before.get(cond["type"])
-        kept = prev.get("lastTransitionTime") if prev is not None and prev.get("status") == cond["status"] else None
-        out["conditions"].append({**cond, "lastTransitionTime": kept or now()})
-    return out

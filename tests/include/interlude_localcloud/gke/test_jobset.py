@@ -24,7 +24,7 @@ SCENARIO: dict[str, Any] = {
     "time_scale": 3600,
     "gke": {
         "run": True,
-        "images": {"*/trainer:*": {"python3": ["{python}"]}},
+        "images": {"*/trainer:*": {"python3": ["{python}"], "python": ["{python}"]}},
         "clusters": [
             {
                 "name": CLUSTER,
@@ -315,3 +315,51 @@ def test_jobs_and_jobsets_are_discovered_schema_checked_and_watched(api: client.
     assert seen[0] == ("ADDED", "watched") and seen[-1][0] == "MODIFIED"
     status = custom.get_namespaced_custom_object_status(**JS, namespace=NS, name="watched")["status"]
     assert status["replicatedJobsStatus"][0]["name"] == "slice" and status["terminalState"] == "Completed"
+
+
+def test_a_plain_job_runs_the_workload_agent_entrypoint_to_its_completions(api: client.ApiClient) -> None:
+    """batch/v1 directly (NonIndexed, 2 completions one at a time): the trainer image's `python` is the
+    local interpreter, so the workload's agent entrypoint runs in the pod (here only its --help)."""
+    batch = client.BatchV1Api(api)
+    job = client.V1Job(
+        metadata=client.V1ObjectMeta(name="agent-help"),
+        spec=client.V1JobSpec(
+            completions=2,
+            parallelism=1,
+            template=client.V1PodTemplateSpec(
+                spec=client.V1PodSpec(
+                    restart_policy="Never",
+                    tolerations=[client.V1Toleration(key="google.com/tpu", operator="Exists", effect="NoSchedule")],
+                    containers=[
+                        client.V1Container(
+                            name="agent", image=IMAGE, command=["python", "-m", "interlude_workload.agent", "--help"]
+                        )
+                    ],
+                )
+            ),
+        ),
+    )
+    created = batch.create_namespaced_job(NS, job)
+    assert created.spec.backoff_limit == 6 and created.spec.completion_mode == "NonIndexed"
+    done = wait_for(
+        "Job Complete",
+        lambda: (
+            (j := batch.read_namespaced_job("agent-help", NS)).status.conditions
+            and any(c.type == "Complete" for c in j.status.conditions)
+            and j
+        ),
+    )
+    assert done.status.succeeded == 2 and not done.status.failed
+    uid = done.metadata.uid
+    assert done.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    pods = (
+        client.CoreV1Api(api).list_namespaced_pod(NS, label_selector=f"batch.kubernetes.io/controller-uid={uid}").items
+    )
+    assert len(pods) == 2 and all("batch.kubernetes.io/job-completion-index" not in p.metadata.labels for p in pods)
+    for p in pods:
+        assert "--run-key RUN_KEY" in _log(api, p.metadata.name)
+    batch.delete_namespaced_job("agent-help", NS, propagation_policy="Background")
+    wait_for(
+        "pods gone",
+        lambda: not client.CoreV1Api(api).list_namespaced_pod(NS, label_selector="job-name=agent-help").items,
+    )
