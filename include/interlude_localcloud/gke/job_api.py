@@ -4,6 +4,9 @@ defaults and the semantic checks a schema cannot say.
 - Job defaults (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/job-v1/): parallelism
   and completions 1 when both are unset, backoffLimit 6, completionMode NonIndexed, suspend false,
   podReplacementPolicy TerminatingOrFailed; the pod template is defaulted like a Pod's.
+- Job selector: unless `manualSelector`, the Job strategy's Validate (pkg/registry/batch/job/strategy.go,
+  `generateSelector`, run once the uid is assigned) sets spec.selector to `batch.kubernetes.io/controller-uid`
+  and adds it, `batch.kubernetes.io/job-name`, `controller-uid` and `job-name` to the template's labels.
 - Job validation: the template's restartPolicy must be OnFailure or Never
   (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-template).
 - JobSet defaults: what the JobSet mutating webhook sets (pkg/webhooks/jobset_webhook.go `Default` in
@@ -58,6 +61,22 @@ def jobset_defaults(obj: dict[str, Any]) -> None:
     for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
         if isinstance(rule, dict) and not rule.get("name"):
             rule["name"] = f"failurePolicyRule{i}"
+
+
+LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+
+
+def generate_selector(obj: dict[str, Any]) -> None:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec")
+    uid, name = meta.get("uid"), meta.get("name")
+    if not isinstance(spec, dict) or spec.get("manualSelector") or not uid or not name:
+        return
+    spec["selector"] = {"matchLabels": {LABEL_CONTROLLER_UID: uid}}
+    template = spec.setdefault("template", {})
+    if isinstance(template, dict):
+        labels = template.setdefault("metadata", {}).setdefault("labels", {})
+        labels.update({LABEL_CONTROLLER_UID: uid, LABEL_JOB_NAME: name, "controller-uid": uid, "job-name": name})
 
 
 def job_causes(spec: dict[str, Any]) -> list[dict[str, str]]:

@@ -1,9 +1,7 @@
 """The Job controller (batch/v1), as kube-controller-manager's runs it
 (https://kubernetes.io/docs/concepts/workloads/controllers/job/):
 
-- the API server makes the selector: `batch.kubernetes.io/controller-uid=<uid>` on spec.selector and, with
-  `batch.kubernetes.io/job-name`, `controller-uid` and `job-name`, on the template's labels (here the first
-  pass of this controller writes them, as the store assigns the uid after defaulting);
+- the API server has made the selector and the template's job labels (job_api.generate_selector);
 - pods from the template, at most `parallelism` active, until `completions` succeeded; Indexed jobs give each
   pod its index (label and annotation `batch.kubernetes.io/job-completion-index`, env `JOB_COMPLETION_INDEX`,
   hostname `<job>-<index>`, name `<job>-<index>-<random>`), one success per index;
@@ -31,9 +29,6 @@ from interlude_localcloud.gke.store import now
 
 JOBS = next(r for r in RESOURCES if r.plural == "jobs")
 PODS = next(r for r in RESOURCES if r.plural == "pods")
-LABEL_CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
-LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
-LEGACY_CONTROLLER_UID, LEGACY_JOB_NAME = "controller-uid", "job-name"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -114,28 +109,8 @@ class JobController(ControlLoop):
         for uid in [u for u in self.seen if u not in by_uid]:
             del self.seen[uid]
 
-    def _select(self, job: dict[str, Any]) -> bool:
-        """Write the generated selector and template labels once; True when they were missing."""
-        uid, name = job["metadata"]["uid"], job["metadata"]["name"]
-        if ((job["spec"].get("selector") or {}).get("matchLabels") or {}).get(LABEL_CONTROLLER_UID) == uid:
-            return False
-        if job["spec"].get("manualSelector"):
-            return False
-
-        def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-            cur["spec"]["selector"] = {"matchLabels": {LABEL_CONTROLLER_UID: uid}}
-            meta = cur["spec"].setdefault("template", {}).setdefault("metadata", {})
-            meta.setdefault("labels", {}).update(
-                {LABEL_CONTROLLER_UID: uid, LABEL_JOB_NAME: name, LEGACY_CONTROLLER_UID: uid, LEGACY_JOB_NAME: name}
-            )
-            cur["metadata"].pop("resourceVersion", None)
-            return cur
-
-        self.store.update(JOBS, job["metadata"]["namespace"], name, mutate)
-        return True
-
     def reconcile(self, job: dict[str, Any], pods: list[dict[str, Any]]) -> None:
-        if deleting(job) or self._select(job):
+        if deleting(job):
             return
         seen = self.seen.setdefault(job["metadata"]["uid"], _Seen())
         spec = job.get("spec") or {}

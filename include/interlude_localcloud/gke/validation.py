@@ -149,6 +149,8 @@ class Admission:
         ]
 
     def __call__(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        if rt.kind == "Job":
+            job_api.generate_selector(obj)  # the Job strategy's Validate does it, once the uid is assigned
         causes = [
             c
             for e in sorted(self._validator(rt).iter_errors(obj), key=lambda e: list(e.absolute_path))

@@ -341,6 +341,8 @@ def test_a_plain_job_runs_the_workload_agent_entrypoint_to_its_completions(api: 
     )
     created = batch.create_namespaced_job(NS, job)
     assert created.spec.backoff_limit == 6 and created.spec.completion_mode == "NonIndexed"
+    assert created.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": created.metadata.uid}
+    assert created.spec.template.metadata.labels["batch.kubernetes.io/job-name"] == "agent-help"
     done = wait_for(
         "Job Complete",
         lambda: (
