@@ -78,6 +78,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = DEADLINE) -> 
 def lc() -> Iterator[RunningLocalCloud]:
     with running_localcloud(parse(SCENARIO), gcs=False, strict=True) as cloud:
         yield cloud
+        assert cloud.violations == []
 
 
 @pytest.fixture(scope="module")
