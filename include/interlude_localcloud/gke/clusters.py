@@ -26,6 +26,8 @@ from interlude_localcloud.gke.controllers import NODES, capacity_key
 from interlude_localcloud.gke.deployments import DeploymentController
 from interlude_localcloud.gke.endpoints import endpoints_controller
 from interlude_localcloud.gke.garbage_collector import garbage_collector
+from interlude_localcloud.gke.jobs import JobController
+from interlude_localcloud.gke.jobset_controller import JobSetController
 from interlude_localcloud.gke.nodes import POOL_LABEL
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.runtime import ClusterRuntime
@@ -66,7 +68,8 @@ class ClusterState:
     pools: dict[str, PoolState] = field(default_factory=dict)
     controller: DeploymentController | None = None
     runtime: ClusterRuntime | None = None
-    loops: list[ControlLoop] = field(default_factory=list)  # garbage collector, Endpoints/EndpointSlices
+    # the garbage collector, the Endpoints/EndpointSlice, Job and JobSet controllers
+    loops: list[ControlLoop] = field(default_factory=list)
 
 
 def tpu_from_machine_type(machine_type: str, topology: str | None) -> TpuSpec | None:
@@ -140,7 +143,13 @@ class Gke:
                 nodes.sync_pool(c.kube.store, c.spec.name, p, p.initial_nodes, c.spec.kubernetes_version)
             c.controller = DeploymentController(c.kube.store)
             c.controller.start()
-            c.loops = [garbage_collector(c.kube.store), endpoints_controller(c.kube.store)]
+            store = c.kube.store
+            c.loops = [
+                garbage_collector(store),
+                endpoints_controller(store),
+                JobController(store),
+                JobSetController(store),
+            ]
             for loop in c.loops:
                 loop.start()
             if not c.spec.run:

@@ -4,9 +4,8 @@ Values from the Kubernetes API reference (https://kubernetes.io/docs/reference/k
 Deployment replicas 1, RollingUpdate 25%/25%, revisionHistoryLimit 10, progressDeadlineSeconds 600;
 Pod restartPolicy Always, dnsPolicy ClusterFirst, schedulerName default-scheduler,
 terminationGracePeriodSeconds 30, container imagePullPolicy (Always for :latest or no tag, else
-IfNotPresent); Job parallelism 1, completions 1, backoffLimit 6, completionMode NonIndexed (no
-restartPolicy: a Job's template must say Never or OnFailure); Service type ClusterIP with an allocated
-clusterIP, port protocol TCP and targetPort = port.
+IfNotPresent); Service type ClusterIP with an allocated clusterIP, port protocol TCP and targetPort = port.
+Jobs and JobSets: `job_api` (a Job's template gets no restartPolicy: it must say Never or OnFailure).
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from interlude_localcloud.gke import job_api
 from interlude_localcloud.gke.resources import ResourceType
 
 _CLUSTER_IPS = itertools.count(10)
@@ -59,18 +59,6 @@ def _deployment(obj: dict[str, Any]) -> None:
         pod_spec(template_spec)
 
 
-def _job(obj: dict[str, Any]) -> None:
-    """batch/v1 Job: one pod to completion, 6 retries; the template's restartPolicy is the user's to say."""
-    spec = obj.setdefault("spec", {})
-    for key, value in (("parallelism", 1), ("completions", 1), ("backoffLimit", 6)):
-        spec.setdefault(key, value)
-    spec.setdefault("completionMode", "NonIndexed")
-    spec.setdefault("suspend", False)
-    template_spec = (spec.get("template") or {}).get("spec")
-    if isinstance(template_spec, dict):
-        pod_spec(template_spec, restart_policy=None)
-
-
 def _service(obj: dict[str, Any]) -> None:
     spec = obj.setdefault("spec", {})
     spec.setdefault("type", "ClusterIP")
@@ -103,7 +91,14 @@ def _pod(obj: dict[str, Any]) -> None:
     obj.setdefault("status", {"phase": "Pending", "qosClass": "BestEffort"})
 
 
-_BY_KIND = {"Deployment": _deployment, "Job": _job, "Service": _service, "Namespace": _namespace, "Pod": _pod}
+_BY_KIND = {
+    "Deployment": _deployment,
+    "Service": _service,
+    "Namespace": _namespace,
+    "Pod": _pod,
+    "Job": lambda obj: job_api.job_defaults(obj, lambda spec: pod_spec(spec, restart_policy=None)),
+    "JobSet": job_api.jobset_defaults,
+}
 
 
 def apply(rt: ResourceType, obj: dict[str, Any]) -> None:

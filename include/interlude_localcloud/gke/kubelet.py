@@ -11,7 +11,9 @@ How a container maps to this machine (a container runtime's job on GKE, done her
 - the node's accelerator shows the way the entrypoint scripts look for it: `INTERLUDE_DEVICE_ROOT` is the
   node's root (with `dev/vfio/0` on TPU nodes), and GPU nodes have an `nvidia-smi` on PATH.
 Probes (httpGet) run every min(periodSeconds, 1) real seconds; a container whose liveness probe fails
-failureThreshold times in a row, or that exits, is restarted (restartPolicy Always).
+failureThreshold times in a row, or that exits, is restarted (restartPolicy Always; OnFailure restarts only
+a non-zero exit, Never none); once every container exited for good the pod is Succeeded (all exit codes 0) or
+Failed (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#restart-policy).
 Deletion: SIGTERM to the process group, SIGKILL after the grace period
 (https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-termination).
 """
@@ -40,6 +42,7 @@ from interlude_localcloud.gke.containers import (
     write_file,
 )
 from interlude_localcloud.gke.loopback import loopback_session
+from interlude_localcloud.gke.pod_status import restarts_after, terminated, transitions
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
 from interlude_localcloud.gke.store import Store, now
@@ -67,6 +70,7 @@ class _Proc:
     ready: bool = False
     live_failures: int = 0
     ever_ready: bool = False
+    exit_code: int | None = None  # exited for good (restartPolicy Never, or OnFailure after a success)
 
 
 class PodRunner:
@@ -195,7 +199,7 @@ class PodRunner:
         env = {
             "PATH": "",
             "HOME": str(self.dir),
-            "HOSTNAME": self.name,
+            "HOSTNAME": self.spec.get("hostname") or self.name,
             "LANG": "C.UTF-8",
             "KUBERNETES_SERVICE_HOST": "127.0.0.1",
             "KUBERNETES_SERVICE_PORT": str(self.env.kube_port),
@@ -208,6 +212,11 @@ class PodRunner:
             "status.podIP": "127.0.0.1",
             "metadata.name": self.name,
             "metadata.namespace": self.ns,
+            **{
+                f"metadata.{kind}['{k}']": str(v)
+                for kind in ("labels", "annotations")
+                for k, v in (self.pod["metadata"].get(kind) or {}).items()
+            },
         }
         for item in c.get("env") or []:
             ref = ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
@@ -292,12 +301,23 @@ class PodRunner:
         while not self._stop.is_set():
             for name, c in containers.items():
                 self._tend(self.procs[name], c)
+            codes = [p.exit_code for n, p in self.procs.items() if n in containers]
+            if codes and all(code is not None for code in codes):
+                with self._lock:
+                    self.phase = "Succeeded" if not any(codes) else "Failed"
+                self._write_status()
+                return
             self._write_status()
             self._stop.wait(min([_period(c) for c in containers.values()] + [1.0]))
 
     def _tend(self, proc: _Proc, c: dict[str, Any]) -> None:
         if proc.popen is None or proc.popen.poll() is not None:
             if proc.popen is not None:
+                code = proc.popen.returncode
+                code = 128 - code if code < 0 else code  # killed by signal N: exit code 128 + N, as runtimes report
+                if proc.exit_code is not None or not restarts_after(self.spec, code):
+                    proc.exit_code = code
+                    return
                 proc.restarts += 1
             with self._lock:
                 if self._stop.is_set():
@@ -345,6 +365,8 @@ class PodRunner:
                     "started": p.popen is not None,
                     "state": {"running": {}}
                     if p.popen is not None and p.popen.poll() is None
+                    else terminated(p.exit_code)
+                    if p.exit_code is not None
                     else {"waiting": {"reason": "ContainerCreating"}},
                 }
                 for n, p in self.procs.items()
@@ -352,7 +374,7 @@ class PodRunner:
             ]
             ready = self.phase == "Running" and all(s["ready"] for s in statuses)
             phase = self.phase
-        key = (phase, ready, tuple((s["ready"], s["restartCount"]) for s in statuses))
+        key = (phase, ready, tuple((s["ready"], s["restartCount"], str(s["state"])) for s in statuses))
         if key == self._written:
             return
         flag = "True" if ready else "False"
@@ -371,7 +393,7 @@ class PodRunner:
         }
 
         def mutate(cur: dict[str, Any]) -> dict[str, Any]:
-            cur["status"] = _transitions(cur.get("status") or {}, status)
+            cur["status"] = transitions(cur.get("status") or {}, status)
             cur["metadata"].pop("resourceVersion", None)
             return cur
 
@@ -391,17 +413,3 @@ def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
-
-
-def _transitions(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """`new` with the kubelet's bookkeeping: startTime set once, and each condition's lastTransitionTime kept
-    while its status stays, set to now when it flips (what clients read as e.g. "Ready since";
-    https://kubernetes.io/docs/concepts/workloads/pods/pod-lifecycle/#pod-conditions)."""
-    before = {c.get("type"): c for c in old.get("conditions") or ()}
-    out = {**new, "startTime": old.get("startTime") or new["startTime"]}
-    out["conditions"] = []
-    for cond in new["conditions"]:
-        prev = before.get(cond["type"])
-        kept = prev.get("lastTransitionTime") if prev is not None and prev.get("status") == cond["status"] else None
-        out["conditions"].append({**cond, "lastTransitionTime": kept or now()})
-    return out

@@ -8,7 +8,8 @@ Prometheus' PodMonitoring is namespaced, group monitoring.googleapis.com, plural
 https://kubernetes.io/docs/reference/access-authn-authz/rbac/; PodDisruptionBudget (policy/v1) and the
 pods/eviction subresource as in https://kubernetes.io/docs/concepts/scheduling-eviction/api-eviction/;
 Endpoints (v1) and EndpointSlices (discovery.k8s.io/v1) as in
-https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/.
+https://kubernetes.io/docs/concepts/services-networking/endpoint-slices/; Job (batch/v1) and the JobSet CRD
+(jobset.x-k8s.io/v1alpha2, plural jobsets, as its CRD in github.com/kubernetes-sigs/jobset declares it).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ("pdb",), ("status",), True),
     ResourceType("monitoring.googleapis.com", "v1", "podmonitorings", "PodMonitoring", True, (), ("status",), True),
     ResourceType("discovery.k8s.io", "v1", "endpointslices", "EndpointSlice", True),
+    ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", True, (), ("status",), True),
 )
 
 GROUPS: dict[str, list[str]] = {}

@@ -20,7 +20,7 @@ import jsonschema
 import kubernetes_validate.utils as kv
 from referencing import Registry, Resource
 
-from interlude_localcloud.gke import status
+from interlude_localcloud.gke import job_api, status
 from interlude_localcloud.gke.resources import ResourceType
 
 COMPUTECLASS_SCHEMA = Path(__file__).with_name("computeclass.schema.json")
@@ -28,7 +28,10 @@ COMPUTECLASS_SCHEMA = Path(__file__).with_name("computeclass.schema.json")
 CUSTOM_SCHEMAS = {
     "ComputeClass": COMPUTECLASS_SCHEMA,
     "PodMonitoring": Path(__file__).with_name("podmonitoring.schema.json"),
+    "JobSet": Path(__file__).with_name("jobset.schema.json"),
 }
+#: Custom resources whose CRD is structural: undeclared fields are pruned (with a Warning), not refused.
+PRUNED_CUSTOM = {"JobSet"}
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_NAMES = {"namespaces", "services"}  # these names must be DNS-1123 labels, others subdomains
@@ -133,7 +136,7 @@ class Admission:
 
     def prune(self, rt: ResourceType, obj: dict[str, Any]) -> list[str]:
         """Remove undeclared fields of a core object; return their paths (for `Warning` headers)."""
-        if rt.kind in CUSTOM_SCHEMAS:
+        if rt.kind in CUSTOM_SCHEMAS and rt.kind not in PRUNED_CUSTOM:
             return []
         return _prune_unknown(self._validator(rt), obj)
 
@@ -146,6 +149,8 @@ class Admission:
         ]
 
     def __call__(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        if rt.kind == "Job":
+            job_api.generate_selector(obj)  # the Job strategy's Validate does it, once the uid is assigned
         causes = [
             c
             for e in sorted(self._validator(rt).iter_errors(obj), key=lambda e: list(e.absolute_path))
@@ -303,30 +308,6 @@ def _deployment_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def _job_causes(spec: dict[str, Any]) -> list[dict[str, str]]:
-    """A Job's pods run to completion: restartPolicy Never or OnFailure
-    (https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-template)."""
-    policy = ((spec.get("template") or {}).get("spec") or {}).get("restartPolicy")
-    if policy in ("Never", "OnFailure"):
-        return []
-    field = "spec.template.spec.restartPolicy"
-    if not policy:
-        return [
-            {
-                "reason": "FieldValueRequired",
-                "field": field,
-                "message": 'Required value: valid values: "OnFailure", "Never"',
-            }
-        ]
-    return [
-        {
-            "reason": "FieldValueNotSupported",
-            "field": field,
-            "message": f'Unsupported value: "{policy}": supported values: "OnFailure", "Never"',
-        }
-    ]
-
-
 def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str]]:
     causes = _name_causes(rt, obj.get("metadata") or {})
     spec = obj.get("spec") or {}
@@ -335,7 +316,7 @@ def semantic_causes(rt: ResourceType, obj: dict[str, Any]) -> list[dict[str, str
     if rt.kind == "Deployment":
         causes += _deployment_causes(spec)
     if rt.kind == "Job":
-        causes += _job_causes(spec)
+        causes += job_api.job_causes(spec)
     for base, pod_spec in pod_specs(rt.kind, spec):
         causes += _container_causes(pod_spec, base)
     return causes

@@ -134,6 +134,34 @@ def test_a_deployments_selector_is_immutable(api: client.ApiClient) -> None:
     assert patched.spec.min_ready_seconds == 5 and patched.metadata.generation == 2
 
 
+def test_a_jobs_generated_selector_is_kept_and_immutable(api: client.ApiClient) -> None:
+    """batch/v1: the API server generates a Job's selector once (the Job strategy's Validate, keeping labels the
+    template already has); later writes keep it, and changing it is 422 as for a Deployment."""
+    batch = client.BatchV1Api(api)
+    body = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "picked"},
+        "spec": {"template": _template({"job-name": "mine"}, "w", restart="Never")},
+    }
+    created = batch.create_namespaced_job(NS, body)
+    uid = created.metadata.uid
+    assert created.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    labels = created.spec.template.metadata.labels
+    assert labels["job-name"] == "mine" and labels["batch.kubernetes.io/job-name"] == "picked"
+    assert labels["controller-uid"] == labels["batch.kubernetes.io/controller-uid"] == uid
+    relabelled = batch.patch_namespaced_job("picked", NS, {"metadata": {"labels": {"team": "ml"}}})
+    assert relabelled.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": uid}
+    with pytest.raises(client.ApiException) as e:
+        batch.patch_namespaced_job("picked", NS, {"spec": {"selector": {"matchLabels": {"app": "other"}}}})
+    cause = _invalid(e)[0]
+    assert cause["field"] == "spec.selector" and cause["message"].endswith("field is immutable")
+    assert batch.read_namespaced_job("picked", NS).spec.selector.match_labels == {
+        "batch.kubernetes.io/controller-uid": uid
+    }
+    batch.delete_namespaced_job("picked", NS)
+
+
 def test_dry_run_validates_and_answers_but_persists_nothing(gke_lc: RunningLocalCloud, api: client.ApiClient) -> None:
     """`dryRun=All` on create, update, patch and delete: the answer a real write would get, nothing stored."""
     core = client.CoreV1Api(api)

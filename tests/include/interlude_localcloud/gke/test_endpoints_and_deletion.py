@@ -202,6 +202,64 @@ def test_foreground_deletion_deletes_dependents_first(api: client.ApiClient) -> 
     core.delete_namespaced_pod("fg-end", NS)
 
 
+def _job(name: str, completions: int) -> dict[str, Any]:
+    template = {"spec": {"restartPolicy": "Never", "containers": [{"name": "w", "image": "python:3.12"}]}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"completions": completions, "parallelism": 1, "template": template},
+    }
+
+
+def _job_pods(core: client.CoreV1Api, job: str) -> list[client.V1Pod]:
+    return core.list_namespaced_pod(NS, label_selector=f"batch.kubernetes.io/job-name={job}").items
+
+
+def test_a_job_being_deleted_makes_no_pods_and_its_pods_are_collected(api: client.ApiClient) -> None:
+    """The Job controller leaves a Job with a deletionTimestamp alone; its pods go through the garbage collector."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    batch.create_namespaced_job(NS, _job("fgjob", completions=2))
+    (pod,) = until(lambda: _job_pods(core, "fgjob"), "the Job's first pod")
+    ref = pod.metadata.owner_references[0]
+    assert (ref.kind, ref.name, ref.controller, ref.block_owner_deletion) == ("Job", "fgjob", True, True)
+    held = pod.metadata.name
+    core.patch_namespaced_pod(held, NS, {"metadata": {"finalizers": ["example.com/hold"]}})
+    options = client.V1DeleteOptions(propagation_policy="Foreground")
+    answer = _answer(batch.delete_namespaced_job("fgjob", NS, body=options, _preload_content=False))
+    assert answer["metadata"]["finalizers"] == ["foregroundDeletion"]
+    until(lambda: core.read_namespaced_pod(held, NS).metadata.deletion_timestamp, "the collector deleting the pod")
+    # The pod now succeeds: a live Job would count it and start the second completion's pod.
+    core.patch_namespaced_pod_status(held, NS, {"status": {"phase": "Succeeded"}})
+    batch.create_namespaced_job(NS, _job("marker", completions=1))  # a controller pass after the patch ...
+    until(lambda: _job_pods(core, "marker"), "the marker Job's pod")  # ... has run once this pod exists
+    assert [p.metadata.name for p in _job_pods(core, "fgjob")] == [held]
+    dying = batch.read_namespaced_job("fgjob", NS)
+    assert dying.metadata.deletion_timestamp and not dying.status.succeeded
+    # Not even a pod made and collected at once: since the delete, the held pod's changes are all there is.
+    end = _pod("fgjob-end", {"batch.kubernetes.io/job-name": "fgjob"})
+    core.create_namespaced_pod(NS, end)
+    seen, w = set(), watch.Watch()
+    kwargs = {
+        "label_selector": "batch.kubernetes.io/job-name=fgjob",
+        "resource_version": answer["metadata"]["resourceVersion"],
+        "timeout_seconds": 10,
+    }
+    for ev in w.stream(core.list_namespaced_pod, NS, **kwargs):
+        if ev["raw_object"]["metadata"]["name"] == "fgjob-end":  # the marker: every earlier event has been read
+            w.stop()
+            break
+        seen.add((ev["type"], ev["raw_object"]["metadata"]["name"]))
+    assert seen == {("MODIFIED", held)}
+    core.delete_namespaced_pod("fgjob-end", NS)
+    core.patch_namespaced_pod(held, NS, {"metadata": {"finalizers": None}})
+    with pytest.raises(client.ApiException) as e:
+        until(lambda: batch.read_namespaced_job("fgjob", NS) and None, "the Job gone", timeout=10)
+    assert e.value.status == 404
+    batch.delete_namespaced_job("marker", NS)  # Background: the Job at once, its pod by the collector
+    until(lambda: not _job_pods(core, "marker"), "the marker's pod collected")
+
+
 def test_orphan_leaves_the_dependents_without_their_owner(api: client.ApiClient) -> None:
     """Orphan (here as a query parameter): the pods stay, their ownerReference to the owner removed."""
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
