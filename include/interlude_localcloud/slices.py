@@ -10,7 +10,7 @@ format JAX's `GceTpuCluster` parses, jax/_src/clusters/cloud_tpu_cluster.py), an
 Here worker 0 is the `Machine` itself (so a single-host node is exactly what it was); workers 1..N-1 are
 `Worker`s with their own process group, disk dir, serial log, maintenance notice and guest attributes. All
 run on 127.0.0.1: each worker gets a distinct free port, given to every worker's startup script as
-`INTERLUDE_WORKER_PORTS` (p0,p1,...) and `INTERLUDE_COORDINATOR_ADDRESS` (127.0.0.1:p0), the local
+`INTERLUDE_WORKER_PORTS` (p0,p1,...) and `INTERLUDE_COORDINATOR` (127.0.0.1:p0), the local
 stand-in for Google's "worker 0's IP, JAX's fixed coordinator port 8482".
 """
 
@@ -65,7 +65,7 @@ def slice_env(ports: list[int]) -> dict[str, str]:
     """What every worker's startup script gets to find its peers locally (not Google's: see the module doc)."""
     return {
         "INTERLUDE_WORKER_PORTS": ",".join(str(p) for p in ports),
-        "INTERLUDE_COORDINATOR_ADDRESS": f"{LOCAL_IP}:{ports[0]}",
+        "INTERLUDE_COORDINATOR": f"{LOCAL_IP}:{ports[0]}",
     }
 
 

@@ -37,13 +37,13 @@ B="$(md instance/attributes/boots-dir)/$INTERLUDE_MACHINE_ID.txt"
 trap 'echo "term $W" >> "$B"; exit 0' TERM
 echo "boot $W" >> "$B"
 echo "worker=$W endpoints=$(md instance/attributes/worker-network-endpoints)"
-echo "coordinator=$INTERLUDE_COORDINATOR_ADDRESS ports=$INTERLUDE_WORKER_PORTS"
+echo "coordinator=$INTERLUDE_COORDINATOR ports=$INTERLUDE_WORKER_PORTS"
 curl -sf -X PUT --data-binary "up $W" -H 'Metadata-Flavor: Google' \
   "$INTERLUDE_METADATA_URL/instance/guest-attributes/interlude/worker"
 python - "$W" <<'PY' &
 import os, socket, sys, time
 me = int(sys.argv[1])
-host, port = os.environ["INTERLUDE_COORDINATOR_ADDRESS"].split(":")
+host, port = os.environ["INTERLUDE_COORDINATOR"].split(":")
 peers = len(os.environ["INTERLUDE_WORKER_PORTS"].split(",")) - 1
 if me == 0:
     srv = socket.create_server((host, int(port)))
