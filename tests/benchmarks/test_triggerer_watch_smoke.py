@@ -76,7 +76,9 @@ def test_twenty_triggers_poll_in_a_real_triggerer_floor_before_after_and_a_git_r
         "--steady-seconds",
         "4",
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=420, cwd=ROOT)
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, cwd=ROOT
+    )  # a guard, not a goal: 320 s seen under the full suite
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
     floor, before, after, main = json.loads(line.removeprefix("RESULT "))["designs"]

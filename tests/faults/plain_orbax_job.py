@@ -80,16 +80,15 @@ def main() -> int:
             mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": w})))
             mgr.wait_until_finished()
             print(f"saved step {step}", flush=True)
+            if step == args.steps:  # said before the stage can see the commit and tear the machine down
+                print(f"final digest {digest(w)}", flush=True)
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
     if stop["requested"] and mgr.latest_step() != step:
         mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": w})), force=True)
         mgr.wait_until_finished()
         print(f"saved step {step} on SIGTERM", flush=True)
     mgr.close()
-    if stop["requested"]:
-        return 143
-    print(f"final digest {digest(w)}", flush=True)
-    return 0
+    return 143 if stop["requested"] else 0
 
 
 if __name__ == "__main__":

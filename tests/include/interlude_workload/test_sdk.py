@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -92,15 +93,18 @@ def test_control_request_is_answered_within_a_step_and_progress_is_reported(buck
         time.sleep(1.2)  # let progress.json catch up
         progress = store.read_progress()
         assert progress["total_steps"] == 500 and progress["step"] >= 10 and progress["loss"] > 0
-        assert 3 < progress["steps_per_second"] < 12 and progress["eta_seconds"] > 0
+        # Paced at 0.1 s a step: never faster than 10 steps/s (slower on a busy machine, which must not fail this).
+        assert 0 < progress["steps_per_second"] < 12 and progress["eta_seconds"] > 0
+        at_request = max(int(n) for n in re.findall(r"step (\d+)/500", log.read_text()))
         requested = time.monotonic()
         store.request_checkpoint("req-1", reason="test")
         step = None
-        while step is None and time.monotonic() - requested < 10:
+        while step is None and time.monotonic() - requested < 60:
             step = store.checkpoint_for_request("req-1")
             time.sleep(0.05)
-        elapsed = time.monotonic() - requested
-        assert step is not None and elapsed < 0.5 + 0.1 * 3 + 1.0  # one poll, a step, write latency
+        # Within one control poll (0.5 s) and a step, counted in steps: at 10 steps/s at most, ~6 steps, and fewer
+        # when the machine is busy (pacing only slows the trainer); the answer is never an older step.
+        assert step is not None and at_request <= step <= at_request + 10, (at_request, step)
         latest = store.latest(verify="full").checkpoint
         assert latest is not None and latest.step == step and latest.extra["reason"] == "control"
         assert store.pending_requests() == []
