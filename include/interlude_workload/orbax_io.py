@@ -257,8 +257,26 @@ def _args(target: Any, items: bool) -> Any:
 
 
 def _restore(manager: Any, step: int, target: Any, sdk_items: bool) -> dict[str, Any]:
-    restored = manager.restore(step, args=_args(target, sdk_items))
+    try:
+        restored = manager.restore(step, args=_args(target, sdk_items))
+    except ValueError as exc:
+        if target is not None or not sdk_items or "Topology mismatch" not in str(exc):
+            raise
+        # A step saved by several workers (its arrays sharded or replicated over a mesh of all their devices), read
+        # "as saved" by one process (the control plane's full verification, a one-worker resume): Orbax refuses
+        # the saved sharding here. The same arrays onto this process's first device instead.
+        restored = manager.restore(step, args=_args(_local_target(manager, step), sdk_items))
     return {name: restored[name] for name in restored.keys()}
+
+
+def _local_target(manager: Any, step: int) -> Any:
+    """The SDK's state item of ``step`` as an abstract tree (shapes and dtypes from Orbax's metadata) on this
+    process's first device."""
+    import jax
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    saved = manager.item_metadata(step)[STATE_ITEM]
+    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), saved)
 
 
 def _is_unknown(exc: BaseException) -> bool:
