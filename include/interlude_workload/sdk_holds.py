@@ -35,6 +35,7 @@ class Holding:
     _retention_due: bool
     workers: Any
     _agreed_hold_step: int | None
+    _hold_tick: Any  # interlude_workload.sdk_workers.Workers._hold_tick (a later base of the Checkpointer)
 
     def wait_while_held(self) -> None:
         """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
@@ -149,9 +150,6 @@ class Holding:
                 self._pace_late = min(-remaining, step_seconds / 2)
                 return
             time.sleep(min(remaining, 0.1))
-
-    def _hold_tick(self, deadline: float, now: float) -> str | None:
-        raise NotImplementedError  # interlude_workload.sdk_workers
 
     def _hold_due(self) -> bool:
         """Caller holds the lock. True when the machine is about to go down for a known reason."""

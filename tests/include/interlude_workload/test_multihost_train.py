@@ -8,12 +8,15 @@ trainer's account of itself. Facts checked:
   ``llm.train_step.sharded_train_step``) and both workers end with bit-identical weights;
 * SIGTERM to one worker: every worker commits the same step and exits 143; both restarted resume at that step (zero
   steps recomputed) and end bit-identical to an uninterrupted two-worker run;
+* a maintenance notice on one worker's metadata server: every worker commits the same step and holds there, and
+  trains on when it is withdrawn;
 * a worker SIGKILLed in the middle of a save: that step is never committed (Orbax's primary finalises only once
   every worker's part is in), the restarted slice resumes from the step before, and still ends bit-identical.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interlude_workload.checkpoints import COMMIT_SUCCESS, CheckpointStore
+from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.testing import GcsEmulator, free_port
 
 from .trainer_proc import digest_of, run_trainer, start_trainer, trainer_cmd, wait_for_text
@@ -194,6 +197,39 @@ def test_a_worker_killed_mid_save_never_makes_that_step_the_latest(
         assert f"resume point: step {kill_step - EVERY} " in output
         assert digest_of(output) == reference
     assert f"checkpoint step {kill_step} committed" in outputs[0]  # the leftover is cleared and saved whole
+
+
+def test_a_notice_on_one_worker_is_every_workers_checkpoint_and_hold(
+    two_workers: tuple[str, str], bucket: str, tmp_path: Path
+) -> None:
+    """Worker 1's metadata server announces maintenance (each TPU VM of a slice has its own): both workers commit
+    the same step, both hold there, both train on when the notice is withdrawn, and end as if nothing happened."""
+    from benchmarks.multihost_restore import Metadata
+
+    _, reference = two_workers
+    metadata = Metadata()
+    logs = [tmp_path / f"w{index}.log" for index in range(2)]
+    cmds = _worker_cmds(bucket, "noticed", "--step-seconds", "0.03", "--hold-margin-seconds", "0")
+    procs = [
+        start_trainer(cmd, log, INTERLUDE_METADATA_URL=metadata.url(f"w{index}"))
+        for index, (cmd, log) in enumerate(zip(cmds, logs, strict=True))
+    ]
+    try:
+        assert wait_for_text(logs[0], "step 10/", procs[0]), logs[0].read_text()[-3000:]
+        metadata.announce("w1", "TERMINATE_ON_HOST_MAINTENANCE")
+        for log, proc in zip(logs, procs, strict=True):
+            assert wait_for_text(log, "holding at committed step", proc), log.read_text()[-3000:]
+        metadata.announce("w1", "NONE")
+    finally:
+        codes = _wait_all(procs)
+    outputs = [log.read_text(errors="replace") for log in logs]
+    assert codes == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    held = [re.findall(r"holding at committed step (\d+)", output) for output in outputs]
+    assert held[0] == held[1] and len(held[0]) == 1, held
+    assert f"checkpoint step {held[0][0]} committed" in outputs[0] and "(notice)" in outputs[0]
+    assert "another worker has a maintenance notice" in outputs[0]
+    assert all("hold released: notice cleared" in output for output in outputs)
+    assert {digest_of(output) for output in outputs} == {reference}
 
 
 def _stopped_step(output: str) -> int:
