@@ -45,10 +45,12 @@ HELD = re.compile(r"holding at committed step (\d+)")
 
 class Metadata:
     """Each worker's ``instance/maintenance-event`` (long-polled with ``wait_for_change`` and an ETag, as Google's
-    metadata server does); the other watched keys say nothing is coming."""
+    metadata server does); the other watched keys say nothing is coming. ``attributes[worker]`` are its
+    ``instance/attributes/`` (a TPU VM's ``agent-worker-number``, ``worker-network-endpoints``); others are 404."""
 
     def __init__(self) -> None:
         self.events: dict[str, str] = {}
+        self.attributes: dict[str, dict[str, str]] = {}
         self.changed = threading.Condition()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -62,6 +64,36 @@ class Metadata:
             self.events[worker] = event
             self.changed.notify_all()
 
+    def body(self, worker: str, path: str, query: dict[str, list[str]]) -> str | None:
+        """What ``worker``'s metadata server answers for ``path`` (None: 404), after a long poll's wait."""
+        if path == "instance/maintenance-event":
+            return self._wait(worker, query)
+        if path == "instance/upcoming-maintenance":
+            return self._hold(query, "{}")
+        if path == "instance/preempted":
+            return self._hold(query, "FALSE")
+        return (
+            self.attributes.get(worker, {}).get(path.removeprefix("instance/attributes/"))
+            if "attributes/" in path
+            else None
+        )
+
+    def _wait(self, worker: str, query: dict[str, list[str]]) -> str:
+        timeout = float(query.get("timeout_sec", ["60"])[0])
+        last = query.get("last_etag", [None])[0]
+        with self.changed:
+            self.changed.wait_for(
+                lambda: etag(self.events.get(worker, "NONE")) != last or "wait_for_change" not in query,
+                timeout=timeout,
+            )
+            return self.events.get(worker, "NONE")
+
+    @staticmethod
+    def _hold(query: dict[str, list[str]], body: str) -> str:
+        if "wait_for_change" in query and query.get("last_etag", [None])[0] == etag(body):
+            time.sleep(min(float(query.get("timeout_sec", ["60"])[0]), 5.0))
+        return body
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         metadata = self
 
@@ -72,45 +104,25 @@ class Metadata:
             def do_GET(self) -> None:
                 url = urlparse(self.path)
                 worker, _, path = url.path.strip("/").partition("/computeMetadata/v1/")
-                query = parse_qs(url.query)
-                if path == "instance/maintenance-event":
-                    body = self._wait(worker, query)
-                elif path == "instance/upcoming-maintenance":
-                    body = self._hold(query, "{}")
-                elif path == "instance/preempted":
-                    body = self._hold(query, "FALSE")
-                else:
-                    self.send_error(404)
-                    return
-                data = body.encode()
+                body = metadata.body(worker, path, parse_qs(url.query))
                 try:
+                    if body is None:
+                        self.send_error(404)
+                        return
+                    data = body.encode()
                     self.send_response(200)
-                    self.send_header("ETag", str(abs(hash(body))))
+                    self.send_header("ETag", etag(body))
                     self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
                     self.wfile.write(data)
                 except OSError:
                     pass  # the watcher's process ended while its long poll was open
 
-            def _wait(self, worker: str, query: dict[str, list[str]]) -> str:
-                timeout = float(query.get("timeout_sec", ["60"])[0])
-                last = query.get("last_etag", [None])[0]
-                with metadata.changed:
-                    metadata.changed.wait_for(
-                        lambda: (
-                            str(abs(hash(metadata.events.get(worker, "NONE")))) != last
-                            or "wait_for_change" not in query
-                        ),
-                        timeout=timeout,
-                    )
-                    return metadata.events.get(worker, "NONE")
-
-            def _hold(self, query: dict[str, list[str]], body: str) -> str:
-                if "wait_for_change" in query and query.get("last_etag", [None])[0] == str(abs(hash(body))):
-                    time.sleep(min(float(query.get("timeout_sec", ["60"])[0]), 5.0))
-                return body
-
         return Handler
+
+
+def etag(body: str) -> str:
+    return str(abs(hash(body)))
 
 
 def _commands(bucket: str, run_key: str, workers: int, metadata: Metadata) -> list[tuple[list[str], dict[str, str]]]:

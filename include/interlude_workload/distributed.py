@@ -75,7 +75,7 @@ def resolve(
     count = num_workers if num_workers is not None else _int_env(NUM_WORKERS_ENV)
     index = worker_id if worker_id is not None else _int_env(WORKER_ID_ENV)
     coordinator = coordinator or env.get(COORDINATOR_ENV) or None
-    if count is None and index is None and metadata_url:
+    if count is None and index is None and metadata_url and _may_be_google(metadata_url):
         found = from_metadata(metadata_url)
         if found is not None:
             count, index, coordinator = found.count, found.index, coordinator or found.coordinator
@@ -88,6 +88,22 @@ def resolve(
     if coordinator and ":" not in coordinator:
         raise ValueError(f"coordinator {coordinator!r} is not host:port")
     return Workers(count, index, coordinator if count > 1 else None)
+
+
+def _may_be_google(metadata_url: str) -> bool:
+    """Whether asking ``metadata_url`` can tell anything: a metadata server named explicitly (a local cloud's), or
+    Google's on a machine that is a Compute Engine VM (its DMI product name, as Google documents:
+    https://cloud.google.com/compute/docs/instances/detect-compute-engine). Elsewhere (a laptop) the lookup of
+    metadata.google.internal would only delay a one-worker start."""
+    from interlude_workload.maintenance import DEFAULT_METADATA_URL
+
+    if metadata_url.rstrip("/") != DEFAULT_METADATA_URL:
+        return True
+    try:
+        with open("/sys/class/dmi/id/product_name", encoding="utf-8") as handle:
+            return "Google" in handle.read()
+    except OSError:
+        return False
 
 
 def _int_env(name: str) -> int | None:

@@ -232,6 +232,38 @@ def test_a_notice_on_one_worker_is_every_workers_checkpoint_and_hold(
     assert {digest_of(output) for output in outputs} == {reference}
 
 
+def test_each_worker_learns_who_it_is_from_flags_env_or_its_tpu_vm_metadata(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.multihost_restore import Metadata
+    from interlude_workload import distributed
+
+    metadata = Metadata()
+    # Google's two formats of worker-network-endpoints: name:id:ip triples (older) and plain hostnames
+    metadata.attributes["tpu"] = {
+        "agent-worker-number": "2",
+        "worker-network-endpoints": "a:0:10.0.0.5,b:1:10.0.0.6,c:2:10.0.0.7,d:3:10.0.0.8",
+    }
+    metadata.attributes["hosts"] = {"agent-worker-number": "0", "worker-network-endpoints": "t-w-0,t-w-1"}
+    metadata.attributes["single"] = {"agent-worker-number": "0", "worker-network-endpoints": "t-w-0"}
+    for name in (distributed.NUM_WORKERS_ENV, distributed.WORKER_ID_ENV, distributed.COORDINATOR_ENV):
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.resolve(metadata_url=metadata.url("tpu")) == distributed.Workers(4, 2, "10.0.0.5:8482")
+    assert distributed.resolve(metadata_url=metadata.url("hosts")) == distributed.Workers(2, 0, "t-w-0:8482")
+    assert distributed.resolve(metadata_url=metadata.url("single")) == distributed.Workers()
+    assert distributed.resolve(metadata_url=metadata.url("gce-vm")) == distributed.Workers()  # 404: not a TPU VM
+    assert distributed.resolve(metadata_url=None) == distributed.Workers()
+    monkeypatch.setenv(distributed.NUM_WORKERS_ENV, "2")
+    monkeypatch.setenv(distributed.WORKER_ID_ENV, "1")
+    monkeypatch.setenv(distributed.COORDINATOR_ENV, "127.0.0.1:5000")
+    # the environment (a local cloud's) wins over the metadata server, flags over both
+    assert distributed.resolve(metadata_url=metadata.url("tpu")) == distributed.Workers(2, 1, "127.0.0.1:5000")
+    assert distributed.resolve(4, 3, "h:1", metadata.url("tpu")) == distributed.Workers(4, 3, "h:1")
+    with pytest.raises(ValueError, match="worker id 2 does not fit 2"):
+        distributed.resolve(worker_id=2)
+    monkeypatch.delenv(distributed.COORDINATOR_ENV)
+    with pytest.raises(ValueError, match="need a coordinator"):
+        distributed.resolve()
+
+
 def _stopped_step(output: str) -> int:
     lines = [line for line in output.splitlines() if "stopped by SIGTERM after committing step" in line]
     assert len(lines) == 1, output[-3000:]
