@@ -10,10 +10,11 @@ their OR), once per step in :meth:`step_finished` and once per tick of a hold:
   request (polled by worker 0 only) and a SIGTERM (this worker's own handler) become the same commit of the same
   step on every worker, and SIGTERM the same exit after it;
 * JAX's preemption sync point (Orbax's ``CheckpointManager.reached_preemption(step)``, i.e.
-  ``multihost_utils.reached_preemption_sync_point``) is asked at every step as well: JAX's own SIGTERM notifier
-  (installed by ``jax.distributed.initialize``) owns the signal until the SDK's handler replaces it at
-  :meth:`start`, so a SIGTERM during the restore is caught there, and the sync point is the same step on every
-  worker by JAX's protocol (max of the workers' steps + 1);
+  ``multihost_utils.reached_preemption_sync_point``, which Orbax's ``save`` asks as well) is asked at every step
+  too: JAX's own SIGTERM notifier (installed by ``jax.distributed.initialize``) owns the signal until the SDK's
+  handler replaces it at the top of :meth:`start`, and a SIGTERM it caught in those milliseconds stops every worker
+  at the step JAX's protocol agreed on (the fastest worker's last step + 1; a run resumed past that step misses it:
+  JAX's limit, and the reason the SDK's own handler and the agreement round carry SIGTERM everywhere else);
 * a hold before a maintenance window (or at a drill's step) holds every worker at the same committed step, and is
   released when no worker has a reason left to hold (or any worker's hold timed out, or any got SIGTERM).
 
