@@ -134,10 +134,10 @@ def open_manager(store: CheckpointStore, *, async_saves: bool = False, read_only
     """The stage's ``ocp.CheckpointManager`` with Interlude's options (see the module docstring for why); call
     :func:`bind` (or be inside :func:`bound_to`) first when the store's client is not the environment's."""
     options = ocp.CheckpointManagerOptions(
-        # Several workers: Orbax's primary host (worker 0) writes the step's metadata and its commit marker once
-        # every worker's arrays are in, Orbax's own barriers between (each worker writes the shards it owns;
-        # replicated arrays are written once): https://orbax.readthedocs.io/en/latest/guides/checkpoint/
-        # api_refactor.html#multi-host. With one process these are Orbax's defaults.
+        # Several workers: each writes its part of every step (Orbax 0.12 splits even replicated arrays' bytes
+        # between them: state/ocdbt.process_N/, state/array_metadatas/process_N), Orbax's own barriers between, and
+        # the primary host (worker 0) writes the step's metadata and commit marker once every part is in. With one
+        # process these are Orbax's defaults.
         multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=0),
         max_to_keep=None,
         cleanup_tmp_directories=False,

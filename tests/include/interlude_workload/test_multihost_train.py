@@ -38,8 +38,8 @@ EVERY = 10
 # order 1.
 TOLERANCE = 1e-5
 
-# Worker 1 SIGKILLs itself once worker 0 (Orbax's primary, which writes the replicated arrays) has put the first
-# object of step KILL_STEP into the bucket: a real kill in the middle of a real save, with its leftovers in GCS.
+# Worker 1 SIGKILLs itself once the first object of step KILL_STEP is in the bucket (each worker writes its part of
+# a step: state/ocdbt.process_N/): a real kill in the middle of a real save, with its leftovers in GCS.
 _KILL_MID_SAVE = """
 import os, signal, sys, threading, time
 from interlude_workload import orbax_io, train
