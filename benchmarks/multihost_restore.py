@@ -214,7 +214,9 @@ def measure(workers: int, bucket: str, metadata: Metadata, tmp: Path, repeat: in
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
-        "--workers", default="1,2,4", help="worker counts (the tiny model's batch of 4 rows splits over 1, 2 or 4)"
+        "--workers",
+        default="1,2,4",
+        help="worker counts (the tiny model's 4 rows split up to 4 ways; more workers replicate)",
     )
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", action="store_true")

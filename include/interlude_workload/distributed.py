@@ -170,17 +170,31 @@ def initialize(workers: Workers, timeout_seconds: int = 300) -> None:
 
 
 class Mesh:
-    """The global data-parallel mesh: every device of every worker on one ``data`` axis."""
+    """The global data-parallel mesh over every device of every worker: ``data`` x ``replica``.
 
-    def __init__(self) -> None:
+    The batch's rows are split over ``data``, as many ways as both the batch and the device count allow (their
+    greatest common divisor); the devices along ``replica`` compute the same rows. One device per worker (CPU, a
+    GPU each) with a batch they divide is plain data parallelism; a TPU slice with more chips than rows (a
+    v5litepod-16's 16 chips, the small model's 8 rows) still runs, two chips to a row group."""
+
+    def __init__(self, batch_size: int) -> None:
+        import math
+
         import jax
+        import numpy as np
         from jax.sharding import Mesh as JaxMesh
         from jax.sharding import NamedSharding, PartitionSpec
 
-        self.mesh = JaxMesh(jax.devices(), ("data",))
+        devices = jax.devices()
+        self.devices = len(devices)
+        self.data = math.gcd(batch_size, self.devices)
+        grid = np.asarray(devices, dtype=object).reshape(self.data, self.devices // self.data)
+        self.mesh = JaxMesh(grid, ("data", "replica"))
         self.replicated = NamedSharding(self.mesh, PartitionSpec())
         self.rows = NamedSharding(self.mesh, PartitionSpec("data"))
-        self.devices = len(jax.devices())
+
+    def describe(self) -> str:
+        return f"{self.devices} devices, the batch's rows split {self.data} ways"
 
     def put(self, tree: Any) -> Any:
         """A tree every worker computed alike (fresh state, the token stream), as replicated global arrays."""

@@ -84,13 +84,9 @@ def abstract_state(size: str = ts.DEFAULT_SIZE, mesh: Mesh | None = None) -> Sta
     return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), abstract)
 
 
-def check_fits(size: str, mesh: Mesh | None) -> None:
-    """ValueError unless the global batch splits evenly over the mesh's devices (data parallelism by rows)."""
-    batch = ts.size(size).hparams.batch_size
-    if mesh is not None and batch % mesh.devices:
-        raise ValueError(
-            f"model size {size!r} has a global batch of {batch} rows: not divisible by {mesh.devices} devices"
-        )
+def mesh_for(size: str) -> Mesh:
+    """The data-parallel mesh of every worker's devices for ``size``'s global batch (several workers only)."""
+    return Mesh(ts.size(size).hparams.batch_size)
 
 
 def params_only(restored: Any) -> Any:

@@ -149,8 +149,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
     mesh = None
     if workers.multi:  # before JAX's first computation; one worker never starts jax.distributed
         distributed.initialize(workers)
-        mesh = distributed.Mesh()
-        model.check_fits(args.model_size, mesh)
+        mesh = model.mesh_for(args.model_size)
     ckpt = Checkpointer(
         args.bucket,
         args.run_key,
@@ -172,7 +171,7 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
     )
     with ckpt:
         if workers.multi:
-            ckpt.log(f"data-parallel over {workers.describe()}, {mesh.devices if mesh else 1} devices")
+            ckpt.log(f"data-parallel over {workers.describe()}, {mesh.describe() if mesh else ''}")
         restored = ckpt.start(target=model.abstract_state(args.model_size, mesh))
         if restored is not None and restored.step >= args.steps:
             digest = model.digest(restored.state)
