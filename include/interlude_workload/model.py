@@ -29,6 +29,7 @@ if "xla_cpu_multi_thread_eigen" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
+from interlude_workload.distributed import Mesh, local  # noqa: E402
 from interlude_workload.llm import train_step as ts  # noqa: E402
 
 State = ts.State
@@ -52,42 +53,62 @@ def use_compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-def new_state(stage: str, seed: int, params: Any = None, size: str = ts.DEFAULT_SIZE) -> State:
+def new_state(
+    stage: str, seed: int, params: Any = None, size: str = ts.DEFAULT_SIZE, mesh: Mesh | None = None
+) -> State:
     """A fresh state: new weights from ``seed``, or ``params`` (train's final ones) for a fine-tune, whose
-    optimizer starts afresh at the fine-tuning learning rate."""
+    optimizer starts afresh at the fine-tuning learning rate. With a ``mesh`` (several workers) every worker
+    computes it alike and it becomes replicated global arrays."""
     learning_rate = ts.TRAIN_LEARNING_RATE if params is None else ts.FINETUNE_LEARNING_RATE
     chosen = ts.size(size)
-    return ts.init_state(
+    state = ts.init_state(
         chosen.config,
         seed=seed * 16 + STAGE_SEED_OFFSET[stage],
         params=params,
         learning_rate=learning_rate,
         hparams=chosen.hparams,
     )
+    return state if mesh is None else mesh.put(state)
 
 
-def abstract_state(size: str = ts.DEFAULT_SIZE) -> State:
-    """The restore target Orbax needs (shapes, dtypes, shardings), computing nothing."""
+def abstract_state(size: str = ts.DEFAULT_SIZE, mesh: Mesh | None = None) -> State:
+    """The restore target Orbax needs (shapes, dtypes, shardings), computing nothing; replicated over ``mesh``."""
     chosen = ts.size(size)
-    return ts.abstract_state(chosen.config, chosen.hparams)
+    abstract = ts.abstract_state(chosen.config, chosen.hparams)
+    if mesh is not None:
+        return mesh.abstract(abstract)
+    # The sharding named, not left to the checkpoint: a step saved by several workers (a mesh over all their
+    # devices) then restores onto this one device too, where Orbax's default (the saved sharding) fails with
+    # "Topology mismatch".
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), abstract)
+
+
+def mesh_for(size: str) -> Mesh:
+    """The data-parallel mesh of every worker's devices for ``size``'s global batch (several workers only)."""
+    return Mesh(ts.size(size).hparams.batch_size)
 
 
 def params_only(restored: Any) -> Any:
     """The weights of a restored state (another stage's), as host arrays."""
-    return jax.tree_util.tree_map(np.asarray, restored["params"])
+    return local(restored["params"])
 
 
-def step(state: State, data: ts.Data, size: str = ts.DEFAULT_SIZE) -> tuple[State, float]:
-    """One jitted AdamW step; the loss as a float (which also waits for the step to finish)."""
+def step(state: State, data: ts.Data, size: str = ts.DEFAULT_SIZE, mesh: Mesh | None = None) -> tuple[State, float]:
+    """One jitted AdamW step (data-parallel over ``mesh``); the loss as a float (which also waits for the step)."""
     chosen = ts.size(size)
-    state, loss = ts.train_step(state, data, chosen.config, chosen.hparams)
+    if mesh is None:
+        state, loss = ts.train_step(state, data, chosen.config, chosen.hparams)
+    else:
+        state, loss = ts.sharded_train_step(state, data, chosen.config, chosen.hparams, mesh.rows)
     return state, float(loss)
 
 
 def digest(state: State) -> str:
     """sha256 of the weights: equal digests, bit-identical weights."""
-    return ts.params_digest(state["params"])
+    return ts.params_digest(local(state["params"]))
 
 
-def prepare(tokens: np.ndarray) -> ts.Data:
-    return ts.prepare_data(tokens)
+def prepare(tokens: np.ndarray, mesh: Mesh | None = None) -> ts.Data:
+    data = ts.prepare_data(tokens)
+    return data if mesh is None else mesh.put(data)

@@ -41,7 +41,7 @@ from typing import Any  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 from absl import logging as absl_logging  # noqa: E402
 
-from interlude_workload import orbax_layout  # noqa: E402
+from interlude_workload import distributed, orbax_layout  # noqa: E402
 from interlude_workload.checkpoints import (  # noqa: E402
     NOT_COMMITTED,
     Checkpoint,
@@ -51,6 +51,7 @@ from interlude_workload.checkpoints import (  # noqa: E402
     Rejection,
     WriteResult,
 )
+from interlude_workload.distributed import Workers  # noqa: E402
 from interlude_workload.stage_files import short  # noqa: E402
 
 # Orbax logs through absl, whose own handler was made (at absl's import) on whatever ``sys.stderr`` was then, and
@@ -133,6 +134,11 @@ def open_manager(store: CheckpointStore, *, async_saves: bool = False, read_only
     """The stage's ``ocp.CheckpointManager`` with Interlude's options (see the module docstring for why); call
     :func:`bind` (or be inside :func:`bound_to`) first when the store's client is not the environment's."""
     options = ocp.CheckpointManagerOptions(
+        # Several workers: each writes its part of every step (Orbax 0.12 splits even replicated arrays' bytes
+        # between them: state/ocdbt.process_N/, state/array_metadatas/process_N), Orbax's own barriers between, and
+        # the primary host (worker 0) writes the step's metadata and commit marker once every part is in. With one
+        # process these are Orbax's defaults.
+        multiprocessing_options=ocp.options.MultiprocessingOptions(primary_host=0),
         max_to_keep=None,
         cleanup_tmp_directories=False,
         enable_async_checkpointing=async_saves,
@@ -184,23 +190,44 @@ def commit(
     reason: str = "",
     wait: bool = True,
     proven_bad: frozenset[int] = frozenset(),
+    workers: Workers | None = None,
 ) -> WriteResult | None:
     """Save ``step`` unless it is committed already; the committed checkpoint (None: an async save in flight).
 
     A finalised step that verifies is kept (``written`` False), unless a restore in this process proved it bad
     (``proven_bad``); an unfinished leftover (a save cut short) or a proven-bad step is deleted, markers first,
-    and saved again. An unknown raises :class:`CheckpointUnreadable` before anything is deleted or written."""
-    existing = store.scan_step(step)
-    if existing is not None:
-        if existing.committed and step not in proven_bad:
-            checkpoint, _why = store.verify(existing)
-            if checkpoint is not None:
-                return WriteResult(checkpoint=checkpoint, written=False)
-        store.delete_step(existing)
+    and saved again. An unknown raises :class:`CheckpointUnreadable` before anything is deleted or written.
+
+    Several ``workers``: worker 0 (Orbax's primary host) decides and deletes, every worker learns its decision in
+    one agreement round and then saves (Orbax's save is collective: its barriers wait for every worker)."""
+    kept = None
+    if workers is None or workers.primary:
+        kept = _keep_or_clear(store, manager, step, proven_bad)
+    if workers is not None and workers.multi:
+        keep = distributed.gather(int(kept is not None))[0]
         forget_listings()
-        manager.reload()  # Orbax's view of the steps, without the one just deleted
+        manager.reload()
+        if keep and kept is None:
+            return committed_result(store, step, written=False)
+    if kept is not None:
+        return WriteResult(checkpoint=kept, written=False)
     save(manager, step, state, meta=meta, metrics=metrics, extra=extra, reason=reason, wait=wait)
     return committed_result(store, step) if wait else None
+
+
+def _keep_or_clear(store: CheckpointStore, manager: Any, step: int, proven_bad: frozenset[int]) -> Checkpoint | None:
+    """``step`` when it is committed and verifies (keep it); else None, after deleting what a save left of it."""
+    existing = store.scan_step(step)
+    if existing is None:
+        return None
+    if existing.committed and step not in proven_bad:
+        checkpoint, _why = store.verify(existing)
+        if checkpoint is not None:
+            return checkpoint
+    store.delete_step(existing)
+    forget_listings()
+    manager.reload()  # Orbax's view of the steps, without the one just deleted
+    return None
 
 
 def forget_listings() -> None:
@@ -212,7 +239,7 @@ def forget_listings() -> None:
     backend.fsspec_backend.fs("gs://bucket").invalidate_cache()
 
 
-def committed_result(store: CheckpointStore, step: int) -> WriteResult:
+def committed_result(store: CheckpointStore, step: int, *, written: bool = True) -> WriteResult:
     """The finalised ``step`` as GCS lists it now (one list, one small download); raises if it is not."""
     status = store.scan_step(step)
     if status is None or not status.committed:
@@ -220,7 +247,7 @@ def committed_result(store: CheckpointStore, step: int) -> WriteResult:
     checkpoint, why = store.verify(status)
     if checkpoint is None:
         raise RuntimeError(f"{store.uri(step)}: Orbax returned, but the step does not verify: {why}")
-    return WriteResult(checkpoint=checkpoint, written=True)
+    return WriteResult(checkpoint=checkpoint, written=written)
 
 
 def _args(target: Any, items: bool) -> Any:
@@ -230,8 +257,26 @@ def _args(target: Any, items: bool) -> Any:
 
 
 def _restore(manager: Any, step: int, target: Any, sdk_items: bool) -> dict[str, Any]:
-    restored = manager.restore(step, args=_args(target, sdk_items))
+    try:
+        restored = manager.restore(step, args=_args(target, sdk_items))
+    except ValueError as exc:
+        if target is not None or not sdk_items or "Topology mismatch" not in str(exc):
+            raise
+        # A step saved by several workers (its arrays sharded or replicated over a mesh of all their devices), read
+        # "as saved" by one process (the control plane's full verification, a one-worker resume): Orbax refuses
+        # the saved sharding here. The same arrays onto this process's first device instead.
+        restored = manager.restore(step, args=_args(_local_target(manager, step), sdk_items))
     return {name: restored[name] for name in restored.keys()}
+
+
+def _local_target(manager: Any, step: int) -> Any:
+    """The SDK's state item of ``step`` as an abstract tree (shapes and dtypes from Orbax's metadata) on this
+    process's first device."""
+    import jax
+
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    saved = manager.item_metadata(step)[STATE_ITEM]
+    return jax.tree_util.tree_map(lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device), saved)
 
 
 def _is_unknown(exc: BaseException) -> bool:

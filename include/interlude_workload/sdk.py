@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from google.cloud import storage
 
-from interlude_workload import orbax_io
+from interlude_workload import distributed, orbax_io
 from interlude_workload.boot import BOOT_ID_ENV, BOOT_STARTED_ENV, boot_id, boot_started_at
 from interlude_workload.checkpoints import Checkpoint, CheckpointStore
 from interlude_workload.gcs import storage_client
@@ -42,6 +42,7 @@ from interlude_workload.orbax_io import Restored
 from interlude_workload.retention import Retainer
 from interlude_workload.sdk_holds import Holding
 from interlude_workload.sdk_progress import ProgressReporting
+from interlude_workload.sdk_workers import Workers
 from interlude_workload.stage_files import log_writer_id
 
 __all__ = ["BOOT_ID_ENV", "BOOT_STARTED_ENV", "EXIT_SIGTERM", "Checkpointer", "Restored", "boot_id", "weights_digest"]
@@ -59,7 +60,7 @@ def weights_digest(arrays: Mapping[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-class Checkpointer(ProgressReporting, Holding):
+class Checkpointer(ProgressReporting, Holding, Workers):
     """Checkpoint/resume/notice handling for one stage of one run. Use as a context manager."""
 
     def __init__(
@@ -83,6 +84,7 @@ class Checkpointer(ProgressReporting, Holding):
         control_requests: bool = True,
         async_saves: bool = False,
         client: storage.Client | None = None,
+        workers: distributed.Workers | None = None,
     ) -> None:
         """``metadata_url``: "" = from INTERLUDE_METADATA_URL or Google's; None = do not watch.
 
@@ -96,10 +98,17 @@ class Checkpointer(ProgressReporting, Holding):
 
         ``async_saves``: periodic saves finish in the background (Orbax's async checkpointing); every other
         reason still waits for Orbax to finalise its step.
+
+        ``workers``: this process's place in a slice of several worker processes (one JAX program,
+        ``jax.distributed`` initialised before this); every decision to commit, hold or stop is then the same on
+        every worker (interlude_workload.sdk_workers). None: one worker.
         """
         if total_steps < 1 or checkpoint_every < 1:
             raise ValueError("total_steps and checkpoint_every must be >= 1")
         self.store = CheckpointStore(bucket, run_key, stage, client=client)
+        self.workers = workers or distributed.Workers()
+        self._stop_agreed = False  # several workers: every worker stops at the step they agreed on
+        self._agreed_hold_step: int | None = None  # several workers: the step every worker holds at
         self.total_steps = total_steps
         self.checkpoint_every = checkpoint_every
         self.keep = keep
@@ -142,7 +151,7 @@ class Checkpointer(ProgressReporting, Holding):
         self._log_buffer: list[str] = []
         self._log_seq = 0
         self._chunk_lines: list[str] = []
-        self._writer_id = log_writer_id()
+        self._writer_id = log_writer_id() + (f"-w{self.workers.index}" if self.workers.multi else "")
         self._progress: dict[str, Any] = {}
         self._progress_dirty = False
         self._retention_due = False  # a commit that starts a hold leaves its retention to the hold
@@ -169,16 +178,19 @@ class Checkpointer(ProgressReporting, Holding):
         arrays as they were saved (numpy)."""
         if self.handle_sigterm and threading.current_thread() is threading.main_thread():
             self._previous_handler = signal.signal(signal.SIGTERM, self._on_sigterm)
-        if self.fresh:
+        if self.fresh and self.workers.primary:
             if self.store.fresh_token() != self.fresh:
                 count = self.store.wipe()
                 self.store.set_fresh_token(self.fresh)
                 self.log(f"start fresh (token {self.fresh}): removed {count} objects of this stage")
             else:
                 self.log(f"fresh token {self.fresh} already applied; resuming")
+        if self.workers.multi:
+            distributed.agree(0)  # no worker reads the stage before worker 0 has wiped it (--fresh)
         orbax_io.bind(self.store)  # this process's Orbax writes where its store reads
         self._manager = orbax_io.open_manager(self.store, async_saves=self.async_saves)
         restored = self.restore(target=target)
+        self._agree_on_resume(restored)
         if restored is not None:
             self._last_committed = restored.step
             if restored.step >= self.total_steps:
@@ -212,7 +224,7 @@ class Checkpointer(ProgressReporting, Holding):
             state="starting",
             stepping_at_epoch=round(time.time(), 3),  # the loop steps from here (the report's "resumed_at")
         )
-        if self.control_requests:
+        if self.control_requests and self.workers.primary:
             self._spawn(self._control_loop, "interlude-control")
         self._spawn(self._report_loop, "interlude-report")
         if self.metadata_url:
@@ -273,7 +285,10 @@ class Checkpointer(ProgressReporting, Holding):
     # ----------------------------------------------------------------- the loop's questions
     @property
     def stop_requested(self) -> bool:
-        """True once SIGTERM arrived: commit (step_finished says so), then exit."""
+        """True once SIGTERM arrived: commit (step_finished says so), then exit. Several workers: once they agreed
+        (a SIGTERM on any of them), at the same step on every worker."""
+        if self.workers.multi:
+            return self._stop_agreed
         if self._sigterm_at is not None and not self._sigterm_logged:
             self._sigterm_logged = True
             self.log("SIGTERM received: committing the current step (if not committed yet), then exiting")
@@ -289,6 +304,8 @@ class Checkpointer(ProgressReporting, Holding):
         """Record progress of a finished step; return why it must be committed now, or None."""
         self._settle(wait=False)
         self._record_progress(step, loss, metrics)
+        if self.workers.multi:
+            return self._agreed_reason(step)
         if step == self._last_committed:
             return None
         with self._lock:
@@ -339,6 +356,7 @@ class Checkpointer(ProgressReporting, Holding):
             reason=reason,
             wait=not background,
             proven_bad=frozenset(self._proven_bad),
+            workers=self.workers,
         )
         self._proven_bad.discard(step)
         if result is None:
@@ -389,7 +407,7 @@ class Checkpointer(ProgressReporting, Holding):
                 if self._notice_at is not None and not self._notice_reported:
                     self._notice_reported = True
                     self.log(f"notice-to-commit {time.monotonic() - self._notice_at:.3f}s (step {step})")
-            if self._hold_due():
+            if self._hold_due() or (self.workers.multi and self._agreed_hold_step == step):
                 self._hold_committed_step = step
             if step == self.hold_at_step:
                 self._drill_hold = step
@@ -407,7 +425,8 @@ class Checkpointer(ProgressReporting, Holding):
     def _retain(self) -> None:
         """Ask for retention of older checkpoints; it runs in the background (retention.py), the loop trains on."""
         self._retention_due = False
-        self._retainer.request()
+        if self.workers.primary:
+            self._retainer.request()
 
     def _own_store(self) -> CheckpointStore:
         """This stage's store with a storage client of its own, for a background thread."""

@@ -33,6 +33,9 @@ class Holding:
     _progress: dict[str, Any]
     _pace_late: float
     _retention_due: bool
+    workers: Any
+    _agreed_hold_step: int | None
+    _hold_tick: Any  # interlude_workload.sdk_workers.Workers._hold_tick (a later base of the Checkpointer)
 
     def wait_while_held(self) -> None:
         """Block while a maintenance window is imminent, or at the drill step, and this step is committed.
@@ -42,14 +45,18 @@ class Holding:
         its step is already committed, so nothing is lost). Control requests that arrive meanwhile are
         answered with the held step: it is the state the workload will resume from.
         """
+        multi = self.workers.multi
         with self._lock:
             committed = self._last_committed
-            notice_hold = self._hold_due() and self._hold_committed_step == committed
+            if multi:  # what every worker agreed at this step, not this worker's own notice
+                notice_hold = committed is not None and self._agreed_hold_step == committed
+            else:
+                notice_hold = self._hold_due() and self._hold_committed_step == committed
             drill_hold = self._drill_hold is not None and self._drill_hold == committed
         if not (notice_hold or drill_hold):
             return
         what = (
-            f"maintenance near ({self._notice.describe()})"
+            f"maintenance near ({self._notice.describe() if self._notice.active else 'on another worker'})"
             if notice_hold
             else f"drill step {committed}: waiting for the simulated maintenance"
         )
@@ -66,8 +73,14 @@ class Holding:
         why = "closing"
         while not self._closing.is_set() and not self.stop_requested:
             self._answer_while_held()
-            with self._lock:
-                reason = self._release_reason(deadline)
+            if multi:  # every worker releases (or stops) at the same tick
+                reason = self._hold_tick(deadline, time.monotonic())
+                self._agreed_hold_step = None
+            else:
+                with self._lock:
+                    reason = self._release_reason(deadline)
+            if reason == "stop":
+                break
             if reason is not None:
                 why = reason
                 break

@@ -17,6 +17,7 @@ class ProgressReporting:
     """Log lines and progress of one Checkpointer (see interlude_workload.sdk.Checkpointer for the attributes)."""
 
     store: Any
+    workers: Any
     total_steps: int
     progress_seconds: float
     _lock: Any
@@ -32,7 +33,8 @@ class ProgressReporting:
     _first_step: tuple[float, int] | None
 
     def log(self, message: str) -> None:
-        line = f"{now_iso()} [{self.store.run_key}/{self.store.stage}] {message}"
+        worker = f" w{self.workers.index}" if self.workers.multi else ""
+        line = f"{now_iso()} [{self.store.run_key}/{self.store.stage}{worker}] {message}"
         with self._lock:
             self._log_buffer.append(line)
             try:  # one write per line: threads must not interleave; a dead console must not stop training
@@ -100,7 +102,7 @@ class ProgressReporting:
                 if sum(len(line) + 1 for line in self._chunk_lines) >= LOG_CHUNK_BYTES:
                     self._log_seq += 1
                     self._chunk_lines = []
-            if progress is not None:
+            if progress is not None and self.workers.primary:  # one progress.json per stage: worker 0's
                 self.store.write_progress(progress)
         except Exception as exc:  # noqa: BLE001 - reporting must never kill training
             with self._lock:

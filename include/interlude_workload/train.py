@@ -28,7 +28,7 @@ from collections.abc import Sequence  # noqa: E402
 from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
-from interlude_workload import data, hf_export, model  # noqa: E402
+from interlude_workload import data, distributed, hf_export, model  # noqa: E402
 from interlude_workload.gcs import skip_bucket_metadata_lookups  # noqa: E402
 from interlude_workload.llm.train_step import DEFAULT_SIZE, SIZES  # noqa: E402
 from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer  # noqa: E402
@@ -87,6 +87,26 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="commit this step and hold there until a maintenance (a drill) has come and gone",
     )
     parser.add_argument("--metadata-url", default="", help="default: $INTERLUDE_METADATA_URL or Google's")
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=None,
+        help=f"worker processes of the slice (default: ${distributed.NUM_WORKERS_ENV}, a TPU VM's "
+        "worker-network-endpoints, else 1)",
+    )
+    parser.add_argument(
+        "--worker-id",
+        type=int,
+        default=None,
+        help=f"this worker's number (default: ${distributed.WORKER_ID_ENV}, a TPU VM's agent-worker-number, else 0)",
+    )
+    parser.add_argument(
+        "--coordinator",
+        default=None,
+        metavar="HOST:PORT",
+        help=f"worker 0's jax.distributed coordinator (default: ${distributed.COORDINATOR_ENV}, a TPU VM's "
+        f"worker 0 on port {distributed.TPU_COORDINATOR_PORT})",
+    )
     parser.add_argument("--no-maintenance-watch", action="store_true")
     parser.add_argument(
         "--periodic-only",
@@ -116,7 +136,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to bottom: resume, step, commit, hold, stop
     tokens = data.load_tokens(args.data_dir or data.default_data_dir(), args.stage, args.data_date)
+    from interlude_workload.maintenance import metadata_url_from_env
+
+    watch = not (args.no_maintenance_watch or args.periodic_only)
+    workers = distributed.resolve(
+        args.num_workers,
+        args.worker_id,
+        args.coordinator,
+        (args.metadata_url or metadata_url_from_env()) if watch else None,
+    )
     model.use_compilation_cache()
+    mesh = None
+    if workers.multi:  # before JAX's first computation; one worker never starts jax.distributed
+        distributed.initialize(workers)
+        mesh = model.mesh_for(args.model_size)
     ckpt = Checkpointer(
         args.bucket,
         args.run_key,
@@ -134,13 +167,17 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         handle_sigterm=not args.periodic_only,
         control_requests=not args.periodic_only,
         async_saves=args.async_saves,
+        workers=workers,
     )
     with ckpt:
-        restored = ckpt.start(target=model.abstract_state(args.model_size))
+        if workers.multi:
+            ckpt.log(f"data-parallel over {workers.describe()}, {mesh.describe() if mesh else ''}")
+        restored = ckpt.start(target=model.abstract_state(args.model_size, mesh))
         if restored is not None and restored.step >= args.steps:
             digest = model.digest(restored.state)
             ckpt.log(f"final step {restored.step} already committed; nothing to do")
-            _export(ckpt, args, restored.step, restored.state)
+            if workers.primary:
+                _export(ckpt, args, restored.step, restored.state)
             ckpt.log(f"final digest {digest}")
             ckpt.close("done")
             return 0
@@ -149,14 +186,14 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         else:
             params = None
             if args.init_from_stage:
-                source = ckpt.restore(stage=args.init_from_stage, target=model.abstract_state(args.model_size))
+                source = ckpt.restore(stage=args.init_from_stage, target=model.abstract_state(args.model_size, mesh))
                 if source is None:
                     ckpt.log(f"no committed checkpoint in stage {args.init_from_stage} to start from")
                     ckpt.close("failed")
                     return 2
                 params = model.params_only(source.state)
                 ckpt.log(f"initial weights from {args.init_from_stage} step {source.step}")
-            state, start_step = model.new_state(args.stage, args.seed, params, args.model_size), 0
+            state, start_step = model.new_state(args.stage, args.seed, params, args.model_size, mesh), 0
         ckpt.log(
             f"training {args.stage} steps {start_step + 1}..{args.steps} on {len(tokens)} tokens"
             + (f" dated {args.data_date}" if args.data_date else "")
@@ -164,10 +201,10 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         if ckpt.stop_requested:
             ckpt.close("stopped")
             return EXIT_SIGTERM
-        training = _Run(args, model.prepare(tokens), state)
+        training = _Run(args, model.prepare(tokens, mesh), state, mesh, workers.primary)
         for step in range(start_step + 1, args.steps + 1):
             started = time.monotonic()
-            training.state, loss = model.step(training.state, training.data, args.model_size)
+            training.state, loss = model.step(training.state, training.data, args.model_size, training.mesh)
             if args.step_seconds > 0:
                 ckpt.pace(started, args.step_seconds)
             reason = ckpt.step_finished(step, loss=loss)
@@ -192,6 +229,8 @@ class _Run:
     args: argparse.Namespace
     data: Any
     state: Any = field(default=None)
+    mesh: distributed.Mesh | None = None
+    primary: bool = True  # worker 0 (or the only one): writes the export
 
 
 def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
@@ -202,7 +241,8 @@ def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) 
     second between the commit and a later export sent serving an event without it)."""
     extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
     if step >= run.args.steps:
-        _export(ckpt, run.args, step, run.state)
+        if run.primary:
+            _export(ckpt, run.args, step, run.state)
         extra["weights_sha256"] = model.digest(run.state)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
     ckpt.commit(step, run.state, {}, metrics=metrics, extra=extra, reason=reason)

@@ -114,7 +114,7 @@ def init_state(
     state = {"params": params, "opt_state": opt_state, "rng": data_key, "step": jnp.zeros((), jnp.int32)}
     # Committed to one device, as an Orbax restore returns arrays: a fresh state and a restored one then lower
     # to the same program (uncommitted inputs compile a second one), so one cache entry serves both.
-    return jax.device_put(state, jax.sharding.SingleDeviceSharding(jax.devices()[0]))
+    return jax.device_put(state, jax.sharding.SingleDeviceSharding(jax.local_devices()[0]))
 
 
 def abstract_state(config: LlamaConfig = DEFAULT_CONFIG, hparams: TrainHParams = DEFAULT_HPARAMS) -> State:
@@ -147,10 +147,32 @@ def train_step(
 ) -> tuple[State, jax.Array]:
     """One AdamW step on :func:`batch_for`'s batch; returns the next state and this step's loss."""
     inputs, targets = batch_for(state, data, hparams)
+    return _update(state, inputs, targets, config, hparams)
+
+
+def _update(
+    state: State, inputs: jax.Array, targets: jax.Array, config: LlamaConfig, hparams: TrainHParams
+) -> tuple[State, jax.Array]:
     loss, grads = jax.value_and_grad(loss_fn)(state["params"], inputs, targets, config)
     updates, opt_state = optimizer(hparams, 0.0).update(grads, state["opt_state"], state["params"])
     params = optax.apply_updates(state["params"], updates)
     return {"params": params, "opt_state": opt_state, "rng": state["rng"], "step": state["step"] + 1}, loss
+
+
+@functools.partial(jax.jit, static_argnames=("config", "hparams", "rows"))
+def sharded_train_step(
+    state: State, data: Data, config: LlamaConfig, hparams: TrainHParams, rows: jax.sharding.Sharding
+) -> tuple[State, jax.Array]:
+    """:func:`train_step` data-parallel: the same global batch, its rows split over ``rows``' devices (each worker
+    computes its slice; XLA all-reduces the gradients: a mean over the whole batch, as the loss is), the state
+    replicated. The batch and the update are the one-device step's; the sums over the batch are split, so the
+    weights equal one device's to float32 rounding, not bit for bit (tests/include/interlude_workload/
+    test_multihost_train.py states the tolerance), and equal any other run on the same number of devices bit for
+    bit."""
+    inputs, targets = batch_for(state, data, hparams)
+    inputs = jax.lax.with_sharding_constraint(inputs, rows)
+    targets = jax.lax.with_sharding_constraint(targets, rows)
+    return _update(state, inputs, targets, config, hparams)
 
 
 def state_arrays(state: State) -> dict[str, np.ndarray]:
@@ -168,7 +190,7 @@ def state_from_arrays(template: State, arrays: dict[str, np.ndarray]) -> State:
         if value.shape != tuple(leaf.shape) or value.dtype != leaf.dtype:
             raise ValueError(f"{jax.tree_util.keystr(path)}: {value.dtype}{value.shape} does not fit the template")
         leaves.append(value)
-    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])  # committed, as init_state's: the same program
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # committed, as init_state's: the same program
     return jax.device_put(jax.tree_util.tree_unflatten(treedef, leaves), device)
 
 
