@@ -71,9 +71,17 @@ class _Cluster:
         deployment = await _get_or_none(self.apps.read_namespaced_deployment, name, ns)
         return {"nodes": nodes, "pods": pods, "hpa": hpa, "deployment": deployment}
 
-    async def patch_node(self, name: str, body: dict[str, Any]) -> None:
-        # _content_type is accepted at run time (the generated client's common kwargs) but not in its typed signature.
-        await self.core.patch_node(name, body, _content_type=MERGE)  # type: ignore[call-arg]
+    async def patch_node(self, name: str, body: dict[str, Any]) -> str:
+        """Patch a node; a node gone since the observation (GKE's autoscaler removes empty nodes, a repaired node
+        is replaced) has nothing left to cordon, uncordon or maintain: said, not raised."""
+        try:
+            # _content_type is accepted at run time (the generated client's common kwargs), not in its typed signature.
+            await self.core.patch_node(name, body, _content_type=MERGE)  # type: ignore[call-arg]
+        except async_client.ApiException as exc:
+            if exc.status == 404:
+                return f"{name} is gone (removed since the observation): nothing to do"
+            raise
+        return ""
 
     async def resize(self, node: str, delta: int) -> None:
         """Surge (+) or restore (-) by `delta` replicas for `node`, remembered in the HPA's annotation."""
@@ -259,16 +267,16 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
     async def _act(self, cluster: _Cluster, step: Step, seen: dict[str, Any]) -> str:
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         if step.kind == "cordon":
-            await cluster.patch_node(
+            return await cluster.patch_node(
                 step.node, {"metadata": {"annotations": {CORDON_ANNOTATION: stamp}}, "spec": {"unschedulable": True}}
             )
-        elif step.kind == "uncordon":
-            await cluster.patch_node(
+        if step.kind == "uncordon":
+            return await cluster.patch_node(
                 step.node, {"metadata": {"annotations": {CORDON_ANNOTATION: None}}, "spec": {"unschedulable": None}}
             )
-        elif step.kind == "perform_maintenance":
-            await cluster.patch_node(step.node, {"metadata": {"labels": {LABEL_PERFORM: "true"}}})
-        elif step.kind in ("surge", "restore") and seen["hpa"] is not None:
+        if step.kind == "perform_maintenance":
+            return await cluster.patch_node(step.node, {"metadata": {"labels": {LABEL_PERFORM: "true"}}})
+        if step.kind in ("surge", "restore") and seen["hpa"] is not None:
             await cluster.resize(step.node, step.count if step.kind == "surge" else -step.count)
         elif step.kind == "drain":
             return await self._drain(cluster, step.node, seen)
