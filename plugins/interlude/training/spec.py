@@ -29,6 +29,12 @@ MAX_STEPS = 10_000_000
 
 PROFILES = ("reference-portable", "maxtext-tpu-only", "cuda-kernels-gpu-only")
 STRATEGIES = ("tpu_first", "gpu_first")
+# Where a stage can run (issue 35). Google now documents TPUs through three surfaces: the Cloud TPU API's nodes and
+# queued resources, Compute Engine's TPU machine types (https://cloud.google.com/compute/docs/accelerator-optimized-machines)
+# and GKE node pools ("For Ironwood (TPU7x), you must use Google Kubernetes Engine",
+# https://cloud.google.com/tpu/docs/tpu7x). GPUs are Compute Engine VMs or GKE node pools.
+PLATFORMS = ("tpu_api", "compute", "gke")
+DEFAULT_PLATFORMS: tuple[str, ...] = ("tpu_api", "compute")  # TPU nodes, GPU VMs: what every run did before
 FRAMEWORKS = ("jax", "pytorch-xla", "tensorflow", "vllm-tpu", "pytorch")
 RESUME_POLICIES = ("auto", "fresh")
 # The reference trainer's model sizes (interlude_workload.llm.train_step.SIZES; a test keeps the two equal).
@@ -86,6 +92,12 @@ class RunSpec:
         {"type": "array", "items": {"type": "string"}, "maxItems": 16},
         "TPU slice types to try, in order of preference (e.g. v5litepod-16 for 4 hosts of 4 chips); empty = the "
         "profile's. A multi-host slice is asked for as a queued resource and trains on every host.",
+    )
+    platforms: tuple[str, ...] = _param(
+        DEFAULT_PLATFORMS,
+        {"type": "array", "items": {"type": "string", "enum": list(PLATFORMS)}, "minItems": 1, "uniqueItems": True},
+        "Where the run may train, in order of preference: tpu_api (Cloud TPU nodes and queued resources), compute "
+        "(Compute Engine VMs: GPUs, and TPU machine types), gke (a JobSet on GKE node pools; the only one for TPU7x).",
     )
     strategy: str = _param(STRATEGIES[0], {"type": "string", "enum": list(STRATEGIES)}, "Which decision tree to walk.")
     zones: tuple[str, ...] = _param(
@@ -261,6 +273,7 @@ class RunSpec:
         out["zones"] = list(self.zones)
         out["workload_command"] = list(self.workload_command)
         out["tpu_types"] = list(self.tpu_types)
+        out["platforms"] = list(self.platforms)
         return out
 
     @classmethod
@@ -269,7 +282,7 @@ class RunSpec:
             return data
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in names}
-        for name in ("zones", "workload_command", "tpu_types"):
+        for name in ("zones", "workload_command", "tpu_types", "platforms"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -401,4 +414,11 @@ def _tpu_type_problems(spec: RunSpec) -> list[str]:
             out.append(f"tpu_types: {shown(name)} is not a TPU type ({exc})")
     if len(set(spec.tpu_types)) != len(spec.tpu_types):
         out.append("tpu_types: a type is listed twice")
+    for name in spec.platforms:
+        if name not in PLATFORMS:
+            out.append(f"platforms: {shown(name)} is not one of {', '.join(PLATFORMS)}")
+    if not spec.platforms:
+        out.append("platforms: name at least one")
+    if len(set(spec.platforms)) != len(spec.platforms):
+        out.append("platforms: a platform is listed twice")
     return out

@@ -103,6 +103,13 @@ def test_tpu_types_replace_the_profiles_tpu_candidates_in_order() -> None:
     assert RunSpec.from_json(spec.to_json()) == spec
 
 
+def test_platforms_default_to_tpu_nodes_and_gpu_vms_and_round_trip() -> None:
+    spec = RunSpec.from_params({}, dag_id="d", run_id="r", run_key="k")
+    assert spec.platforms == ("tpu_api", "compute")
+    chosen = RunSpec.from_params({"platforms": ["gke", "compute"]}, dag_id="d", run_id="r", run_key="k")
+    assert chosen.platforms == ("gke", "compute") and RunSpec.from_json(chosen.to_json()) == chosen
+
+
 def test_empty_strings_mean_not_set() -> None:
     spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r", run_key="k")
     assert spec.gpu_image is None and spec.network is None and spec.data_date is None
@@ -168,6 +175,10 @@ def test_empty_strings_mean_not_set() -> None:
         ({"tpu_types": ["nvidia-l4"]}, "tpu_types"),
         ({"tpu_types": ["v6e-16", "v6e-16"]}, "tpu_types: a type is listed twice"),
         ({"tpu_types": "v6e-16"}, "tpu_types"),
+        ({"platforms": ["tpu-api"]}, "platforms"),
+        ({"platforms": []}, "platforms"),
+        ({"platforms": ["gke", "gke"]}, "platforms"),
+        ({"platforms": "gke"}, "platforms"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
