@@ -34,7 +34,7 @@ from interlude_workload import job_command, layout
 from interlude_workload.boot import boot_id, boot_started_at
 from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.maintenance import MaintenanceWatcher, Notice, metadata_url_from_env
-from interlude_workload.orbax_env import emulator_endpoint, environment_for
+from interlude_workload.orbax_env import EVERYWHERE, emulator_endpoint, environment_for
 from interlude_workload.orbax_layout import checkpoints_prefix
 from interlude_workload.plan import StagePlan
 from interlude_workload.stage_files import log_writer_id
@@ -65,8 +65,9 @@ def job_values(plan: StagePlan, bucket: str, run_key: str) -> dict[str, str]:
 
 
 def job_environment(values: dict[str, str]) -> dict[str, str]:
-    """The agent's environment, the placeholders as INTERLUDE_JOB_*, and Orbax pointed at a local GCS if any."""
-    env = {**os.environ, **job_command.environment(values)}
+    """The agent's environment, the placeholders as INTERLUDE_JOB_*, gcsfs without its stale listings (orbax_env),
+    and Orbax pointed at a local GCS if any."""
+    env = {**EVERYWHERE, **os.environ, **job_command.environment(values)}  # EVERYWHERE: defaults the job may override
     endpoint = emulator_endpoint()
     if endpoint is not None:
         env.update(environment_for(endpoint))
@@ -115,6 +116,12 @@ class UserJob:
             self.log(f"stage {self.plan.stage} already finished at step {self._committed}")
             return 0
         self._start_progress()
+        # A request the last boot could not answer (the machine went down first) is answered by the step the job
+        # left: it has not run on this boot, so that step is its state now. Holding for it would stop a job that
+        # just started, for a maintenance already past; a notice still to come is seen and held for as always.
+        for request_id in sorted(self.store.pending_requests()):
+            self.store.acknowledge(request_id, self._committed)
+            self.log(f"control request {request_id} (from before this boot) answered with committed step {self._committed}")
         watcher = None
         if url := metadata_url_from_env():
             watcher = MaintenanceWatcher(url, self._on_notice, log=self.log)

@@ -18,7 +18,15 @@ tensorstore 0.1.86, gcsfs 2026.10.1:
   workload's own metadata reader uses ``INTERLUDE_METADATA_URL``, untouched. google-auth reads
   ``GCE_METADATA_HOST`` when it is first imported, so call this before importing orbax (the IP is read per probe).
 
-Against real Google (``STORAGE_EMULATOR_HOST`` unset) nothing is changed: the clients' defaults are Google's.
+Against real Google (``STORAGE_EMULATOR_HOST`` unset) none of those is changed: the clients' defaults are Google's.
+One setting applies everywhere, Google included (:data:`EVERYWHERE`):
+
+- ``FSSPEC_GCS_USE_LISTINGS_CACHE=false``: gcsfs remembers a directory's listing and then answers ``exists`` of a
+  path under it from that listing. Orbax writes a step's items concurrently; when something lists the step's
+  directory before an item's first object lands, the item's later ``exists`` check says "Checkpoint directory does
+  not exist" and the save fails (seen under load: a plain Orbax job lost steps 16-20; reproduced: list ``20/``
+  holding ``meta`` only, write ``20/state/y``, ``epath.Path('gs://.../20/state').exists()`` is False with the cache,
+  True without). This is gcsfs's behaviour against real GCS as much as against an emulator.
 """
 
 from __future__ import annotations
@@ -27,6 +35,23 @@ import os
 
 EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 CLOSED_LOOPBACK = "127.0.0.1:1"  # port 1 (tcpmux): nothing listens, a connect is refused at once
+
+
+EVERYWHERE = {"FSSPEC_GCS_USE_LISTINGS_CACHE": "false"}  # see above: a stale listing fails an Orbax save
+
+
+def configure_everywhere() -> dict[str, str]:
+    """Apply :data:`EVERYWHERE` (a value already set is the operator's choice and is kept), also to fsspec's
+    config when fsspec was imported before (it reads ``FSSPEC_*`` once, on import)."""
+    import sys
+
+    applied = {name: os.environ.setdefault(name, value) for name, value in EVERYWHERE.items()}
+    fsspec_config = sys.modules.get("fsspec.config")
+    if fsspec_config is not None:
+        fsspec_config.conf.setdefault("gcs", {}).setdefault(
+            "use_listings_cache", applied["FSSPEC_GCS_USE_LISTINGS_CACHE"].lower() not in ("false", "0")
+        )
+    return applied
 
 
 def emulator_endpoint() -> str | None:
@@ -50,7 +75,8 @@ def environment_for(endpoint: str) -> dict[str, str]:
 
 
 def configure_for_emulator() -> dict[str, str]:
-    """Set (in ``os.environ``) and return the variables above when ``STORAGE_EMULATOR_HOST`` is set; {} otherwise.
+    """Set (in ``os.environ``) and return the variables above when ``STORAGE_EMULATOR_HOST`` is set; {} otherwise
+    (:data:`EVERYWHERE` is applied either way).
 
     Call it before the process's first ``gs://`` operation, best before importing orbax: gcsfs picks its
     file-system class from ``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT`` when it is imported, fsspec passes the token when
@@ -58,6 +84,7 @@ def configure_for_emulator() -> dict[str, str]:
     ``STORAGE_EMULATOR_HOST`` on each call and overwrite earlier ones, so a later call follows a moved endpoint (a
     test's proxy); gcsfs itself reads ``STORAGE_EMULATOR_HOST`` on every request.
     """
+    configure_everywhere()
     endpoint = emulator_endpoint()
     if endpoint is None:
         return {}

@@ -269,9 +269,27 @@ def reference_digest(cloud: LocalCloud, bucket: str, conf: dict[str, Any], run_k
     """
     inputs = _reference_inputs(conf)
     if inputs not in _REFERENCE_DIGESTS:
-        key = run_key or "reference-" + "-".join(str(part) for part in inputs)
+        key = run_key or reference_run_key(conf)
         _REFERENCE_DIGESTS[inputs] = _train_reference(cloud, bucket, conf, key)
     return _REFERENCE_DIGESTS[inputs]
+
+
+def reference_run_key(conf: dict[str, Any]) -> str:
+    """The run key the uninterrupted reference run of these inputs is trained under."""
+    return "reference-" + "-".join(str(part) for part in _reference_inputs(conf))
+
+
+def reference_checkpoints(cloud: LocalCloud, bucket: str, conf: dict[str, Any]) -> str:
+    """The reference run's key, its checkpoints trained in THIS cloud if they are not there yet.
+
+    The digest cache is per process, but a test's local cloud (and its GCS) may be new: a test that reads the
+    reference's weights, not only its digest, needs them in its own bucket."""
+    from interlude_workload.checkpoints import CheckpointStore
+
+    key = reference_run_key(conf)
+    if CheckpointStore(bucket, key, "finetune", client=gcs_client(cloud)).latest().checkpoint is None:
+        _REFERENCE_DIGESTS[_reference_inputs(conf)] = _train_reference(cloud, bucket, conf, key)
+    return key
 
 
 def _train_reference(cloud: LocalCloud, bucket: str, conf: dict[str, Any], run_key: str) -> str:
