@@ -15,13 +15,13 @@ import hashlib
 import json
 import math
 import secrets
-import threading
 from typing import Any
 
 from interlude_localcloud.gke import defaults
+from interlude_localcloud.gke.control_loop import ControlLoop
 from interlude_localcloud.gke.resources import RESOURCES
 from interlude_localcloud.gke.status import KubeError
-from interlude_localcloud.gke.store import Store, WatchEvent
+from interlude_localcloud.gke.store import Store
 
 DEPLOYMENTS = next(r for r in RESOURCES if r.plural == "deployments")
 PODS = next(r for r in RESOURCES if r.plural == "pods")
@@ -60,40 +60,11 @@ def _owned_by(pod: dict[str, Any], uid: str) -> bool:
     return any(o.get("uid") == uid for o in pod["metadata"].get("ownerReferences") or [])
 
 
-class DeploymentController:
+class DeploymentController(ControlLoop):
     """Reconciles every Deployment of one cluster whenever a Deployment or Pod changes."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._unsubscribe: list[Any] = []
-
-    def _poke(self, _ev: WatchEvent) -> None:
-        self._wake.set()
-
-    def start(self) -> None:
-        for rt in (DEPLOYMENTS, PODS):
-            _, unsubscribe = self.store.watch(rt, None, self.store.resource_version, self._poke)
-            self._unsubscribe.append(unsubscribe)
-        self._thread = threading.Thread(target=self._run, name="gke-deployment-controller", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        for unsubscribe in self._unsubscribe:
-            unsubscribe()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self._wake.wait(timeout=1.0)
-            self._wake.clear()
-            if not self._stop.is_set():
-                self.reconcile_all()
+        super().__init__(store, (DEPLOYMENTS, PODS), self.reconcile_all, "gke-deployment-controller")
 
     def reconcile_all(self) -> None:
         deployments, _ = self.store.list(DEPLOYMENTS, None)
@@ -101,8 +72,8 @@ class DeploymentController:
             if d["metadata"].get("deletionTimestamp"):  # as the real controller: no new pods for a dying owner
                 continue
             try:
-                self.reconcile(d)
-            except KubeError:  # raced with a delete or an update: the next event retries
+                self.reconcile_deployment(d)
+            except KubeError:  # raced with a delete or an update: the next pass retries (the others go on)
                 self._wake.set()
 
     def _delete(self, pod: dict[str, Any]) -> None:
@@ -138,7 +109,7 @@ class DeploymentController:
         defaults.apply(PODS, pod)
         self.store.create(PODS, d["metadata"]["namespace"], pod)
 
-    def reconcile(self, d: dict[str, Any]) -> None:
+    def reconcile_deployment(self, d: dict[str, Any]) -> None:
         spec = d.get("spec") or {}
         ns, uid = d["metadata"]["namespace"], d["metadata"]["uid"]
         replicas = int(spec.get("replicas", 1))
