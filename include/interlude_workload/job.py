@@ -121,7 +121,9 @@ class UserJob:
         # just started, for a maintenance already past; a notice still to come is seen and held for as always.
         for request_id in sorted(self.store.pending_requests()):
             self.store.acknowledge(request_id, self._committed)
-            self.log(f"control request {request_id} (from before this boot) answered with committed step {self._committed}")
+            self.log(
+                f"control request {request_id} (from before this boot) answered with committed step {self._committed}"
+            )
         watcher = None
         if url := metadata_url_from_env():
             watcher = MaintenanceWatcher(url, self._on_notice, log=self.log)
