@@ -209,13 +209,37 @@ class Maintenance:
             hook(m)
 
     def crash(self, m: Machine, worker: int = 0) -> None:
-        """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after. On a slice
-        only that worker's VM crashes and reboots: the API shows no change, the other workers keep running
-        and the workload's collectives lose a peer (what a slice's program sees on Google)."""
+        """SIGKILL the guest; the machine reboots (runs its startup script again) shortly after.
+
+        On a multi-host slice the crash of one worker's VM is the slice's interruption: "Multi-host TPU slices
+        require all instances in the slice to be recovered or rescheduled together", since the slice's ICI
+        topology no longer holds until every instance is restarted
+        (https://cloud.google.com/tpu/docs/failure-recovery). So the other workers are stopped too (SIGTERM, then
+        SIGKILL after the grace, as any stop), the node shows REPAIRING, and every worker boots again together
+        once they are all down."""
         h = m.hosts()[worker]
         h.proc.crash()
         self.log("machine_crash", machine=h.machine_id, **({"worker": worker} if m.extra_workers else {}))
-        self.after_for(m, 0.2, lambda: self.boot(m, only=h if m.extra_workers else None))
+        if not m.extra_workers:
+            self.after_for(m, 0.2, lambda: self.boot(m))
+            return
+        for i, other in enumerate(m.hosts()):
+            if other is not h:
+                other.proc.shutdown(self.scenario.stop_grace_seconds, "slice recovery")
+                self.log("machine_down", machine=other.machine_id, reason="slice_recovery", worker=i)
+        m.resource.update(
+            state="REPAIRING",
+            healthDescription=f"Worker {worker} failed: the slice's VMs are being recovered together.",
+        )
+
+        def recovered() -> None:
+            if m.resource.get("state") == "REPAIRING":  # not a maintenance or a preemption meanwhile
+                m.resource.update(state="READY")
+                m.resource.pop("healthDescription", None)
+            self.boot(m)
+            self.log("slice_recovered", machine=m.machine_id)
+
+        self.after_for(m, self.scenario.stop_grace_seconds + 0.2, recovered)  # every old process is gone by then
 
     def upcoming(self, m: Machine) -> dict[str, Any] | None:
         """upcomingMaintenance as the API shows it (camelCase, enum names); on a slice, any worker's
