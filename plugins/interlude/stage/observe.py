@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import os
 import re
 import sys
 import threading
@@ -121,19 +122,24 @@ def ack_of(ack: dict[str, Any] | None) -> Ack:
     return int(ack["step"]), at
 
 
-_CLIENT: Any = None
+_CLIENTS: dict[str | None, Any] = {}
 _CLIENT_LOCK = threading.Lock()
 
 
 def _shared_client() -> Any:
-    """One storage client per process: a new one per poll costs a thread, a connection and a call."""
-    global _CLIENT
-    with _CLIENT_LOCK:
-        if _CLIENT is None:
-            from interlude_workload.gcs import storage_client
+    """One storage client per process and endpoint: a new one per poll costs a thread, a connection and a call.
 
-            _CLIENT = storage_client()
-        return _CLIENT
+    Keyed by the emulator endpoint the environment names (None: Google's), so a process that is pointed at
+    another endpoint (a triggerer's tests, a tool switching local clouds) never reads the old one's buckets.
+    """
+    from interlude_workload.gcs import EMULATOR_ENV, storage_client
+
+    endpoint = os.environ.get(EMULATOR_ENV) or None
+    with _CLIENT_LOCK:
+        client = _CLIENTS.get(endpoint)
+        if client is None:
+            client = _CLIENTS[endpoint] = storage_client()
+        return client
 
 
 def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | None) -> StageFacts:

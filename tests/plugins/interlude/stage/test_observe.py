@@ -125,3 +125,19 @@ def test_a_watchers_zone_list_asks_only_for_fields_google_declares(kind: str, do
     partial.check(doc, schema, selection)
     items = selection["nodes" if kind == "tpu_node" else "items"]
     assert items is not None and set(items) == set(WATCH_FIELDS[kind]) and "nextPageToken" in selection
+
+
+def test_stage_facts_follow_the_process_to_another_gcs_endpoint(gcs_emulator, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared storage client is per endpoint: after a process is pointed at another GCS (a second local
+    cloud), its stage reads reach that one's buckets, not the first's (seen: 404 "bucket does not exist" when
+    test_facts ran before test_stage_actions in one process)."""
+    from interlude.stage.observe import read_stage_facts
+    from interlude_workload.testing import running_gcs_emulator
+
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", gcs_emulator.endpoint)
+    gcs_emulator.create_bucket("first-cloud")
+    assert read_stage_facts("first-cloud", "run", "train", None).committed_step == 0
+    with running_gcs_emulator() as second:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", second.endpoint)
+        second.create_bucket("second-cloud")
+        assert read_stage_facts("second-cloud", "run", "train", None).committed_step == 0
