@@ -199,3 +199,52 @@ def test_a_v6e_jobset_trains_and_fine_tunes_through_a_scheduled_node_maintenance
         n.metadata.labels.get("cloud.google.com/gke-nodepool") for n in core.list_node().items
     }
     assert os.environ.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT")
+
+
+def test_a_cluster_that_does_not_exist_is_refused_naming_the_param_before_anything_is_created(
+    stage_stack: Any,  # noqa: F811
+    kube: tuple[Any, k8s.ApiClient],
+    tmp_path: Path,
+) -> None:
+    hook, api = kube
+    result, _ = run_dag(stage_stack, tmp_path, timeout=600, **{**GKE_CONF, "gke_cluster": "no-such-cluster"})
+    assert result.state == "failed", result.log[-3000:]
+    assert "gke_cluster: 'no-such-cluster'" in result.log, result.log[-3000:]
+    assert "Creating node pool" not in result.log
+    assert _pools(hook) == ["default-pool"]
+    assert k8s.CustomObjectsApi(api).list_namespaced_custom_object(**JS, namespace="default")["items"] == []
+
+
+def test_a_jobset_deleted_under_the_run_fails_the_stage_and_teardown_still_leaves_nothing(
+    stage_stack: Any,  # noqa: F811
+    kube: tuple[Any, k8s.ApiClient],
+    tmp_path: Path,
+) -> None:
+    """Someone deletes the run's JobSet mid-training: the stage fails saying so (never waits for it forever), the
+    run stays failed, and teardown still removes the node pool and confirms no pod or JobSet is left."""
+    cloud, _ = stage_stack
+    hook, api = kube
+    custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+    deleted: list[str] = []
+
+    def delete_when_training() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and not deleted:
+            for js in custom.list_namespaced_custom_object(**JS, namespace="default")["items"]:
+                run_key = js["metadata"]["labels"]["interlude-run"]
+                if int((store(cloud, run_key, "train").read_progress() or {}).get("step") or 0) >= 10:
+                    custom.delete_namespaced_custom_object(**JS, namespace="default", name=js["metadata"]["name"])
+                    deleted.append(run_key)
+            time.sleep(0.3)
+
+    thread = threading.Thread(target=delete_when_training, daemon=True)
+    thread.start()
+    result, run_key = run_dag(stage_stack, tmp_path, timeout=600, **GKE_CONF)
+    thread.join(timeout=5)
+    assert deleted == [run_key], deleted
+    assert result.state == "failed", result.log[-3000:]
+    assert "the JobSet is gone" in result.log, result.log[-3000:]
+    assert store(cloud, run_key, "finetune").latest().checkpoint is None, "nothing ran after the failed stage"
+    assert custom.list_namespaced_custom_object(**JS, namespace="default")["items"] == []
+    assert core.list_namespaced_pod("default").items == []
+    assert _pools(hook) == ["default-pool"]
