@@ -143,18 +143,24 @@ def _segments(log: str, stage: str, steps: int) -> list[tuple[int, int]]:
     return out
 
 
+@pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "on-the-worker"])
 def test_a_v6e_jobset_trains_and_fine_tunes_through_a_scheduled_node_maintenance(
     stage_stack: Any,  # noqa: F811
     kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
+    deferrable: bool,
 ) -> None:
+    """deferred: the stages watch from the triggerer; on-the-worker (``deferrable=False``): the same trigger loop
+    and decisions on the worker, nothing deferred."""
     cloud, _ = stage_stack
     hook, api = kube
     seen: dict[str, Any] = {}
     watcher = _maintain_when_training(cloud, api, seen)
-    result, run_key = run_dag(stage_stack, tmp_path, timeout=900, **GKE_CONF)
+    env = {} if deferrable else {"AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE": "False"}
+    result, run_key = run_dag(stage_stack, tmp_path, env=env, timeout=900, **GKE_CONF)
     watcher.join(timeout=5)
     assert result.succeeded, result.log[-6000:]
+    assert ("DEFERRED" in result.log) is deferrable, "the stages defer exactly when deferrable"
     assert seen.get("run_key") == run_key, f"the maintenance never reached the run's pod: {seen}"
 
     # GKE's label at the notice: Unix epoch seconds of the window, as Google writes it
