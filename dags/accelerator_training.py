@@ -27,6 +27,8 @@ One run takes a model through its whole life on Google Cloud TPUs or GPUs (or th
 3. **provision** (setup) — TPU node or GPU VM (`onHostMaintenance=TERMINATE`), named from the run key,
    adopted if it exists. A stockout walks the tree again without that zone and type. Waiting for a
    queued resource or for quota defers to the triggerer (the task shows DEFERRED and holds no slot).
+   With `platforms` naming `gke` first: a TPU node pool in `gke_cluster` and the run's JobSet, whose pod runs
+   the same agent; GKE drains the node at a maintenance window and the stage checks the new pod resumed.
 4. **train**, **finetune_gate**, **finetune** — the machine's agent runs each stage and checkpoints to
    GCS; deferrable triggers watch for maintenance notices, ask for a checkpoint, wait out the restart
    and check the workload resumed past it. `drill_maintenance` rehearses this with Google's

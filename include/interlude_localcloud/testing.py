@@ -94,8 +94,15 @@ class Admin:
         self, cluster: str, node: str, notice_in: float = 0.0, window_in: float = 600.0, **more: Any
     ) -> float:
         """Scheduled maintenance of a GKE node (scenario seconds from now); returns the window start."""
+        return float(self.gke_node_maintenance_window(cluster, node, notice_in, window_in, **more)["window_start"])
+
+    def gke_node_maintenance_window(
+        self, cluster: str, node: str, notice_in: float = 0.0, window_in: float = 600.0, **more: Any
+    ) -> dict[str, float]:
+        """The same, answering both clocks: `window_start` (scenario time, the event log's) and
+        `window_start_epoch` (wall-clock epoch seconds: what the node's scheduled-maintenance-time label holds)."""
         body = {"notice_in": notice_in, "window_in": window_in, **more}
-        return float(self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:maintenance", body)["window_start"])
+        return dict(self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:maintenance", body))
 
     def gke_preempt(self, cluster: str, node: str) -> None:
         self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:preempt", {})

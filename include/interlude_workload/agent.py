@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import signal
 import subprocess
@@ -39,6 +40,7 @@ if __name__ == "__main__":  # the machine's agent: before google-cloud-storage i
     lean.skip_optional_imports()
 
 from interlude_workload import layout, warm
+from interlude_workload.boot import BOOT_ID_ENV, BOOT_STARTED_ENV
 from interlude_workload.gcs import skip_bucket_metadata_lookups
 from interlude_workload.plan import StagePlan, read_plans
 
@@ -191,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     skip_bucket_metadata_lookups()
     if not args.cold_start:
         warm.preload()
+    if os.environ.get(BOOT_ID_ENV) and not os.environ.get(BOOT_STARTED_ENV):
+        # A pod (GKE): its uid is the boot id (the JobSet's downward API env) and no startup script stamps the
+        # start; the agent's start is the boot's (the kernel's uptime would be the node's, not this pod's).
+        os.environ[BOOT_STARTED_ENV] = repr(time.time())
     return Agent(args.bucket, args.run_key, args.idle_poll, args.fresh_token, warm_start=not args.cold_start).run()
 
 

@@ -1,10 +1,13 @@
 """Admin endpoints for GKE under `/_localcloud/gke/` (not Google's API): inject TPU/GPU stockouts per zone x
 machine type, schedule node maintenance, preempt spot nodes, read the controllers' event log.
 
-Times in bodies are scenario seconds from now (scaled by time_scale like everything else)."""
+Times in bodies are scenario seconds from now (scaled by time_scale like everything else). A maintenance's
+answer gives its window start on the scenario's clock (`window_start`, the clock of the event log) and as the
+node's label will hold it (`window_start_epoch`: Unix epoch seconds of the wall clock, as on Google)."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from interlude_localcloud.errors import ApiError, invalid, not_found
@@ -73,11 +76,13 @@ class GkeAdminApi:
         b: dict[str, Any] = req.body or {}
         rt, node = self._node(req)
         with rt.lock:
-            now = rt.now()
+            now, wall = rt.now(), time.time()
+            window_in = float(b.get("window_in", 600))
             try:
                 notice = MaintenanceNotice(
                     notice_at=now + float(b.get("notice_in", 0)),
-                    window_start=now + float(b.get("window_in", 600)),
+                    window_start=now + window_in,
+                    window_epoch=wall + window_in / rt.time_scale,
                     drain_seconds=float(b.get("drain_seconds", 60)),
                     duration_seconds=float(b.get("duration_seconds", 600)),
                     replaces_node=bool(b.get("replaces_node", False)),
@@ -86,7 +91,7 @@ class GkeAdminApi:
                 raise invalid(str(e)) from e
             rt.controllers.state.notices[node] = notice
             rt.controllers.state.event(now, "MaintenanceScheduled", node=node, window_start=notice.window_start)
-        return Response({"ok": True, "window_start": notice.window_start})
+        return Response({"ok": True, "window_start": notice.window_start, "window_start_epoch": notice.window_epoch})
 
     def preempt(self, req: Request) -> Response:
         rt, node = self._node(req)

@@ -212,6 +212,7 @@ class PodRunner:
             "status.podIP": "127.0.0.1",
             "metadata.name": self.name,
             "metadata.namespace": self.ns,
+            "metadata.uid": str(self.pod["metadata"].get("uid") or ""),
             **{
                 f"metadata.{kind}['{k}']": str(v)
                 for kind in ("labels", "annotations")

@@ -47,7 +47,13 @@ class ServingMaintenanceOperator(ServingBaseOperator):
         )
         since = str((context["ti"].xcom_pull(task_ids="apply") or {}).get("pods_rv") or "")
         self.defer(
-            trigger=MaintenanceWatchTrigger(spec=spec.to_dict(), watch_until=watch_until, pods_since=since, **kwargs),
+            trigger=MaintenanceWatchTrigger(
+                spec=spec.to_dict(),
+                watch_until=watch_until,
+                pods_since=since,
+                time_scale=float(self.gke_hook(spec)._get_field("time_scale", None) or 1.0),
+                **kwargs,
+            ),
             method_name="execute_complete",
         )
         return None

@@ -21,6 +21,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from interlude.hooks.machines import machine_hooks
 from interlude.operators.conventions import default_deferrable
+from interlude.operators.gke_stage import GkeStage
 from interlude.operators.links import CheckpointsLink, MachineConsoleLink, TimelineLink
 from interlude.operators.stage_actions import CapacityWait, StageActions
 from interlude.stage.machine import next_step
@@ -39,7 +40,7 @@ from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, sta
 from interlude_workload import layout
 
 
-class TrainingStageOperator(StageActions, BaseOperator):
+class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
 
     Steps, checkpoint interval, poll and timeouts come from the RunSpec. Its ``drill_maintenance`` rehearses
@@ -47,6 +48,8 @@ class TrainingStageOperator(StageActions, BaseOperator):
     and holds there; the trigger then asks Google for a simulated maintenance event
     (`simulateMaintenanceEvent`), recorded like a real one. A drill that could not run fails the stage
     saying why. ``stall_timeout_seconds`` and ``api_outage_budget_seconds`` bound every wait (interlude.stage.watchdog).
+    A run on GKE (its machine record's kind ``gke_jobset``) takes the GKE path instead
+    (interlude.operators.gke_stage: the same plan, watched in the run's JobSet through GKE's node maintenance).
 
     :param stage: the stage's name, e.g. ``train``; names its plan and checkpoints. ``finetune`` is the last.
     :param order: the stage's place in the run (1, 2, ...): the machine's agent runs the plans in this order.
@@ -319,6 +322,8 @@ class TrainingStageOperator(StageActions, BaseOperator):
         from interlude_workload.plan import write_plan
 
         self._bind(context)
+        if self.machine.get("kind") == "gke_jobset":  # a JobSet on GKE: interlude.operators.gke_stage
+            return self.execute_gke(context)
         drill_step = self._drill_step()
         uri = write_plan(self.bucket, self.run_key, self._plan(drill_step))
         self.log.info(

@@ -20,7 +20,9 @@ when the node is labelled ``cloud.google.com/perform-maintenance=true``
 (https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu). Rather than lose a
 replica at GKE's moment, Interlude cordons the node, surges replacements elsewhere, waits until they are
 Ready, then - at a quiet moment, or at the latest `maintenance_margin_seconds` before the window - drains
-the node and triggers the maintenance, and finally removes the surge.
+the node and triggers the maintenance, and finally removes the surge. The label is Unix epoch seconds of the
+wall clock, compared with the caller's `now` (epoch seconds); the margin is Google-real seconds, divided by
+`time_scale` for a cloud whose clock runs faster (the local cloud's; 1 on Google).
 """
 
 from __future__ import annotations
@@ -211,6 +213,11 @@ class MaintenanceContext:
     waiting: float  # average vllm:num_requests_waiting per pod
     desired: int  # the Deployment's replicas, surges included
     surged: int  # replicas already added for this node
+    time_scale: float = 1.0  # the cloud's clock vs Google's: the margin is Google-real seconds
+
+    def margin(self, spec: ServeSpec) -> float:
+        """The spec's drain margin in this clock's real seconds."""
+        return spec.maintenance_margin_seconds / self.time_scale
 
 
 def _evacuate(
@@ -218,7 +225,7 @@ def _evacuate(
 ) -> list[Step]:
     needed = ctx.desired - len(mine)
     ready = _ready_elsewhere(node.name, pods)
-    late = ctx.now >= at - spec.maintenance_margin_seconds
+    late = ctx.now >= at - ctx.margin(spec)
     quiet = ctx.waiting <= spec.quiet_waiting_requests
     if ready < needed and not late:
         return [Step("wait", node.name, f"{ready}/{needed} replicas Ready off {node.name}; waiting before draining")]
@@ -277,19 +284,24 @@ def maintenance_plan(
     desired_replicas: int,
     waiting_requests: float = 0.0,
     surged: Mapping[str, int] | None = None,
+    time_scale: float = 1.0,
 ) -> list[Step]:
     """The steps to take now for every node with scheduled maintenance (earliest window first).
 
     `desired_replicas` is the Deployment's replica count including surges already applied; a node is
     drained once `desired_replicas - (replicas on it)` replicas are Ready elsewhere. `waiting_requests` is
     the average vllm:num_requests_waiting per pod; `surged` maps node -> replicas already added for it (the
-    caller keeps it, e.g. in the trigger's state). Steps are idempotent: the same inputs give the same steps.
+    caller keeps it, e.g. in the trigger's state). `now` and the nodes' labels are epoch seconds; `time_scale`
+    maps the spec's Google-real margin to the cloud's clock (must be > 0). Steps are idempotent: the same inputs
+    give the same steps.
     """
+    if time_scale <= 0:
+        raise ValueError(f"time_scale must be > 0, not {time_scale}")
     surged = surged or {}
     steps: list[Step] = []
     scheduled = sorted((n for n in nodes if n.maintenance_at() is not None), key=lambda n: (n.maintenance_at(), n.name))
     for node in scheduled:
-        ctx = MaintenanceContext(now, waiting_requests, desired_replicas, surged.get(node.name, 0))
+        ctx = MaintenanceContext(now, waiting_requests, desired_replicas, surged.get(node.name, 0), time_scale)
         steps += _node_steps(node, pods, ctx, spec)
     for node in sorted(nodes, key=lambda n: n.name):
         if node.maintenance_at() is None and node.labels.get(LABEL_ACTIVE) != "true":

@@ -234,6 +234,12 @@ class RunSpec:
     network: str | None = _optional("VPC network (name or global/networks/NAME); empty = default.")
     subnetwork: str | None = _optional("Subnetwork (name or regions/REGION/subnetworks/NAME); empty = default.")
     service_account: str | None = _optional("Service account email for the machine; empty = the default one.")
+    # -- the gke platform (platforms names gke first): a JobSet on a node pool the run creates in this cluster
+    gke_cluster: str | None = _optional("GKE cluster the run trains in when platforms names gke first.")
+    gke_location: str | None = _optional("The GKE cluster's region or zone (e.g. us-central1).")
+    gke_image: str | None = _optional(
+        "Container image of the workload for the gke platform (the project's Dockerfile: python with this package)."
+    )
 
     # -- resolved once by resolve_run (not params) ----------------------------------------------------
     dag_id: str = ""
@@ -400,7 +406,63 @@ def _problems(spec: RunSpec) -> list[str]:
     from interlude_workload.job_command import problems as command_problems
 
     command: list[str] = command_problems(spec.workload_command)
-    return _range_problems(spec) + _shape_problems(spec) + _date_problems(spec) + _tpu_type_problems(spec) + command
+    return (
+        _range_problems(spec)
+        + _shape_problems(spec)
+        + _date_problems(spec)
+        + _tpu_type_problems(spec)
+        + command
+        + _gke_problems(spec)
+    )
+
+
+LOCATION_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]{1,2}(-[a-z])?$")
+GKE_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
+
+
+def _gke_problems(spec: RunSpec) -> list[str]:
+    """The gke platform's params, and what its stage does not do (yet), each naming its param."""
+    from interlude.stage.jobset import image_problem
+
+    if not spec.platforms or spec.platforms[0] != "gke":
+        return []
+    out: list[str] = []
+    if not spec.gke_cluster or not GKE_CLUSTER_RE.match(spec.gke_cluster):
+        out.append(f"gke_cluster: {shown(spec.gke_cluster)} is not a GKE cluster name (required for the gke platform)")
+    if not spec.gke_location or not LOCATION_RE.match(spec.gke_location):
+        out.append(f"gke_location: {shown(spec.gke_location)} is not a region or zone (required for the gke platform)")
+    elif spec.zones and not (spec.zones[0] == spec.gke_location or spec.zones[0].startswith(spec.gke_location + "-")):
+        out.append(
+            f"zones: {shown(spec.zones[0])} (where the run's node pool goes) is not in gke_location {spec.gke_location}"
+        )
+    if not spec.gke_image:
+        out.append("gke_image: required for the gke platform (the workload's container image)")
+    elif (problem := image_problem(spec.gke_image)) is not None:
+        out.append(f"gke_image: {problem}")
+    return out + _gke_type_problems(spec)
+
+
+def _gke_type_problems(spec: RunSpec) -> list[str]:
+    from interlude.stage.jobset import shape_for
+
+    out: list[str] = []
+    types = list(spec.tpu_types) or [c.accelerator_type for c in spec.profile().tpu_candidates]
+    shaped = []
+    for name in types:
+        try:
+            shaped.append(shape_for(name))
+        except ValueError as exc:
+            if spec.tpu_types:
+                out.append(f"tpu_types: {exc}")
+    if not shaped and not spec.tpu_types:
+        out.append(f"tpu_types: the profile's TPU types {types} are none GKE runs here; name one (e.g. v6e-4)")
+    refused = (
+        ("drill_maintenance", spec.drill_maintenance, "GKE drains nodes itself; drill with a scheduled maintenance"),
+        ("workload_command", bool(spec.workload_command), "the gke platform runs the reference workload's agent"),
+        ("spot", spec.spot, "Spot node pools are not created by the gke platform yet"),
+    )
+    out += [f"{name}: not supported with platforms gke ({why})" for name, bad, why in refused if bad]
+    return out
 
 
 def _tpu_type_problems(spec: RunSpec) -> list[str]:

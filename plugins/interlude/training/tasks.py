@@ -17,6 +17,7 @@ from typing import Any
 
 from interlude import naming
 from interlude.hooks.machines import machine_hooks
+from interlude.machines import gke
 from interlude.training.spec import RunSpec, RunSpecError
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
         ) from exc
     tpu, compute = machine_hooks(GCP_CONN_ID)
     preflight.check(spec, compute, storage_client())
+    if gke.chosen(spec):
+        gke.preflight(spec, GCP_CONN_ID)
     log.info(
         "Run %s -> run_key %s; checkpoints under gs://%s/%s", run_id, key, spec.bucket, naming.checkpoint_prefix(key)
     )
@@ -62,6 +65,9 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
 
 def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     from interlude.capacity.probe import probe_capacity
+
+    if gke.chosen(spec):  # the cluster's node pools: what the run's pool joins (interlude.machines.gke)
+        return gke.capacity(spec, GCP_CONN_ID)
 
     profile = spec.profile()
     tpu_types = sorted({c.accelerator_type for c in profile.tpu_candidates})
@@ -76,6 +82,10 @@ def decide(spec: RunSpec, report: Mapping[str, Any], wait: Any = None) -> dict[s
     from interlude.capacity.decisions import decide as walk
     from interlude.capacity.report import CapacityReport
 
+    if gke.chosen(spec):
+        chosen = gke.decision(spec)
+        log.info("%s", "; ".join(chosen["trail"]))
+        return chosen
     decision = walk(CapacityReport.from_dict(report), spec.profile(), spec.strategy, dt.datetime.now(dt.UTC), wait)
     log.info("%s", decision.trail_text())
     return decision.to_dict()
@@ -90,6 +100,9 @@ def validate_runtime(spec: RunSpec, decision: Mapping[str, Any]) -> dict[str, An
     from interlude import runtimes
 
     accel, zone = decision["accelerator_type"], decision["zone"]
+    if decision.get("platform") == "gke":  # the image is the runtime; its shape was checked with the params
+        log.info("Runtime on GKE: image %s for %s in %s", spec.gke_image, accel, zone)
+        return {"decision": dict(decision), "runtime": spec.gke_image}
     if decision["kind"] == "tpu":
         tpu, _ = machine_hooks(GCP_CONN_ID)
         offered = tpu.list_runtime_versions(zone)
@@ -255,6 +268,8 @@ def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
     from interlude.hooks.errors import QuotaExceededError, StockoutError
     from interlude.machines import provisioning
 
+    if state["decision"].get("platform") == "gke":  # a node pool and the JobSet, named from the run key
+        return Attempt(state, gke.provision(spec, gke.machine_record(spec, state["decision"]), GCP_CONN_ID))
     while True:
         machine = _machine(spec, state["decision"], state["runtime"]).to_dict()
         log.info(
@@ -300,6 +315,10 @@ def teardown(spec: RunSpec) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - the zones are still swept; the task fails below
         intents, ledger_error = [], f"{type(exc).__name__}: {exc}"
     report = teardown_run(spec.run_key, list(spec.zones), GCP_CONN_ID, intents)
+    if gke.chosen(spec):  # the JobSet (its Jobs and pods) and the node pool the run created
+        on_gke = gke.teardown(spec, GCP_CONN_ID)
+        report.deleted += on_gke.deleted
+        report.failed.update({f"gke:{i}": why for i, why in enumerate(on_gke.problems)})
     log.info(
         "Deleted %d resource(s) of run %s in zones %s: %s (checkpoints kept under gs://%s/%s)",
         len(report.deleted),

@@ -159,6 +159,8 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
         in flight and the load (if any) has finished.
     :param pods_since: the resourceVersion the apply step listed the pods at, where the pod watch starts;
         "" starts it from now.
+    :param time_scale: how much faster than Google's clock the cluster's cloud runs (the connection's
+        ``time_scale``; 1 = Google): the policy's margins are Google-real seconds, the nodes' labels epoch seconds.
     :param gcp_conn_id: the Google connection GKEHook reaches the cluster through.
     :param project_id: the cluster's Google Cloud project.
     :param location: the cluster's region or zone.
@@ -169,9 +171,11 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
     :param poll_interval: wall-clock seconds between two polls.
     """
 
-    def __init__(self, *, spec: dict[str, Any], watch_until: float, pods_since: str = "", **kwargs: Any) -> None:
+    def __init__(
+        self, *, spec: dict[str, Any], watch_until: float, pods_since: str = "", time_scale: float = 1.0, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.kw.update({"spec": spec, "watch_until": watch_until, "pods_since": pods_since})
+        self.kw.update({"spec": spec, "watch_until": watch_until, "pods_since": pods_since, "time_scale": time_scale})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         spec = ServeSpec.from_dict(self.kw["spec"])
@@ -245,6 +249,7 @@ class MaintenanceWatchTrigger(_ClusterTrigger):
             desired_replicas=desired,
             waiting_requests=_waiting(hpa),
             surged=_surged(hpa),
+            time_scale=float(self.kw.get("time_scale") or 1.0),
         )
         for step in steps:
             outcome = await self._act(cluster, step, seen)

@@ -4,9 +4,12 @@ Google's page "Manage disruption to GKE nodes that don't live migrate"
 (https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu) and "Monitor
 maintenance events" describe what a node shows:
 
-1. At the notice, the node gets ``cloud.google.com/scheduled-maintenance-time`` (epoch seconds of the
+1. At the notice, the node gets ``cloud.google.com/scheduled-maintenance-time`` (Unix epoch seconds of the
    window start) and ``cloud.google.com/scheduled-maintenance-time-latest`` (the latest start). Pods can
    stay off such nodes with a required node affinity ``...scheduled-maintenance-time DoesNotExist``.
+   The labels hold wall-clock epoch seconds as on Google, not the scenario's faster clock the timeline runs
+   on: a notice carries both (``window_epoch``), so a client comparing the label with ``time.time()`` sees
+   the real seconds left, as a client of Google's GKE does.
 2. Labelling the node ``cloud.google.com/perform-maintenance=true`` starts the maintenance now instead of
    at the window.
 3. When it starts, the node gets ``cloud.google.com/active-node-maintenance=true`` and the taint
@@ -46,10 +49,25 @@ class MaintenanceNotice:
     drain_seconds: float = 60.0  # from the taint to the host going down: pods' graceful termination
     duration_seconds: float = 600.0  # host down
     replaces_node: bool = False  # the VM comes back as a new node
+    # The window's start and latest start as Unix epoch seconds of the wall clock (what the labels hold, as on
+    # Google); None: the same numbers as window_start / latest_start (a clock that is the wall clock).
+    window_epoch: float | None = None
+    latest_epoch: float | None = None
 
     def __post_init__(self) -> None:
         if self.window_start < self.notice_at:
             raise ValueError("the maintenance window cannot start before its notice")
+
+    def label_times(self) -> tuple[int, int]:
+        """(scheduled-maintenance-time, scheduled-maintenance-time-latest): whole epoch seconds."""
+        start = self.window_start if self.window_epoch is None else self.window_epoch
+        if self.latest_epoch is not None:
+            latest = self.latest_epoch
+        elif self.window_epoch is None:
+            latest = self.latest_start or self.window_start
+        else:  # the latest start, as far after the window's start on the wall clock as on the scenario's
+            latest = self.window_epoch
+        return int(start), int(max(latest, start))
 
 
 @dataclass(frozen=True)
@@ -92,8 +110,9 @@ def maintenance_status(
     if now >= back_at:
         why = "maintenance done; the VM was replaced" if notice.replaces_node else "maintenance done; node back"
         return NodeMaintenance("done", labels, taints, True, False, notice.replaces_node, start, None, why)
-    labels[LABEL_SCHEDULED] = str(int(notice.window_start))
-    labels[LABEL_SCHEDULED_LATEST] = str(int(notice.latest_start or notice.window_start))
+    scheduled, latest = notice.label_times()
+    labels[LABEL_SCHEDULED] = str(scheduled)
+    labels[LABEL_SCHEDULED_LATEST] = str(latest)
     if node.labels.get(LABEL_PERFORM) == "true":
         labels[LABEL_PERFORM] = "true"
     if now < start:

@@ -252,11 +252,15 @@ def test_node_maintenance_terminates_the_pod_and_it_comes_back_on_the_node(
     custom.create_namespaced_custom_object(**JS, namespace=NS, body=body)
     first = wait_for("pod running", lambda: [p for p in _pods(api, "maint") if p.status.phase == "Running"])[0]
     wait_for("trainer started", lambda: "trainer index=0" in _log(api, first.metadata.name))
-    window = lc.admin.gke_node_maintenance(CLUSTER, node, notice_in=0, window_in=30 * 24 * 3600, duration_seconds=600)
+    asked_at = time.time()
+    window = lc.admin.gke_node_maintenance_window(
+        CLUSTER, node, notice_in=0, window_in=30 * 24 * 3600, duration_seconds=600
+    )
     labels = wait_for(
         "the notice", lambda: core.read_node(node).metadata.labels.get("cloud.google.com/scheduled-maintenance-time")
     )
-    assert int(labels) == int(window)
+    assert int(labels) == int(window["window_start_epoch"])  # Unix epoch seconds of the wall clock, as on Google
+    assert asked_at + 30 * 24 * 3600 / SCENARIO["time_scale"] - 1 <= int(labels) <= time.time() + 720
     assert not any(
         t.key == "cloud.google.com/impending-node-termination" for t in core.read_node(node).spec.taints or []
     )

@@ -156,11 +156,11 @@ def test_guide_example_tpu_first_then_l4(cluster: tuple[Any, Any, str]) -> None:
     # Maintenance on the TPU node with TPUs stocked out in the zone: the label at the notice, the pod evicted
     # at the window, its replacement placed by the ComputeClass on its second priority (L4).
     lc.admin.gke_stockout(zone, labels["node.kubernetes.io/instance-type"])
-    window = lc.admin.gke_node_maintenance(
+    window = lc.admin.gke_node_maintenance_window(
         c.spec.name, tpu_node, notice_in=60, window_in=1800, duration_seconds=1800, replaces_node=True
     )
     label = wait_for("the maintenance label", lambda: _label(store, tpu_node, SCHEDULED), c)
-    assert int(label) == int(window)
+    assert int(label) == int(window["window_start_epoch"])  # Unix epoch seconds of the wall clock, as on Google
     assert store.exists(PODS, "default", pod["metadata"]["name"]), "evicted before the window"
     wait_for("the pod evicted", lambda: not store.exists(PODS, "default", pod["metadata"]["name"]), c)
     evicted_at = lc.admin.gke_events(c.spec.name)["now"]

@@ -51,9 +51,14 @@ def test_perform_maintenance_label_starts_it_early_and_spot_nodes_are_preempted(
     c = next(iter(lc.cloud_gke().clusters.values()))
     store = c.kube.store
     name = _node(lc, "l4")["metadata"]["name"]
-    window = lc.admin.gke_node_maintenance(c.spec.name, name, notice_in=0, window_in=30 * 24 * 3600)
+    asked_at = time.time()
+    answer = lc.admin.gke_node_maintenance_window(c.spec.name, name, notice_in=0, window_in=30 * 24 * 3600)
+    window = answer["window_start"]
     labels = wait_for("the notice label", lambda: store.get(NODES, "", name)["metadata"]["labels"].get(SCHEDULED))
-    assert int(labels) == int(window)
+    # Google's label is Unix epoch seconds of the wall clock: 30 scenario days ahead are 30 days / time_scale real
+    assert int(labels) == int(answer["window_start_epoch"])
+    scale = c.runtime.time_scale
+    assert asked_at + 30 * 24 * 3600 / scale - 1 <= int(labels) <= time.time() + 30 * 24 * 3600 / scale
     time.sleep(0.5)
     assert ACTIVE not in store.get(NODES, "", name)["metadata"]["labels"], "started before the window"
 

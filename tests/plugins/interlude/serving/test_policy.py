@@ -437,3 +437,23 @@ def test_a_whole_maintenance_with_the_node_coming_back_ends_in_the_normal_shape(
         "uncordon",
     ]
     assert w.desired == 2 and not w.node.cordoned and w.surged == {}
+
+
+@pytest.mark.parametrize(("time_scale", "expected"), [(1.0, ["drain", "perform_maintenance"]), (600.0, ["wait"])])
+def test_the_margin_is_google_real_seconds_on_a_faster_clock(time_scale: float, expected: list[str]) -> None:
+    """The label is wall-clock epoch seconds; on a cloud whose clock runs 600x faster the 600 s margin is 1 s of
+    wall clock. The window 300 s away, busy, one replica short: within Google's margin (drain), not within 1 s
+    at 600x (wait for replacements)."""
+    steps = maintenance_plan(
+        (_node("n1", NOW + 300, cordoned=True),),
+        PODS,
+        NOW,
+        SPEC,
+        desired_replicas=3,
+        waiting_requests=3.0,
+        surged={"n1": 1},
+        time_scale=time_scale,
+    )
+    assert [s.kind for s in steps] == expected
+    with pytest.raises(ValueError, match="time_scale"):
+        maintenance_plan((), PODS, NOW, SPEC, desired_replicas=2, time_scale=0)

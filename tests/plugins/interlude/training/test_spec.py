@@ -106,8 +106,20 @@ def test_tpu_types_replace_the_profiles_tpu_candidates_in_order() -> None:
 def test_platforms_default_to_tpu_nodes_and_gpu_vms_and_round_trip() -> None:
     spec = RunSpec.from_params({}, dag_id="d", run_id="r", run_key="k")
     assert spec.platforms == ("tpu_api", "compute")
-    chosen = RunSpec.from_params({"platforms": ["gke", "compute"]}, dag_id="d", run_id="r", run_key="k")
+    chosen = RunSpec.from_params({"platforms": ["gke", "compute"], **GKE}, dag_id="d", run_id="r", run_key="k")
     assert chosen.platforms == ("gke", "compute") and RunSpec.from_json(chosen.to_json()) == chosen
+    assert chosen.gke_cluster == "train" and chosen.gke_image == GKE["gke_image"]
+    later = RunSpec.from_params({"platforms": ["compute", "gke"]}, dag_id="d", run_id="r", run_key="k")
+    assert later.gke_cluster is None, "the gke params are needed only where gke is the run's platform"
+
+
+GKE = {
+    "gke_cluster": "train",
+    "gke_location": "us-central1",
+    "gke_image": "us-docker.pkg.dev/p/interlude/workload:1",
+    "tpu_types": ["v6e-4"],
+    "zones": ["us-central1-b"],
+}
 
 
 def test_empty_strings_mean_not_set() -> None:
@@ -179,6 +191,16 @@ def test_empty_strings_mean_not_set() -> None:
         ({"platforms": []}, "platforms"),
         ({"platforms": ["gke", "gke"]}, "platforms"),
         ({"platforms": "gke"}, "platforms"),
+        ({"platforms": ["gke"], **GKE, "gke_cluster": None}, "gke_cluster: None is not a GKE cluster name"),
+        ({"platforms": ["gke"], **GKE, "gke_cluster": "Train_1"}, "gke_cluster"),
+        ({"platforms": ["gke"], **GKE, "gke_location": "mars"}, "gke_location"),
+        ({"platforms": ["gke"], **GKE, "zones": ["europe-west4-a"]}, "zones: 'europe-west4-a'"),
+        ({"platforms": ["gke"], **GKE, "gke_image": None}, "gke_image: required"),
+        ({"platforms": ["gke"], **GKE, "gke_image": "img; rm -rf /"}, "gke_image"),
+        ({"platforms": ["gke"], **GKE, "tpu_types": ["v6e-16"]}, "tpu_types: 'v6e-16' is not a single-host"),
+        ({"platforms": ["gke"], **GKE, "drill_maintenance": True}, "drill_maintenance: not supported"),
+        ({"platforms": ["gke"], **GKE, "workload_command": ["python", "job.py"]}, "workload_command: not supported"),
+        ({"platforms": ["gke"], **GKE, "spot": True}, "spot: not supported"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:

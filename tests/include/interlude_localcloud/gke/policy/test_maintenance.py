@@ -61,6 +61,18 @@ def test_labels_hold_epoch_seconds_and_next_change_is_given() -> None:
     assert maintenance_status(NODE, None, 500.0).phase == "none"
 
 
+def test_labels_hold_the_wall_clocks_epoch_when_the_timeline_runs_on_a_faster_clock() -> None:
+    """Google's labels are Unix epoch seconds; the local cloud's timeline runs on the scenario's clock, so a
+    notice carries the window's wall-clock epoch too and the labels show that one (the timeline stays scenario)."""
+    fast = replace(NOTICE, window_epoch=1_796_000_123.7, latest_epoch=1_796_000_200.0)
+    status = maintenance_status(NODE, fast, 5000.0)
+    assert status.labels[LABEL_SCHEDULED] == "1796000123"
+    assert status.labels[LABEL_SCHEDULED_LATEST] == "1796000200"
+    assert status.next_change_at == 8200.0 and status.phase == "scheduled"
+    only_start = replace(NOTICE, window_epoch=1_796_000_123.0)
+    assert maintenance_status(NODE, only_start, 5000.0).labels[LABEL_SCHEDULED_LATEST] == "1796000123"
+
+
 def test_perform_maintenance_label_starts_it_now() -> None:
     asked = replace(NODE, labels={**NODE.labels, LABEL_PERFORM: "true"})
     status = maintenance_status(asked, NOTICE, 3000.0, perform_seen_at=3000.0)

@@ -1,0 +1,277 @@
+"""A stage on GKE: one look at the JobSet's pods, their nodes and the stage's GCS facts, and what it means.
+
+GKE, not Interlude, takes a TPU node through host maintenance
+(https://cloud.google.com/kubernetes-engine/docs/concepts/handle-disruption-gpu-tpu): at the notice the node
+gets ``cloud.google.com/scheduled-maintenance-time`` (Unix epoch seconds of the window); at the window it gets
+``cloud.google.com/active-node-maintenance`` and the taint ``cloud.google.com/impending-node-termination``, and
+its pods are terminated gracefully (SIGTERM, then SIGKILL after the grace period). The JobSet controller then
+recreates the slice's pods, which run once the node (or its replacement) is schedulable again.
+
+So the stage here does what the VM stage does at a notice, and leaves the rest to GKE: it asks the workload
+for a checkpoint through the run's control requests (the same objects a VM's notice writes), lets GKE drain
+the node at the window (the workload commits its current step on SIGTERM), waits for the recreated pod and
+checks, from the workload's own progress (its boot id is the pod's uid), that it resumed from the checkpoint.
+The event it records is the VM stage's (interlude.training.events): checkpoint, downtime, steps recomputed.
+
+Pure: typed observations in, the next state and the operator's actions out (mypy strict, tested without
+Airflow). The trigger (interlude.triggers.gke_stage) reads the cluster and GCS.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+LABEL_SCHEDULED = "cloud.google.com/scheduled-maintenance-time"
+LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
+TAINT_TERMINATION = "cloud.google.com/impending-node-termination"
+RUNNING, NOTICED, DRAINING = "running", "noticed", "draining"
+REQUEST_CHECKPOINT, RECORD_EVENT, COMPLETE, FAIL = "request_checkpoint", "record_event", "complete", "fail"
+
+
+@dataclass(frozen=True)
+class PodSeen:
+    name: str
+    uid: str
+    phase: str  # Pending | Running | Succeeded | Failed | Unknown
+    node: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeSeen:
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    tainted: bool = False  # cloud.google.com/impending-node-termination
+
+    def maintenance_at(self) -> float | None:
+        """The window's start (epoch seconds) GKE announced, None when none (or an unreadable value)."""
+        try:
+            value = self.labels.get(LABEL_SCHEDULED)
+            return None if value is None else float(value)
+        except ValueError:
+            return None
+
+    @property
+    def noticed(self) -> bool:
+        return self.maintenance_at() is not None or self.tainted or self.labels.get(LABEL_ACTIVE) == "true"
+
+
+@dataclass(frozen=True)
+class GkeObservation:
+    now: float
+    pods: tuple[PodSeen, ...]
+    nodes: Mapping[str, NodeSeen]
+    committed_step: int
+    progress: Mapping[str, Any]  # the workload's progress.json of this stage ({} before it starts)
+    ack_step: int | None = None  # the workload's answer to the open checkpoint request
+    jobset_failure: str | None = None  # the JobSet's Failed condition, said
+
+    @property
+    def boot_id(self) -> str | None:
+        value = self.progress.get("boot_id")
+        return str(value) if value else None
+
+    @property
+    def step(self) -> int:
+        return int(self.progress.get("step") or 0)
+
+
+@dataclass(frozen=True)
+class GkeStageState:
+    target_step: int
+    phase: str = RUNNING
+    pod_uid: str | None = None  # the pod the workload runs in now
+    boot_id: str | None = None  # the workload's boot (its pod's uid) this state last saw
+    last_step_seen: int = 0
+    last_change_at: float | None = None  # when progress last moved (stall watch)
+    request_id: str | None = None
+    event: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GkeStageState:
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class GkeStep:
+    state: GkeStageState
+    actions: tuple[str, ...] = ()
+    event: dict[str, Any] | None = None  # the event to record (RECORD_EVENT)
+    reason: str = ""
+
+
+def running_pod(pods: Sequence[PodSeen]) -> PodSeen | None:
+    return next((p for p in sorted(pods, key=lambda p: p.name) if p.phase == "Running"), None)
+
+
+def _noticed_node(obs: GkeObservation) -> NodeSeen | None:
+    for pod in obs.pods:
+        node = obs.nodes.get(pod.node or "")
+        if node is not None and pod.phase in ("Pending", "Running") and node.noticed:
+            return node
+    return None
+
+
+def _open_event(obs: GkeObservation, state: GkeStageState, node: NodeSeen, kind: str) -> dict[str, Any]:
+    return {
+        "event_id": uuid.uuid4().hex[:12],
+        "kind": kind,
+        "platform": "gke",
+        "node": node.name,
+        "notice_type": "SCHEDULED" if node.maintenance_at() is not None else None,
+        "window_start": node.maintenance_at(),
+        "detected_at": obs.now,
+        "step_at_detection": max(state.last_step_seen, obs.step),
+        "committed_at_detection": obs.committed_step,
+        "checkpoint_step": None,
+        "checkpoint_committed_at": None,
+        "down_at": None,
+        "up_at": None,
+        "reprovisioned": False,
+    }
+
+
+def _close(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None) -> GkeStep:
+    """The recreated pod's workload stepped past its resume point: the event, from the workload's own words."""
+    from interlude.training.badput import workload_times
+
+    event = dict(state.event or {})
+    resumed_from = int(obs.progress.get("resumed_from") or 0)
+    reached = max(int(event.get("step_at_down") or 0), int(event.get("step_at_detection") or 0))
+    event["checkpoint_step"] = resumed_from
+    stepping = obs.progress.get("stepping_at_epoch")
+    event.update(
+        workload_times(
+            event,
+            obs.now,
+            stopped=obs.progress.get("previous_boot_ended_at"),
+            booted=obs.progress.get("boot_started_at"),
+            stepping=stepping,
+        )
+    )
+    event.update(
+        resumed_from_step=resumed_from,
+        boot_id=obs.boot_id,
+        pod=pod.name if pod else None,
+        steps_recomputed=max(0, reached - resumed_from),
+    )
+    new = replace(
+        state,
+        phase=RUNNING,
+        event=None,
+        request_id=None,
+        boot_id=obs.boot_id,
+        pod_uid=pod.uid if pod else state.pod_uid,
+        last_step_seen=obs.step,
+        last_change_at=obs.now,
+    )
+    return GkeStep(new, (RECORD_EVENT,), event, f"resumed from step {resumed_from} in pod {pod.name if pod else '?'}")
+
+
+def next_gke_step(state: GkeStageState, obs: GkeObservation, stall_timeout: float, down_timeout: float) -> GkeStep:
+    """What one look means. ``stall_timeout``: real seconds without progress (no maintenance under way) before
+    the stage fails; ``down_timeout``: real seconds the workload may stay gone after its pod was drained."""
+    if obs.jobset_failure:
+        return GkeStep(replace(state), (FAIL,), None, f"the JobSet failed: {obs.jobset_failure}")
+    pod = running_pod(obs.pods)
+    new_boot = obs.boot_id is not None and state.boot_id is not None and obs.boot_id != state.boot_id
+    if state.phase == DRAINING or (state.phase == NOTICED and new_boot):
+        return _after_drain(state, obs, pod, new_boot, down_timeout)
+    if obs.committed_step >= state.target_step:
+        return GkeStep(replace(state, event=None), (COMPLETE,), None, f"final step {obs.committed_step} committed")
+    moved = obs.step != state.last_step_seen or obs.boot_id != state.boot_id
+    seen = replace(
+        state,
+        pod_uid=pod.uid if pod is not None and state.phase == RUNNING else state.pod_uid,
+        boot_id=obs.boot_id or state.boot_id,
+        last_step_seen=max(obs.step, state.last_step_seen) if not new_boot else obs.step,
+        last_change_at=obs.now if moved or state.last_change_at is None else state.last_change_at,
+    )
+    if state.phase == NOTICED:
+        return _noticed(seen, obs, pod)
+    node = _noticed_node(obs)
+    if node is not None:
+        event = _open_event(obs, state, node, "maintenance")
+        new = replace(seen, phase=NOTICED, request_id=uuid.uuid4().hex[:12], event=event)
+        when = f"window at {node.maintenance_at():.0f}" if node.maintenance_at() is not None else "maintenance started"
+        return GkeStep(new, (REQUEST_CHECKPOINT,), None, f"maintenance notice on node {node.name} ({when})")
+    if seen.last_change_at is not None and obs.now - seen.last_change_at > stall_timeout:
+        return GkeStep(seen, (FAIL,), None, f"no progress for {obs.now - seen.last_change_at:.0f}s (stall)")
+    return GkeStep(seen, (), None, f"running: step {obs.step}, committed {obs.committed_step}")
+
+
+def _noticed(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None) -> GkeStep:
+    event = dict(state.event or {})
+    if obs.ack_step is not None and event.get("checkpoint_step") is None:
+        event.update(checkpoint_step=obs.ack_step, checkpoint_committed_at=obs.now)
+    if pod is None or pod.uid != state.pod_uid:  # drained: GKE terminated the pod at the window
+        event.update(down_at=obs.now, step_at_down=state.last_step_seen)
+        return GkeStep(
+            replace(state, phase=DRAINING, event=event), (), None, "the pod was drained; waiting for its successor"
+        )
+    return GkeStep(replace(state, event=event), (), None, f"notice: training on to the window (step {obs.step})")
+
+
+def _after_drain(
+    state: GkeStageState, obs: GkeObservation, pod: PodSeen | None, new_boot: bool, down_timeout: float
+) -> GkeStep:
+    event = dict(state.event or {})
+    if event.get("down_at") is None:
+        event.update(down_at=obs.now, step_at_down=state.last_step_seen)
+    resumed_from = int(obs.progress.get("resumed_from") or 0)
+    if new_boot and pod is not None and (obs.step > resumed_from or obs.committed_step >= state.target_step):
+        return _close(replace(state, event=event), obs, pod)
+    if obs.now - float(event["down_at"]) > down_timeout:
+        return GkeStep(
+            replace(state, event=event),
+            (FAIL,),
+            None,
+            f"the workload did not come back within {down_timeout:.0f}s of its pod's drain",
+        )
+    return GkeStep(replace(state, phase=DRAINING, event=event), (), None, "waiting for the recreated pod to resume")
+
+
+def observation_from(
+    now: float,
+    pods: Sequence[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    committed_step: int,
+    progress: Mapping[str, Any],
+    ack_step: int | None,
+    jobset: Mapping[str, Any] | None,
+) -> GkeObservation:
+    """Kubernetes objects (as dicts) and GCS facts -> an observation."""
+    seen_pods = tuple(
+        PodSeen(
+            str(p["metadata"]["name"]),
+            str(p["metadata"].get("uid") or ""),
+            str((p.get("status") or {}).get("phase") or "Unknown"),
+            (p.get("spec") or {}).get("nodeName") or (p.get("spec") or {}).get("node_name"),
+        )
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp") and not p["metadata"].get("deletion_timestamp")
+    )
+    seen_nodes = {
+        str(n["metadata"]["name"]): NodeSeen(
+            str(n["metadata"]["name"]),
+            dict(n["metadata"].get("labels") or {}),
+            any(t.get("key") == TAINT_TERMINATION for t in (n.get("spec") or {}).get("taints") or []),
+        )
+        for n in nodes
+    }
+    return GkeObservation(now, seen_pods, seen_nodes, committed_step, progress, ack_step, jobset_failure(jobset))
+
+
+def jobset_failure(jobset: Mapping[str, Any] | None) -> str | None:
+    """The JobSet's Failed condition as a sentence; a missing JobSet is a failure too (someone deleted it)."""
+    if jobset is None:
+        return "the JobSet is gone (deleted outside the run)"
+    for cond in (jobset.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Failed" and cond.get("status") == "True":
+            return f"{cond.get('reason')}: {cond.get('message')}"
+    return None
