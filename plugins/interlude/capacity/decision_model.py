@@ -86,7 +86,9 @@ class TrailStep:
 @dataclass(frozen=True)
 class Decision:
     """Where the run goes, and why. ``kind``/``accelerator_type``/... name the target machine (for the
-    convert leaves: the machine to use once the model is converted)."""
+    convert leaves: the machine to use once the model is converted); ``platform`` where it is created
+    (``tpu_api``: a Cloud TPU node or queued resource; ``compute``: a Compute Engine VM, GPU or TPU machine type,
+    named by ``machine_type``; ``gke``: GKE node pools)."""
 
     leaf: Leaf
     strategy: Strategy
@@ -106,6 +108,7 @@ class Decision:
     wait_deadline: dt.datetime | None = None
     stuck_report: str | None = None
     decided_at: dt.datetime | None = None
+    platform: str | None = None
 
     @property
     def provisions(self) -> bool:
@@ -126,11 +129,17 @@ class Decision:
             return f"{self.model}: wait for {kinds} capacity until {_iso(self.wait_deadline)}"
         what = f"{self.accelerator_type}" + (f" x{self.count} on {self.machine_type}" if self.machine_type else "")
         mode = self.mode.value if self.mode else "?"
-        head = f"{self.model}: {self.leaf.value} -> {what} in {self.zone} ({mode}"
+        where = f"{self.zone}" + (f" on {self.platform}" if self.platform and not self._default_platform else "")
+        head = f"{self.model}: {self.leaf.value} -> {what} in {where} ({mode}"
         head += f", reservation {self.reservation})" if self.reservation else ")"
         if self.conversion is not None:
             head += f"; conversion {self.conversion.summary()}"
         return head
+
+    @property
+    def _default_platform(self) -> bool:
+        """The family's platform before platforms existed (TPU API nodes, Compute Engine GPU VMs)."""
+        return self.kind is not None and self.platform == {"tpu": "tpu_api", "gpu": "compute"}[self.kind.value]
 
     def trail_text(self) -> str:
         lines = [f"Decision trail ({self.strategy.value}, model {self.model}):"]
@@ -158,6 +167,7 @@ class Decision:
             "wait_deadline": _iso(self.wait_deadline),
             "stuck_report": self.stuck_report,
             "decided_at": _iso(self.decided_at),
+            "platform": self.platform,
         }
 
     @classmethod
@@ -182,4 +192,5 @@ class Decision:
             wait_deadline=_parse(data.get("wait_deadline")),
             stuck_report=data.get("stuck_report"),
             decided_at=_parse(data.get("decided_at")),
+            platform=data.get("platform"),
         )

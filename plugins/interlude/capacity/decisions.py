@@ -15,7 +15,8 @@ Both trees share one shape, with P the preferred family and S the other one::
                                                                          no  -> wait | stuck
                                                        no  -> stuck
 
-A model that runs on neither family is stuck at once.
+A model that runs on neither family is stuck at once. "available" is asked platform x type x zone, in the run's
+``platforms`` order (:func:`~interlude.capacity.placement.find_placement`); the leaf names its platform.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class _Walk:
     strategy: Strategy
     now: dt.datetime
     wait: WaitState
+    platforms: tuple[str, ...] | None = None
     trail: list[TrailStep] = field(default_factory=list)
 
     def ask(self, question: str, answer: str) -> None:
@@ -86,8 +88,9 @@ class _Walk:
             kind=p.candidate.kind,
             accelerator_type=p.candidate.accelerator_type,
             count=p.candidate.count,
-            machine_type=p.candidate.machine_type,
+            machine_type=p.machine_type,
             zone=p.entry.zone,
+            platform=p.platform,
             mode=p.mode,
             reservation=p.reservation,
             conversion=conversion,
@@ -98,7 +101,7 @@ class _Walk:
         self, kind: AcceleratorKind, candidates: Sequence[Candidate], question: str | None = None
     ) -> Placement | None:
         labels = ", ".join(c.label() for c in candidates) or "none listed"
-        placement, answer = find_placement(self.report, candidates, self.profile)
+        placement, answer = find_placement(self.report, candidates, self.profile, self.platforms)
         self.ask(question or f"Is a {FAMILY_NAME[kind]} available? (candidates: {labels})", answer)
         return placement
 
@@ -158,10 +161,21 @@ def decide(
     strategy: Strategy | str,
     now: dt.datetime,
     wait: WaitState | None = None,
+    platforms: Sequence[str] | None = None,
 ) -> Decision:
-    """Walk the tree for ``strategy`` and return the leaf with its trail (see the module docstring)."""
+    """Walk the tree for ``strategy`` and return the leaf with its trail (see the module docstring).
+
+    ``platforms``: where the run may go, most preferred first (the run param); None = the report's platforms in
+    its order (the probe asked only the run's platforms)."""
     strategy = Strategy(strategy)
-    walk = _Walk(report=report, profile=profile, strategy=strategy, now=now, wait=wait or WaitState())
+    walk = _Walk(
+        report=report,
+        profile=profile,
+        strategy=strategy,
+        now=now,
+        wait=wait or WaitState(),
+        platforms=None if platforms is None else tuple(platforms),
+    )
     p_kind, s_kind = strategy.primary, strategy.secondary
     p_name, s_name = FAMILY_NAME[p_kind], FAMILY_NAME[s_kind]
     walk.ask("Which strategy?", f"{strategy.value}: {p_name} first, then {s_name}")

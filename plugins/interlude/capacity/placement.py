@@ -1,7 +1,8 @@
-"""Where one candidate accelerator could go, and how (reservation, on-demand, queued, spot).
+"""Where one candidate accelerator could go, and how (reservation, on-demand, queued, spot), on which platform.
 
 Pure: reads a CapacityReport and the profile's candidates, answers with a Placement and a sentence
-for the decision trail.
+for the decision trail. Places are chosen platform x type x zone: the run's first platform (its ``platforms``
+order, carried by the report) with any candidate, before a later platform with a more preferred type.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from interlude.capacity.decision_model import ProvisioningMode
+from interlude.capacity.platforms import offers, why_not
 from interlude.capacity.profiles import Candidate, ModelProfile
 from interlude.capacity.report import AcceleratorKind, CapacityEntry, CapacityReport
 
@@ -21,11 +23,20 @@ class Placement:
     mode: ProvisioningMode
     reservation: str | None = None
 
+    @property
+    def platform(self) -> str:
+        return self.entry.platform
+
+    @property
+    def machine_type(self) -> str | None:
+        """The Compute Engine machine type to create: the candidate's (GPUs) or the platform's (TPU VMs)."""
+        return self.candidate.machine_type or self.entry.machine_type
+
     def describe(self) -> str:
         via = f"reservation {self.reservation}" if self.reservation else self.mode.value
         if self.mode == ProvisioningMode.RESERVATION and not self.reservation:
             via = "reservation"
-        return f"{self.candidate.label()} in {self.entry.zone} via {via}"
+        return f"{self.candidate.label()} in {self.entry.where} via {via}"
 
 
 def _quota_text(entry: CapacityEntry, count: int) -> str:
@@ -62,7 +73,11 @@ def provisioning_mode(
         name = entry.reservations[0].name if entry.reservations else None
         return ProvisioningMode.RESERVATION, name, f"{entry.reserved} reserved free"
     if entry.quota_allows(count):
-        queued = candidate.kind == AcceleratorKind.TPU and (profile.prefer_queued or _multi_host(candidate))
+        queued = (
+            candidate.kind == AcceleratorKind.TPU
+            and entry.platform == "tpu_api"  # queued resources are the Cloud TPU API's
+            and (profile.prefer_queued or _multi_host(candidate))
+        )
         mode = ProvisioningMode.QUEUED if queued else ProvisioningMode.ON_DEMAND
         return mode, None, _quota_text(entry, count)
     why = _quota_text(entry, count)
@@ -83,30 +98,52 @@ def _multi_host(candidate: Candidate) -> bool:
         return False
 
 
+def platform_order(report: CapacityReport, platforms: Sequence[str] | None = None) -> tuple[str, ...]:
+    """The platforms to try, most preferred first: ``platforms`` (the run's) when given, else the report's."""
+    if platforms is not None:
+        return tuple(platforms)
+    seen = (e.platform for e in report.entries)
+    return tuple(dict.fromkeys((*report.platforms, *seen)))
+
+
+def _earlier(order: Sequence[str], chosen: str, reasons: dict[Candidate, list[tuple[str, str]]]) -> str:
+    """What ruled out the run's more preferred platforms, for the trail (empty when the first one placed it)."""
+    before = order[: order.index(chosen)]
+    missed = [f"{c.accelerator_type} {text}" for c, rs in reasons.items() for p, text in rs if p in before]
+    return f"; not on {', '.join(before)}: " + "; ".join(missed) if missed else ""
+
+
 def find_placement(
-    report: CapacityReport, candidates: Sequence[Candidate], profile: ModelProfile
+    report: CapacityReport,
+    candidates: Sequence[Candidate],
+    profile: ModelProfile,
+    platforms: Sequence[str] | None = None,
 ) -> tuple[Placement | None, str]:
-    """First candidate (in preference order) that fits somewhere; within it, a zone with reserved room
-    first, then zone order. Returns the placement (or None) and a readable answer for the trail."""
+    """On the first platform (in the run's order) where any candidate fits: the first candidate (in preference
+    order) that fits, in a zone with reserved room first, then zone order. Entries on platforms outside
+    ``platforms``, or on a platform that never offers the type (TPU7x off GKE), are never chosen. Returns the
+    placement (or None) and a readable answer for the trail."""
     if not candidates:
         return None, "no: the profile lists no candidates"
-    misses: list[str] = []
-    for cand in candidates:
-        entries = report.for_type(cand.accelerator_type)
-        if not entries:
-            misses.append(f"{cand.label()} [not probed]")
-            continue
-        options: list[Placement] = []
-        reasons: list[str] = []
-        for entry in entries:
-            mode, reservation, why = provisioning_mode(entry, cand, profile)
-            if mode is None:
-                reasons.append(f"{entry.zone}: {why}")
-            else:
-                options.append(Placement(cand, entry, mode, reservation))
-        if options:
-            best = next((o for o in options if o.mode == ProvisioningMode.RESERVATION), options[0])
-            why = provisioning_mode(best.entry, cand, profile)[2]
-            return best, f"yes: {best.describe()} ({why})"
-        misses.append(f"{cand.label()} [{'; '.join(reasons)}]")
+    order = platform_order(report, platforms)
+    reasons: dict[Candidate, list[tuple[str, str]]] = {c: [] for c in candidates}
+    for platform in order:
+        for cand in candidates:
+            options: list[Placement] = []
+            for entry in report.for_type(cand.accelerator_type):
+                if entry.platform != platform:
+                    continue
+                if not offers(platform, cand.accelerator_type):  # Google never sells it there, whatever a probe says
+                    reasons[cand].append((platform, f"{entry.where}: {why_not(platform, cand.accelerator_type)}"))
+                    continue
+                mode, reservation, why = provisioning_mode(entry, cand, profile)
+                if mode is None:
+                    reasons[cand].append((platform, f"{entry.where}: {why}"))
+                else:
+                    options.append(Placement(cand, entry, mode, reservation))
+            if options:
+                best = next((o for o in options if o.mode == ProvisioningMode.RESERVATION), options[0])
+                why = provisioning_mode(best.entry, cand, profile)[2]
+                return best, f"yes: {best.describe()} ({why})" + _earlier(order, platform, reasons)
+    misses = [f"{c.label()} [{'; '.join(t for _, t in r) if r else 'not probed'}]" for c, r in reasons.items()]
     return None, "no: " + " | ".join(misses)

@@ -1,14 +1,19 @@
-"""Probing capacity (read-only) through the hooks: what Google exposes per zone x accelerator type.
+"""Probing capacity (read-only) through the hooks: what Google exposes per zone x accelerator type x platform.
 
-Split from capacity.py (the report's data) because this is the only part that talks to the cloud.
+Split from capacity.py (the report's data) because this is the only part that talks to the cloud. Each platform
+of the run (``platforms``, its order of preference) is asked only for what it can offer at all
+(:mod:`interlude.capacity.platforms`): the Cloud TPU API for TPU node types, Compute Engine for GPUs and for TPU
+machine types (``machineTypes.list``, reservations of those machine types).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
+from interlude.capacity.platforms import Platform, compute_tpu_for_machine_type, compute_tpu_shape, offers
 from interlude.capacity.report import (
     GPU_MACHINE_TYPES,
     GPU_QUOTA_METRICS,
@@ -42,6 +47,8 @@ class ComputeCapacitySource(Protocol):
 
     def list_accelerator_types(self, zone: str) -> list[str]: ...
 
+    def list_machine_types(self, zone: str) -> list[str]: ...
+
     def get_region_quotas(self, region: str) -> dict[str, tuple[float, float]]: ...
 
     def list_reservations(self, zone: str) -> list[dict[str, Any]]: ...
@@ -64,7 +71,9 @@ def reservation_rooms(reservations: Iterable[Mapping[str, Any]]) -> dict[str, li
     """Free room per GPU type in Compute reservations (raw REST JSON, as ``list_reservations`` gives).
 
     Only READY (or status-less) specific reservations count. The GPU type comes from
-    ``guestAccelerators`` or, for machine types with built-in GPUs, from the machine type.
+    ``guestAccelerators`` or, for machine types with built-in GPUs, from the machine type. A reservation of a
+    Compute Engine TPU machine type counts under its TPU type (``ct6e-standard-8t`` -> ``v6e-8``), one slice
+    per VM.
     """
     rooms: dict[str, list[ReservationRoom]] = {}
     for res in reservations:
@@ -83,6 +92,8 @@ def reservation_rooms(reservations: Iterable[Mapping[str, Any]]) -> dict[str, li
             ]
         elif machine_type in GPU_MACHINE_TYPES:
             pairs = [GPU_MACHINE_TYPES[machine_type]]
+        elif (tpu := compute_tpu_for_machine_type(machine_type)) is not None:
+            pairs = [(tpu.accelerator_type, 1)]
         else:
             continue
         for gpu_type, per_vm in pairs:
@@ -119,14 +130,29 @@ class _Probe:
         self,
         tpu_hook: TpuCapacitySource | None,
         compute_hook: ComputeCapacitySource | None,
-        stockouts: Iterable[tuple[str, str]],
+        stockouts: Iterable[tuple[str, ...]],
     ) -> None:
         self.tpu_hook, self.compute_hook = tpu_hook, compute_hook
         self.notes: list[str] = []
         self.offered_reads = {AcceleratorKind.TPU: 0, AcceleratorKind.GPU: 0}
-        self.stocked = {(z, t) for z, t in stockouts}
+        self.asked = {AcceleratorKind.TPU: False, AcceleratorKind.GPU: False}
+        # (zone, type) stocked out on every platform; (zone, type, platform) on that platform only
+        self.stocked = {tuple(s) for s in stockouts}
         self.quotas_by_region: dict[str, dict[str, tuple[float, float]] | None] = {}
+        self.rooms_by_zone: dict[str, dict[str, list[ReservationRoom]]] = {}
         self.entries: list[CapacityEntry] = []
+
+    def stocked_out(self, zone: str, accelerator_type: str, platform: Platform) -> bool:
+        return (zone, accelerator_type) in self.stocked or (zone, accelerator_type, platform.value) in self.stocked
+
+    def rooms(self, zone: str) -> dict[str, list[ReservationRoom]]:
+        """Free reserved room per GPU or TPU type in the zone (one reservations.list per zone)."""
+        if zone not in self.rooms_by_zone and self.compute_hook is not None:
+            hook = self.compute_hook
+            self.rooms_by_zone[zone] = reservation_rooms(
+                self.read("compute.list_reservations", hook.list_reservations, zone) or ()
+            )
+        return self.rooms_by_zone.get(zone, {})
 
     def read(self, what: str, call: Any, *args: Any) -> Any:
         try:
@@ -139,6 +165,7 @@ class _Probe:
         offered: set[str] = set()
         queued: dict[str, int] = {}
         if self.tpu_hook is not None:
+            self.asked[AcceleratorKind.TPU] = True
             listed = self.read("tpu.list_accelerator_types", self.tpu_hook.list_accelerator_types, zone)
             self.offered_reads[AcceleratorKind.TPU] += listed is not None
             offered = set(listed or ())
@@ -153,7 +180,37 @@ class _Probe:
                     kind=AcceleratorKind.TPU,
                     offered=tpu_type in offered,
                     queued=queued.get(tpu_type, 0),
-                    stocked_out=(zone, tpu_type) in self.stocked,
+                    stocked_out=self.stocked_out(zone, tpu_type, Platform.TPU_API),
+                    platform=Platform.TPU_API.value,
+                )
+            )
+
+    def compute_tpu_zone(self, zone: str, tpu_types: Sequence[str]) -> None:
+        """TPU types as Compute Engine machine types: offered when the zone lists the machine type; quota unknown
+        (TPU VM quotas are Cloud Quotas metrics, not in regions.get); reservations of the machine type count."""
+        offered: set[str] = set()
+        hook = self.compute_hook
+        if hook is not None:
+            self.asked[AcceleratorKind.TPU] = True
+            listed = self.read("compute.list_machine_types", hook.list_machine_types, zone)
+            self.offered_reads[AcceleratorKind.TPU] += listed is not None
+            offered = set(listed or ())
+        rooms = self.rooms(zone)
+        for tpu_type in tpu_types:
+            shape = compute_tpu_shape(tpu_type)
+            assert shape is not None  # offers(COMPUTE, t) was checked by the caller
+            type_rooms = tuple(rooms.get(tpu_type, ()))
+            self.entries.append(
+                CapacityEntry(
+                    zone=zone,
+                    accelerator_type=tpu_type,
+                    kind=AcceleratorKind.TPU,
+                    offered=shape.machine_type in offered,
+                    reserved=sum(r.free_vms for r in type_rooms),
+                    reservations=type_rooms,
+                    stocked_out=self.stocked_out(zone, tpu_type, Platform.COMPUTE),
+                    platform=Platform.COMPUTE.value,
+                    machine_type=shape.machine_type,
                 )
             )
 
@@ -163,12 +220,13 @@ class _Probe:
         rooms: dict[str, list[ReservationRoom]] = {}
         hook = self.compute_hook
         if hook is not None:
+            self.asked[AcceleratorKind.GPU] = True
             listed = self.read("compute.list_accelerator_types", hook.list_accelerator_types, zone)
             self.offered_reads[AcceleratorKind.GPU] += listed is not None
             offered = set(listed or ())
             if region not in self.quotas_by_region:
                 self.quotas_by_region[region] = self.read("compute.get_region_quotas", hook.get_region_quotas, region)
-            rooms = reservation_rooms(self.read("compute.list_reservations", hook.list_reservations, zone) or ())
+            rooms = self.rooms(zone)
         quotas = self.quotas_by_region.get(region)
         for gpu_type in gpu_types:
             metric, spot_metric = GPU_QUOTA_METRICS.get(gpu_type, (None, None))
@@ -188,20 +246,61 @@ class _Probe:
                     spot_quota_headroom=spot_headroom,
                     reserved=sum(r.free_vms * r.gpus_per_vm for r in type_rooms),
                     reservations=type_rooms,
-                    stocked_out=(zone, gpu_type) in self.stocked,
+                    stocked_out=self.stocked_out(zone, gpu_type, Platform.COMPUTE),
+                    platform=Platform.COMPUTE.value,
                 )
             )
 
-    def blind_families(self, zones: Sequence[str], tpu_types: Sequence[str], gpu_types: Sequence[str]) -> list[str]:
-        families = (
-            (AcceleratorKind.TPU, tpu_types, self.tpu_hook),
-            (AcceleratorKind.GPU, gpu_types, self.compute_hook),
-        )
+    def blind_families(self, zones: Sequence[str]) -> list[str]:
+        """Families some platform was asked about (a hook was there) whose offered list no read returned."""
         return [
             kind.value.upper()
-            for kind, types, hook in families
-            if types and hook is not None and zones and self.offered_reads[kind] == 0
+            for kind in (AcceleratorKind.TPU, AcceleratorKind.GPU)
+            if zones and self.asked[kind] and self.offered_reads[kind] == 0
         ]
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """Which types each platform of the run is asked about (only what it can offer at all)."""
+
+    order: tuple[Platform, ...]
+    tpu_api: list[str]
+    compute_tpu: list[str]
+    compute_gpu: list[str]
+    gke: bool
+
+    @classmethod
+    def of(cls, tpu_types: Sequence[str], gpu_types: Sequence[str], platforms: Sequence[str] | None) -> _Asked:
+        legacy = platforms is None
+        order = (Platform.TPU_API, Platform.COMPUTE) if platforms is None else tuple(Platform(p) for p in platforms)
+        return cls(
+            order=order,
+            tpu_api=[t for t in tpu_types if Platform.TPU_API in order and (legacy or offers(Platform.TPU_API, t))],
+            compute_tpu=[
+                t for t in tpu_types if not legacy and Platform.COMPUTE in order and offers(Platform.COMPUTE, t)
+            ],
+            compute_gpu=list(gpu_types) if Platform.COMPUTE in order else [],
+            gke=Platform.GKE in order,
+        )
+
+    def notes(self, tpu_hook: bool, compute_hook: bool) -> list[str]:
+        notes: list[str] = []
+        if self.tpu_api and not tpu_hook:
+            notes.append("no TPU hook given: TPU types reported as not offered")
+        if (self.compute_gpu or self.compute_tpu) and not compute_hook:
+            notes.append("no Compute hook given: GPU types reported as not offered")
+        if self.tpu_api:
+            notes.append("TPU quotas: the TPU API exposes none (Cloud Quotas holds them): quota unknown")
+            notes.append("TPU reservations are not read by this probe: reserved is 0 for TPU types")
+        if self.compute_tpu:
+            notes.append(
+                "Compute Engine TPU VM quotas are Cloud Quotas metrics (not in regions.get): quota unknown; "
+                "reservations of TPU machine types are read"
+            )
+        if self.gke:
+            notes.append("GKE node pools are not read by this probe: no gke entries")
+        return notes
 
 
 def probe_capacity(
@@ -210,10 +309,17 @@ def probe_capacity(
     zones: Sequence[str],
     tpu_types: Sequence[str],
     gpu_types: Sequence[str],
-    stockouts: Iterable[tuple[str, str]] = (),
+    stockouts: Iterable[tuple[str, ...]] = (),
     now: dt.datetime | None = None,
+    platforms: Sequence[str] | None = None,
 ) -> CapacityReport:
-    """Read what Google exposes for every zone x type; never creates or changes anything.
+    """Read what Google exposes for every zone x type x platform; never creates or changes anything.
+
+    ``platforms`` (the run's, in its order of preference) says whom to ask: ``tpu_api`` for TPU node types,
+    ``compute`` for GPUs and the TPU types Compute Engine sells as machine types; None = TPU types on the TPU
+    API and GPUs on Compute Engine only (what the probe read before platforms existed). ``gke`` node pools are not
+    read here (a note says so): a run that needs GKE decides on what the GKE side reports. A stockout is
+    (zone, type) on every platform or (zone, type, platform) on one.
 
     A failing read does not fail the probe: the pair gets the most honest answer left (not offered
     when the type list could not be read, quota unknown when quotas could not be read) and the error
@@ -223,19 +329,18 @@ def probe_capacity(
     the wrong reason, so :class:`CapacityProbeError` is raised with every note.
     """
     probe = _Probe(tpu_hook, compute_hook, stockouts)
-    if tpu_types and tpu_hook is None:
-        probe.notes.append("no TPU hook given: TPU types reported as not offered")
-    if gpu_types and compute_hook is None:
-        probe.notes.append("no Compute hook given: GPU types reported as not offered")
-    if tpu_types:
-        probe.notes.append("TPU quotas: the TPU API exposes none (Cloud Quotas holds them): quota unknown")
-        probe.notes.append("TPU reservations are not read by this probe: reserved is 0 for TPU types")
+    asked = _Asked.of(tpu_types, gpu_types, platforms)
+    probe.notes += asked.notes(tpu_hook is not None, compute_hook is not None)
     for zone in zones:
-        if tpu_types:
-            probe.tpu_zone(zone, tpu_types)
-        if gpu_types:
-            probe.gpu_zone(zone, gpu_types)
-    blind = probe.blind_families(zones, tpu_types, gpu_types)
+        for platform in asked.order:
+            if platform == Platform.TPU_API and asked.tpu_api:
+                probe.tpu_zone(zone, asked.tpu_api)
+            elif platform == Platform.COMPUTE:
+                if asked.compute_tpu:
+                    probe.compute_tpu_zone(zone, asked.compute_tpu)
+                if asked.compute_gpu:
+                    probe.gpu_zone(zone, asked.compute_gpu)
+    blind = probe.blind_families(zones)
     if blind:
         raise CapacityProbeError(
             f"could not list offered {' and '.join(blind)} types in any zone ({', '.join(zones)}); "
@@ -243,4 +348,9 @@ def probe_capacity(
             probe.notes,
         )
     when = (now or dt.datetime.now(dt.UTC)).isoformat()
-    return CapacityReport(entries=tuple(probe.entries), probed_at=when, notes=tuple(probe.notes))
+    return CapacityReport(
+        entries=tuple(probe.entries),
+        probed_at=when,
+        notes=tuple(probe.notes),
+        platforms=tuple(p.value for p in asked.order),
+    )

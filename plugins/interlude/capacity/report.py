@@ -22,6 +22,11 @@ class AcceleratorKind(StrEnum):
     GPU = "gpu"
 
 
+# The platform an entry describes when it names none: where each family was provisioned before platforms existed
+# (TPU types by the Cloud TPU API, GPUs as Compute Engine VMs). interlude.capacity.platforms holds the full table.
+DEFAULT_PLATFORM = {"tpu": "tpu_api", "gpu": "compute"}
+
+
 class QuotaState(StrEnum):
     OK = "ok"
     EXHAUSTED = "exhausted"
@@ -112,7 +117,11 @@ class ReservationRoom:
 
 @dataclass(frozen=True)
 class CapacityEntry:
-    """What is known about one accelerator type in one zone.
+    """What is known about one accelerator type in one zone, on one platform.
+
+    ``platform`` is where it would run (``tpu_api``, ``compute``, ``gke``; blank = the family's default:
+    TPU types on the Cloud TPU API, GPUs on Compute Engine); ``machine_type`` the Compute Engine machine type a
+    TPU type is offered as there (``ct6e-standard-8t`` for v6e-8).
 
     ``quota_headroom`` is limit - usage in accelerator units (GPUs) when the quota is known.
     ``reserved`` counts free reserved units (GPUs for GPU types), detailed per reservation in
@@ -132,10 +141,23 @@ class CapacityEntry:
     reservations: tuple[ReservationRoom, ...] = ()
     queued: int = 0
     stocked_out: bool = False
+    platform: str = ""
+    machine_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.platform:
+            object.__setattr__(self, "platform", DEFAULT_PLATFORM[self.kind.value])
 
     @property
     def region(self) -> str:
         return region_of(self.zone)
+
+    @property
+    def where(self) -> str:
+        """The zone, and the platform when it is not the family's default: ``us-central1-a on compute``."""
+        if self.platform == DEFAULT_PLATFORM[self.kind.value]:
+            return self.zone
+        return f"{self.zone} on {self.platform}" + (f" ({self.machine_type})" if self.machine_type else "")
 
     @property
     def available(self) -> bool:
@@ -169,17 +191,21 @@ class CapacityEntry:
         return None
 
     def describe(self) -> str:
-        """One line for trails and stuck reports, e.g. ``us-central1-a: offered, quota ok (4 free)``."""
+        """One line for trails and stuck reports, e.g. ``us-central1-a: offered, quota ok (4 free)``; a platform
+        other than the family's default is named: ``us-central1-a on compute (ct6e-standard-8t): ...``."""
+        where = self.where
         if not self.offered:
-            return f"{self.zone}: not offered"
+            return f"{where}: not offered"
         parts = ["offered"]
         quota = f"quota {self.quota.value}"
         if self.quota_headroom is not None:
             quota += f" ({self.quota_headroom:g} free of {self.quota_metric})"
         elif self.quota_metric is None and self.kind == AcceleratorKind.GPU:
             quota += " (no regional metric)"
-        elif self.kind == AcceleratorKind.TPU:
+        elif self.kind == AcceleratorKind.TPU and self.platform == "tpu_api":
             quota += " (TPU API exposes none)"
+        elif self.kind == AcceleratorKind.TPU:
+            quota += " (TPU VM quotas live in Cloud Quotas)"
         parts.append(quota)
         if self.reserved:
             parts.append(f"{self.reserved} reserved free")
@@ -187,7 +213,7 @@ class CapacityEntry:
             parts.append(f"{self.queued} queued resource(s) exist")
         if self.stocked_out:
             parts.append("STOCKOUT met earlier in this run")
-        return f"{self.zone}: " + ", ".join(parts)
+        return f"{where}: " + ", ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -204,6 +230,8 @@ class CapacityEntry:
             "reservations": [r.to_dict() for r in self.reservations],
             "queued": self.queued,
             "stocked_out": self.stocked_out,
+            "platform": self.platform,
+            "machine_type": self.machine_type,
         }
 
     @classmethod
@@ -224,20 +252,29 @@ class CapacityEntry:
             reservations=tuple(ReservationRoom.from_dict(r) for r in data.get("reservations", ())),
             queued=int(data.get("queued", 0)),
             stocked_out=bool(data.get("stocked_out", False)),
+            platform=str(data.get("platform") or ""),
+            machine_type=data.get("machine_type"),
         )
 
 
 @dataclass(frozen=True)
 class CapacityReport:
-    """Capacity per zone x accelerator type, in probe order (zone order is preference order)."""
+    """Capacity per zone x accelerator type x platform, in probe order (zone order is preference order).
+
+    ``platforms`` is the run's order of preference among the platforms probed (empty: the order they first
+    appear in ``entries``).
+    """
 
     entries: tuple[CapacityEntry, ...]
     probed_at: str = ""
     notes: tuple[str, ...] = ()
-    _index: dict[tuple[str, str], CapacityEntry] = field(init=False, repr=False, compare=False)
+    platforms: tuple[str, ...] = ()
+    _index: dict[tuple[str, str, str], CapacityEntry] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", {(e.zone, e.accelerator_type): e for e in self.entries})
+        object.__setattr__(self, "_index", {(e.zone, e.accelerator_type, e.platform): e for e in self.entries})
+        if not self.platforms:
+            object.__setattr__(self, "platforms", tuple(dict.fromkeys(e.platform for e in self.entries)))
 
     @property
     def zones(self) -> tuple[str, ...]:
@@ -247,8 +284,11 @@ class CapacityReport:
     def accelerator_types(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(e.accelerator_type for e in self.entries))
 
-    def get(self, zone: str, accelerator_type: str) -> CapacityEntry | None:
-        return self._index.get((zone, accelerator_type))
+    def get(self, zone: str, accelerator_type: str, platform: str | None = None) -> CapacityEntry | None:
+        """The entry of (zone, type) on ``platform``; None = on the first platform that has one."""
+        if platform is not None:
+            return self._index.get((zone, accelerator_type, platform))
+        return next((e for e in self.entries if (e.zone, e.accelerator_type) == (zone, accelerator_type)), None)
 
     def for_type(self, accelerator_type: str) -> tuple[CapacityEntry, ...]:
         return tuple(e for e in self.entries if e.accelerator_type == accelerator_type)
@@ -260,6 +300,7 @@ class CapacityReport:
         return {
             "probed_at": self.probed_at,
             "notes": list(self.notes),
+            "platforms": list(self.platforms),
             "entries": [e.to_dict() for e in self.entries],
         }
 
@@ -269,6 +310,7 @@ class CapacityReport:
             entries=tuple(CapacityEntry.from_dict(e) for e in data.get("entries", ())),
             probed_at=str(data.get("probed_at", "")),
             notes=tuple(data.get("notes", ())),
+            platforms=tuple(data.get("platforms", ())),
         )
 
     def table(self) -> str:
@@ -277,6 +319,7 @@ class CapacityReport:
             "zone",
             "type",
             "kind",
+            "platform",
             "offered",
             "quota",
             "headroom",
@@ -292,6 +335,7 @@ class CapacityReport:
                     e.zone,
                     e.accelerator_type,
                     e.kind.value,
+                    e.platform,
                     "yes" if e.offered else "no",
                     e.quota.value,
                     "-" if e.quota_headroom is None else f"{e.quota_headroom:g}",
@@ -312,23 +356,27 @@ class CapacityReport:
         return "\n".join(out)
 
 
-def mark_stockout(report: CapacityReport, zone: str, accelerator_type: str) -> CapacityReport:
-    """A new report with (zone, type) marked stocked out, so the tree can be walked again.
+def mark_stockout(
+    report: CapacityReport, zone: str, accelerator_type: str, platform: str | None = None
+) -> CapacityReport:
+    """A new report with (zone, type) on ``platform`` marked stocked out, so the tree can be walked again.
 
-    A pair the report did not hold is added (offered, quota unknown, stocked out): provisioning met it,
-    so it exists, and the next walk must not pick it.
+    ``platform`` None marks the pair on every platform (a lost place that does not say where it ran: the
+    conservative reading). A pair the report did not hold is added (offered, quota unknown, stocked out):
+    provisioning met it, so it exists, and the next walk must not pick it.
     """
-    if report.get(zone, accelerator_type) is None:
+
+    def hit(e: CapacityEntry) -> bool:
+        return (e.zone, e.accelerator_type) == (zone, accelerator_type) and platform in (None, e.platform)
+
+    if not any(hit(e) for e in report.entries):
         added = CapacityEntry(
             zone=zone,
             accelerator_type=accelerator_type,
             kind=kind_of(accelerator_type),
             offered=True,
             stocked_out=True,
+            platform=platform or "",
         )
         return replace(report, entries=(*report.entries, added))
-    entries = tuple(
-        replace(e, stocked_out=True) if (e.zone, e.accelerator_type) == (zone, accelerator_type) else e
-        for e in report.entries
-    )
-    return replace(report, entries=entries)
+    return replace(report, entries=tuple(replace(e, stocked_out=True) if hit(e) else e for e in report.entries))

@@ -465,17 +465,38 @@ def _gke_type_problems(spec: RunSpec) -> list[str]:
     return out
 
 
+def _tpu7x_problem(spec: RunSpec, name: str) -> str | None:
+    """TPU7x is GKE's only (interlude.capacity.platforms): the TPU API's runtime table does not know it."""
+    from interlude.capacity.platforms import tpu7x_problem
+
+    if (problem := tpu7x_problem(name)) is not None:
+        return f"tpu_types: {problem}"
+    if "gke" not in spec.platforms:
+        return f"tpu_types: {shown(name)} is TPU7x (Ironwood), provisioned on GKE only: add gke to platforms"
+    return None
+
+
 def _tpu_type_problems(spec: RunSpec) -> list[str]:
+    from interlude.capacity.platforms import is_tpu7x
     from interlude.runtimes.tpu import UnknownAcceleratorError, parse_tpu_type
 
     out: list[str] = []
     for name in spec.tpu_types:
+        if is_tpu7x(name):
+            if (problem := _tpu7x_problem(spec, name)) is not None:
+                out.append(problem)
+            continue
         try:
             parse_tpu_type(name)
         except UnknownAcceleratorError as exc:
             out.append(f"tpu_types: {shown(name)} is not a TPU type ({exc})")
     if len(set(spec.tpu_types)) != len(spec.tpu_types):
         out.append("tpu_types: a type is listed twice")
+    return out + _platform_problems(spec)
+
+
+def _platform_problems(spec: RunSpec) -> list[str]:
+    out: list[str] = []
     for name in spec.platforms:
         if name not in PLATFORMS:
             out.append(f"platforms: {shown(name)} is not one of {', '.join(PLATFORMS)}")

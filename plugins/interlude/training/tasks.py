@@ -73,7 +73,9 @@ def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = N
     tpu_types = sorted({c.accelerator_type for c in profile.tpu_candidates})
     gpu_types = sorted({c.accelerator_type for c in (*profile.gpu_candidates, *profile.smaller_gpus)})
     tpu, compute = machine_hooks(GCP_CONN_ID)
-    report = probe_capacity(tpu, compute, list(spec.zones), tpu_types, gpu_types, stockouts or [])
+    report = probe_capacity(
+        tpu, compute, list(spec.zones), tpu_types, gpu_types, stockouts or [], platforms=list(spec.platforms)
+    )
     log.info("Capacity report:\n%s", report.table())
     return report.to_dict()
 
@@ -86,7 +88,14 @@ def decide(spec: RunSpec, report: Mapping[str, Any], wait: Any = None) -> dict[s
         chosen = gke.decision(spec)
         log.info("%s", "; ".join(chosen["trail"]))
         return chosen
-    decision = walk(CapacityReport.from_dict(report), spec.profile(), spec.strategy, dt.datetime.now(dt.UTC), wait)
+    decision = walk(
+        CapacityReport.from_dict(report),
+        spec.profile(),
+        spec.strategy,
+        dt.datetime.now(dt.UTC),
+        wait,
+        platforms=list(spec.platforms),
+    )
     log.info("%s", decision.trail_text())
     return decision.to_dict()
 
@@ -244,7 +253,12 @@ def _after_stockout(spec: RunSpec, state: dict[str, Any], exc: Exception) -> Non
     decision = state["decision"]
     state["tried"] = [*state["tried"], f"{decision['accelerator_type']} in {decision['zone']}: {exc}"]
     log.warning("Stockout: %s; walking the tree again without it", exc)
-    current = mark_stockout(CapacityReport.from_dict(state["report"]), decision["zone"], decision["accelerator_type"])
+    current = mark_stockout(
+        CapacityReport.from_dict(state["report"]),
+        decision["zone"],
+        decision["accelerator_type"],
+        decision.get("platform"),
+    )
     state["report"] = current.to_dict()
     new = decide(spec, state["report"])
     if new["leaf"] in ("wait", "stuck"):

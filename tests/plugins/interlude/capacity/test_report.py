@@ -396,6 +396,7 @@ def test_table_rendering() -> None:
         "zone",
         "type",
         "kind",
+        "platform",
         "offered",
         "quota",
         "headroom",
@@ -405,11 +406,13 @@ def test_table_rendering() -> None:
         "available",
     ]
     assert set(lines[2].replace(" ", "")) == {"-"}
-    assert lines[3].split() == ["us-central1-a", "v6e-8", "tpu", "yes", "unknown", "-", "0", "2", "no", "yes"]
+    row = ["us-central1-a", "v6e-8", "tpu", "tpu_api", "yes", "unknown", "-", "0", "2", "no", "yes"]
+    assert lines[3].split() == row
     assert lines[4].split() == [
         "us-central1-a",
         "nvidia-l4",
         "gpu",
+        "compute",
         "yes",
         "exhausted",
         "0",
@@ -419,7 +422,7 @@ def test_table_rendering() -> None:
         "no",
     ]
     assert lines[5].split()[-4:] == ["8", "0", "no", "yes"]
-    assert lines[6].split()[:4] == ["europe-west4-a", "v6e-8", "tpu", "no"]
+    assert lines[6].split()[:5] == ["europe-west4-a", "v6e-8", "tpu", "tpu_api", "no"]
     # columns line up: every row has the "type" column starting at the same offset
     offset = lines[1].index("type")
     assert all(line[offset - 2 : offset] == "  " and line[offset] != " " for line in lines[3:7])

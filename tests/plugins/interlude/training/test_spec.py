@@ -122,6 +122,14 @@ GKE = {
 }
 
 
+def test_tpu7x_types_are_accepted_when_gke_is_a_platform() -> None:
+    """The spec lets a TPU7x type through to the trees when GKE may be asked (the plan goes to GKE:
+    tests/plugins/interlude/capacity/test_platforms.py); the GKE stage's own shapes decide what it provisions."""
+    params = {"tpu_types": ["tpu7x-8"], "platforms": ["tpu_api", "gke"]}
+    spec = RunSpec.from_params(params, dag_id="d", run_id="r", run_key="k")
+    assert [c.accelerator_type for c in spec.profile().tpu_candidates] == ["tpu7x-8"]
+
+
 def test_empty_strings_mean_not_set() -> None:
     spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r", run_key="k")
     assert spec.gpu_image is None and spec.network is None and spec.data_date is None
@@ -201,6 +209,8 @@ def test_empty_strings_mean_not_set() -> None:
         ({"platforms": ["gke"], **GKE, "drill_maintenance": True}, "drill_maintenance: not supported"),
         ({"platforms": ["gke"], **GKE, "workload_command": ["python", "job.py"]}, "workload_command: not supported"),
         ({"platforms": ["gke"], **GKE, "spot": True}, "spot: not supported"),
+        ({"tpu_types": ["tpu7x-8"]}, "tpu_types: 'tpu7x-8' is TPU7x (Ironwood), provisioned on GKE only"),
+        ({"tpu_types": ["tpu7x-12"], "platforms": ["gke"]}, "tpu_types: 'tpu7x-12': TPU7x types are tpu7x-N"),
     ],
 )
 def test_bad_input_is_refused_naming_the_param(params: dict[str, object], named: str) -> None:
