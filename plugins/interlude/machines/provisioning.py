@@ -28,7 +28,7 @@ DLVM_PROJECT = "deeplearning-platform-release"
 class MachineRecord:
     """Everything a create needs, JSON-shaped (this is what XCom carries between tasks)."""
 
-    kind: str  # tpu_node | gce_vm
+    kind: str  # tpu_node | gce_vm (a GPU VM, or a TPU VM of a Compute Engine TPU machine type)
     zone: str
     name: str
     accelerator_type: str
@@ -38,6 +38,7 @@ class MachineRecord:
     mode: str  # on_demand | spot | reservation | queued
     body: dict[str, Any] = field(default_factory=dict)
     reservation: str | None = None
+    platform: str = ""  # tpu_api | compute (interlude.capacity.platforms); blank in records made before platforms
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -103,8 +104,13 @@ def gce_vm_body(
     subnetwork: str | None,
     service_account: str | None,
     reservation: str | None = None,
+    image_project: str = DLVM_PROJECT,
 ) -> dict[str, Any]:
+    """A Compute Engine instance: a GPU VM (Deep Learning VM image, NVIDIA driver installed at boot), or a TPU VM
+    of a TPU machine type (``ct6e-standard-8t``; its chips come with the machine type, its image from
+    ``image_project``: https://cloud.google.com/compute/docs/tpus/create-tpu-vm-instance). Neither live-migrates."""
     spot = mode == "spot"
+    tpu_vm = image_project != DLVM_PROJECT
     body: dict[str, Any] = {
         "name": name,
         "machineType": f"zones/{zone}/machineTypes/{machine_type}",
@@ -114,7 +120,7 @@ def gce_vm_body(
                 "boot": True,
                 "autoDelete": True,
                 "initializeParams": {
-                    "sourceImage": f"projects/{DLVM_PROJECT}/global/images/family/{image_family}",
+                    "sourceImage": f"projects/{image_project}/global/images/family/{image_family}",
                     "diskSizeGb": "200",
                 },
             }
@@ -123,7 +129,7 @@ def gce_vm_body(
         "networkInterfaces": [
             {k: v for k, v in (("network", network or "global/networks/default"), ("subnetwork", subnetwork)) if v}
         ],
-        # GPU VMs cannot live-migrate: they must stop for host maintenance and may come back by themselves.
+        # GPU and TPU VMs cannot live-migrate: they must stop for host maintenance and may come back by themselves.
         "scheduling": {
             "onHostMaintenance": "TERMINATE",
             "automaticRestart": not spot,
@@ -131,7 +137,8 @@ def gce_vm_body(
             **({"instanceTerminationAction": "STOP"} if spot else {}),
         },
         "metadata": {
-            "items": [{"key": "startup-script", "value": script}, {"key": "install-nvidia-driver", "value": "True"}]
+            "items": [{"key": "startup-script", "value": script}]
+            + ([] if tpu_vm else [{"key": "install-nvidia-driver", "value": "True"}])
         },
     }
     if machine_type.startswith("n1-"):  # A2/A3/G2/A4 carry their GPUs in the machine type
@@ -163,14 +170,15 @@ def machine_record(
     idle_poll: float = 1.0,
     fresh_token: str | None = None,
 ) -> MachineRecord:
-    """Build the create machine for the accelerator a decision names."""
+    """Build the create machine for the accelerator a decision names: a Cloud TPU node (platform ``tpu_api``, or
+    none given) or a Compute Engine instance (``compute``: GPUs, and TPU machine types such as ct6e-standard-8t)."""
     script = startup_script(bucket, run_key, idle_poll, fresh_token)
     owner = {DAG_ID_METADATA: dag_id, RUN_ID_METADATA: run_id}
     labels = naming.labels(run_key, dag_id)
     zone, accel = decision["zone"], decision["accelerator_type"]
     mode = decision.get("mode") or "on_demand"
     reservation = decision.get("reservation")
-    if decision["kind"] == "tpu":
+    if decision["kind"] == "tpu" and decision.get("platform") in (None, "", "tpu_api"):
         name = naming.resource_name(run_key, "tpu")
         body = tpu_node_body(
             accelerator_type=accel,
@@ -184,10 +192,13 @@ def machine_record(
             reservation=reservation,
         )
         body["metadata"].update(owner)
-        return MachineRecord("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation)
+        return MachineRecord("tpu_node", zone, name, accel, 1, None, runtime, mode, body, reservation, "tpu_api")
     name = naming.resource_name(run_key, "vm")
     count = int(decision.get("count") or 1)
     machine_type = decision.get("machine_type") or "n1-standard-8"
+    image_project = DLVM_PROJECT
+    if decision["kind"] == "tpu":  # a TPU VM on Compute Engine: the TPU machine type carries the chips
+        image_project, count, machine_type = _compute_tpu(accel)
     body = gce_vm_body(
         name=name,
         zone=zone,
@@ -202,9 +213,20 @@ def machine_record(
         subnetwork=subnetwork,
         service_account=service_account,
         reservation=reservation,
+        image_project=image_project,
     )
     body["metadata"]["items"] += [{"key": k, "value": v} for k, v in owner.items()]
-    return MachineRecord("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation)
+    return MachineRecord("gce_vm", zone, name, accel, count, machine_type, runtime, mode, body, reservation, "compute")
+
+
+def _compute_tpu(accelerator_type: str) -> tuple[str, int, str]:
+    """(image project, count, machine type) of a TPU type on Compute Engine; refuses a type it does not sell."""
+    from interlude.capacity.platforms import compute_tpu_shape, why_not
+
+    shape = compute_tpu_shape(accelerator_type)
+    if shape is None:
+        raise ValueError(why_not("compute", accelerator_type))
+    return shape.image_project, 1, shape.machine_type
 
 
 QUEUE_GRACE_SECONDS = 300.0

@@ -113,6 +113,9 @@ class RunSpec:
     framework_version: str | None = _optional("Framework version; empty = any supported version.")
     tpu_runtime_version: str | None = _optional("TPU software version; empty = the one recommended for the TPU.")
     gpu_image: str | None = _optional("GPU VM image family; empty = the one recommended for the GPU.")
+    tpu_image: str | None = _optional(
+        "Image family of a TPU VM created on Compute Engine (platforms compute); empty = Google's TPU OS image."
+    )
     bucket: str = _param(
         "interlude-local",
         {"type": "string", "minLength": 3, "maxLength": 63},
@@ -364,6 +367,7 @@ def _shape_problems(spec: RunSpec) -> list[str]:
         ("service_account", spec.service_account, SERVICE_ACCOUNT_RE),
         ("tpu_runtime_version", spec.tpu_runtime_version, RUNTIME_RE),
         ("gpu_image", spec.gpu_image, NAME_RE),
+        ("tpu_image", spec.tpu_image, NAME_RE),
         ("framework_version", spec.framework_version, VERSION_RE),
     )
     for name, value, pattern in shapes:

@@ -108,20 +108,21 @@ def validate_runtime(spec: RunSpec, decision: Mapping[str, Any]) -> dict[str, An
     """Chosen hardware x runtime x framework, against the table and the zone's live runtime list."""
     from interlude import runtimes
 
-    accel, zone = decision["accelerator_type"], decision["zone"]
-    if decision.get("platform") == "gke":  # the image is the runtime; its shape was checked with the params
+    accel, zone, platform = decision["accelerator_type"], decision["zone"], decision.get("platform")
+    if platform == "gke":  # the image is the runtime; its shape was checked with the params
         log.info("Runtime on GKE: image %s for %s in %s", spec.gke_image, accel, zone)
         return {"decision": dict(decision), "runtime": spec.gke_image}
-    if decision["kind"] == "tpu":
+    offered = None
+    if decision["kind"] == "tpu" and platform == "compute":  # a Compute Engine TPU VM boots an OS image
+        param, requested = "tpu_image", spec.tpu_image
+    elif decision["kind"] == "tpu":
         tpu, _ = machine_hooks(GCP_CONN_ID)
         offered = tpu.list_runtime_versions(zone)
-        requested = spec.tpu_runtime_version
+        param, requested = "tpu_runtime_version", spec.tpu_runtime_version
     else:
-        offered = None
-        requested = spec.gpu_image
-    check = runtimes.validate(accel, requested, spec.framework, spec.framework_version, offered)
+        param, requested = "gpu_image", spec.gpu_image
+    check = runtimes.validate(accel, requested, spec.framework, spec.framework_version, offered, platform=platform)
     if not check.ok:
-        param = "tpu_runtime_version" if decision["kind"] == "tpu" else "gpu_image"
         raise RunSpecError([f"{param} / framework: {check.message()}"])
     log.info("Runtime check passed: %s on %s in %s (%s)", check.runtime, accel, zone, spec.framework)
     return {"decision": dict(decision), "runtime": check.runtime}

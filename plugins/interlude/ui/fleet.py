@@ -25,9 +25,18 @@ from interlude.stage.notice_policy import Notice, kind_for, plan_for_notice
 WHAT = {"tpu_node": "TPU node", "gce_vm": "GPU VM"}
 
 
+def what_machine(record: Mapping[str, Any]) -> str:
+    """What the machine is and on which platform: a TPU VM created on Compute Engine (a TPU machine type such as
+    ct6e-standard-8t, https://cloud.google.com/compute/docs/tpus/tpu-machines) is an instance like a GPU VM."""
+    kind = str(record.get("kind"))
+    if kind == "gce_vm" and not str(record.get("accelerator_type") or "").startswith("nvidia-"):
+        return f"TPU VM (Compute Engine {record.get('machine_type') or ''})".replace(" )", ")")
+    return WHAT.get(kind, kind)
+
+
 @dataclass(frozen=True)
 class FleetRow:
-    what: str  # TPU node | GPU VM | GKE node
+    what: str  # TPU node | GPU VM | TPU VM (Compute Engine ct6e-standard-8t) | GKE node
     name: str
     where: str  # zone, or cluster (location)
     accelerator: str
@@ -78,7 +87,7 @@ def machine_row(run: str, record: Mapping[str, Any], raw: Mapping[str, Any] | No
     if notice is not None:
         words = f"{notice.kind}, {notice.status}" + (", can start early" if notice.can_reschedule else "")
     return FleetRow(
-        what=WHAT.get(str(record.get("kind")), str(record.get("kind"))),
+        what=what_machine(record),
         name=str(record.get("name") or ""),
         where=str(record.get("zone") or ""),
         accelerator=str(record.get("accelerator_type") or ""),

@@ -1,0 +1,112 @@
+"""A v6e run on a Compute Engine TPU machine type (ct6e-standard-8t) keeps the VM path's promises (issue 35).
+
+The training DAG (Airflow's own `dags test`) on a local cloud whose us-central1-a sells v6e TPU VMs through
+Compute Engine, with ``platforms: [compute]``: the run is an `instances.insert` of a ct6e-standard-8t (no Cloud
+TPU API call at all, from the cloud's own event log and its view of the instance), a simulated maintenance is
+drilled in both stages (train and fine-tune), the workload's own log shows where it held and resumed (0 steps
+recomputed), the final weights equal the uninterrupted reference run's, and no machine is left.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from interlude_dev import wiring as dev
+
+from .stage_fixtures import (  # noqa: F401 - fixtures
+    boots,
+    final_digest,
+    held_and_resumed,
+    reference,
+    run_dag,
+    stage_airflow_db,
+    stage_stack,
+    workload_log,
+)
+
+pytestmark = pytest.mark.e2e
+ZONE = "us-central1-a"
+
+
+@pytest.fixture
+def stage_scenario(tmp_path: Path) -> Path:
+    """The stage tests' default scenario (3x faster), and us-central1-a selling v6e TPU VMs on Compute Engine.
+
+    A scenario of this module's own: the shipped default sells no Compute Engine TPUs, so every other test's
+    decisions stay what they were."""
+    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
+    data["time_scale"] = 1800
+    data["maintenance"]["tpu"]["duration"] = 3600
+    gpu = data["zones"][ZONE]["gpu"]
+    gpu["tpu_machine_types"] = ["ct6e-standard-4t", "ct6e-standard-8t"]
+    gpu["capacity"]["tpu-v6e-slice"] = {"on_demand": 8, "spot": 8}  # in chips: one ct6e-standard-8t
+    path = tmp_path / "compute-tpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _watch_instances(cloud: dev.LocalCloud, seen: dict[str, dict[str, Any]], stop: threading.Event) -> None:
+    """Keep the Compute Engine view (instances.get) of every VM the cloud holds while the run goes on."""
+    while not stop.is_set():
+        for m in dev.machines(cloud):
+            if m["kind"] == "gce" and m["name"] not in seen:
+                zone_url = f"{cloud.api_endpoint}/compute/v1/projects/{cloud.project}/zones/{m['zone']}"
+                url = f"{zone_url}/instances/{m['name']}"
+                try:
+                    with urllib.request.urlopen(url, timeout=10) as answer:
+                        seen[m["name"]] = json.loads(answer.read())
+                except OSError:
+                    pass  # deleted between the listing and the read: the next pass sees the next one
+        stop.wait(0.5)
+
+
+def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+    cloud, _ = stage_stack
+    seen: dict[str, dict[str, Any]] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_instances, args=(cloud, seen, stop), daemon=True)
+    watcher.start()
+    started = time.monotonic()
+    try:
+        result, run_key = run_dag(
+            stage_stack, tmp_path, drill_maintenance=True, platforms=["compute"], tpu_types=["v6e-8"]
+        )
+    finally:
+        stop.set()
+        watcher.join(timeout=30)
+    print(f"dags test took {time.monotonic() - started:.0f} s")
+    assert result.succeeded, result.log[-4000:]
+
+    # The cloud's own account: one Compute Engine instance of the TPU machine type, no Cloud TPU API call.
+    (instance,) = seen.values()
+    assert instance["machineType"].endswith("/machineTypes/ct6e-standard-8t"), instance["machineType"]
+    assert "guestAccelerators" not in instance and instance["scheduling"]["onHostMaintenance"] == "TERMINATE"
+    events = cloud.admin.events()
+    assert not [e for e in events if e["event"].startswith(("tpu_", "queued_resource"))]
+    assert boots(cloud, instance["name"]) == 3, "one boot, then one per drill"
+
+    # The workload's own account of each drill, against the run report's.
+    report = dev.read_report(cloud, "interlude-faults", run_key)
+    assert report is not None and report["steps_recomputed"] == 0, report
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for event in report["events"]:
+        by_stage.setdefault(event["stage"], []).append(event)
+    assert set(by_stage) == {"train", "finetune"}, report["events"]
+    for stage, stage_events in by_stage.items():
+        held, resumed = held_and_resumed(workload_log(cloud, run_key, stage))
+        assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
+        (event,) = stage_events
+        assert event["drill"] is True and event["kind"] == "maintenance", event
+        assert event["checkpoint_step"] == held[0] and event["resumed_from_step"] == held[0], (held, event)
+        assert held[0] in resumed and event["steps_recomputed"] == 0, (held, resumed, event)
+
+    assert final_digest(cloud, run_key) == reference(cloud)
+    assert dev.machines(cloud) == []
