@@ -172,6 +172,25 @@ def test_a_gpu_vm_reads_its_notice_from_resource_status_and_a_gone_machine_says_
     assert "without notice" in spot.action
 
 
+def test_a_tpu_vm_on_compute_engine_says_its_platform_and_machine_type() -> None:
+    record = {
+        **MACHINE,
+        "kind": "gce_vm",
+        "accelerator_type": "v6e-8",
+        "machine_type": "ct6e-standard-8t",
+        "mode": "on_demand",
+        "platform": "compute",
+    }
+    vm = {"status": "RUNNING", "resourceStatus": {"upcomingMaintenance": tpu_node(T0 + 600)["upcomingMaintenance"]}}
+    row = fleet.machine_row("r", record, vm, T0)
+    assert (row.what, row.accelerator, row.window_start) == (
+        "TPU VM (Compute Engine ct6e-standard-8t)",
+        "v6e-8",
+        T0 + 600,
+    )
+    assert 'data-what="TPU VM (Compute Engine ct6e-standard-8t)"' in pages.fleet_page("/interlude", [row], T0, [])
+
+
 def gke_node(name: str, accelerator: str, maintenance_at: float | None) -> dict[str, Any]:
     labels = (
         {"cloud.google.com/gke-accelerator": "nvidia-l4"}
