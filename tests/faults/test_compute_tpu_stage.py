@@ -110,3 +110,21 @@ def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_st
 
     assert final_digest(cloud, run_key) == reference(cloud)
     assert dev.machines(cloud) == []
+
+
+def test_a_tpu_api_runtime_as_the_compute_engine_image_is_refused_before_anything_is_created(
+    stage_stack,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """``tpu_image`` names a Cloud TPU API runtime version: the runtime check refuses it naming the param, the run
+    fails and the cloud never saw a create (its own event log)."""
+    cloud, _ = stage_stack
+    result, _ = run_dag(
+        stage_stack, tmp_path, platforms=["compute"], tpu_types=["v6e-8"], tpu_image="v2-alpha-tpuv6e", timeout=300
+    )
+    assert result.state == "failed", result.log[-3000:]
+    assert "tpu_image / framework: NOT OK: v6e-8" in result.log
+    assert "v2-alpha-tpuv6e is a Cloud TPU API runtime version" in result.log
+    creates = {"gce_instance_insert", "tpu_node_create", "queued_resource_create", "machine_boot"}
+    assert [e for e in cloud.admin.events() if e["event"] in creates] == []
+    assert dev.machines(cloud) == []

@@ -210,6 +210,7 @@ def test_empty_strings_mean_not_set() -> None:
         ({"platforms": ["gke"], **GKE, "workload_command": ["python", "job.py"]}, "workload_command: not supported"),
         ({"platforms": ["gke"], **GKE, "spot": True}, "spot: not supported"),
         ({"tpu_types": ["tpu7x-8"]}, "tpu_types: 'tpu7x-8' is TPU7x (Ironwood), provisioned on GKE only"),
+        ({"tpu_image": "projects/x/global/images/$(reboot)"}, "tpu_image"),
         ({"tpu_types": ["tpu7x-12"], "platforms": ["gke"]}, "tpu_types: 'tpu7x-12': TPU7x types are tpu7x-N"),
     ],
 )
