@@ -37,8 +37,9 @@ ZONE = "us-central1-a"
 
 
 @pytest.fixture
-def stage_scenario(tmp_path: Path) -> Path:
-    """The stage tests' default scenario (3x faster), and us-central1-a selling v6e TPU VMs on Compute Engine.
+def stage_scenario(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
+    """The stage tests' default scenario (3x faster), and us-central1-a selling v6e TPU VMs on Compute Engine
+    (``request.param`` free chips, 8 unless a test says).
 
     A scenario of this module's own: the shipped default sells no Compute Engine TPUs, so every other test's
     decisions stay what they were."""
@@ -47,7 +48,8 @@ def stage_scenario(tmp_path: Path) -> Path:
     data["maintenance"]["tpu"]["duration"] = 3600
     gpu = data["zones"][ZONE]["gpu"]
     gpu["tpu_machine_types"] = ["ct6e-standard-4t", "ct6e-standard-8t"]
-    gpu["capacity"]["tpu-v6e-slice"] = {"on_demand": 8, "spot": 8}  # in chips: one ct6e-standard-8t
+    chips = getattr(request, "param", 8)  # free v6e chips on Compute Engine; 8: one ct6e-standard-8t
+    gpu["capacity"]["tpu-v6e-slice"] = {"on_demand": chips, "spot": chips}
     path = tmp_path / "compute-tpu.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
@@ -127,4 +129,28 @@ def test_a_tpu_api_runtime_as_the_compute_engine_image_is_refused_before_anythin
     assert "v2-alpha-tpuv6e is a Cloud TPU API runtime version" in result.log
     creates = {"gce_instance_insert", "tpu_node_create", "queued_resource_create", "machine_boot"}
     assert [e for e in cloud.admin.events() if e["event"] in creates] == []
+    assert dev.machines(cloud) == []
+
+
+@pytest.mark.parametrize("stage_scenario", [0], indirect=True, ids=["no-free-chip"])
+def test_a_compute_engine_tpu_stockout_walks_to_the_next_platform(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+    """us-central1-a lists ct6e-standard-8t but has no v6e chip free: the insert stocks out (Google's
+    ZONE_RESOURCE_POOL_EXHAUSTED, seen only at create), the stockout marks v6e-8 out on Compute Engine only, and the
+    tree walks on to the run's next platform, the TPU API's v6e-8 node, where the run trains to the reference
+    weights and leaves nothing."""
+    cloud, _ = stage_stack
+    conf = {"train_steps": 20, "finetune_steps": 10}
+    result, run_key = run_dag(
+        stage_stack, tmp_path, platforms=["compute", "tpu_api"], tpu_types=["v6e-8"], zones=[ZONE], **conf
+    )
+    assert result.succeeded, result.log[-4000:]
+    events = cloud.admin.events()
+    inserts = [e for e in events if e["event"] == "gce_instance_insert"]
+    assert [(e["machine_type"], e["outcome"]) for e in inserts] == [
+        ("ct6e-standard-8t", "ZONE_RESOURCE_POOL_EXHAUSTED")
+    ]
+    nodes = [e for e in events if e["event"] == "tpu_node_create"]
+    assert len(nodes) == 1 and nodes[0]["node"].endswith(f"{run_key}-tpu"), nodes
+    assert "not on compute: v6e-8 us-central1-a on compute (ct6e-standard-8t): stockout met earlier" in result.log
+    assert final_digest(cloud, run_key) == reference(cloud, **conf)
     assert dev.machines(cloud) == []
