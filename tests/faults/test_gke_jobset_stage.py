@@ -62,6 +62,8 @@ def stage_scenario(tmp_path: Path) -> Path:
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
     data["time_scale"] = 1800
     data["maintenance"]["tpu"]["duration"] = 3600
+    # the zone sells v6e-4 VMs (ct6e-standard-4t): what a GKE TPU pool of that shape is made of (the probe asks)
+    data["zones"]["us-central1-a"]["gpu"]["tpu_machine_types"] = ["ct6e-standard-4t"]
     data["gke"] = {
         "run": True,
         "images": {"*/workload:*": {"python": ["{python}"], "python3": ["{python}"]}},

@@ -4,6 +4,11 @@ Kubernetes API server (started with the local cloud, stopped with it).
 Node pool create/delete/resize return an Operation that is RUNNING until the scenario's delay passes,
 then DONE, as GKE's long-running operations do
 (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.operations).
+
+A create whose zone x machine type is stocked out (the admin's GKE stockouts, what the autoscaler honours) ends
+as on Google: the operation DONE with the managed instance group's error ("[GCE_STOCKOUT] ... does not have
+enough resources available to fulfill the request"), the pool left in ERROR with no node, waiting for capacity
+until someone deletes it (https://cloud.google.com/kubernetes-engine/docs/troubleshooting/node-pools).
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class PoolState:
     size: int
     created: str
     status: str = "RUNNING"
+    status_message: str = ""
 
 
 @dataclass
@@ -111,6 +117,20 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
             Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""), "NoSchedule"))
             for t in config.get("taints") or []
         ],
+    )
+
+
+def stockout_message(c: ClusterState, spec: NodePoolSpec, zones: list[str]) -> str:
+    """The managed instance group's error GKE's create operation ends with in a stockout (Google's words)."""
+    instance = f"gke-{c.spec.name}-{spec.name}-{uuid.uuid4().hex[:8]}-{uuid.uuid4().hex[:4]}"
+    where = " ".join(
+        f"The zone 'projects/{c.project}/zones/{z}' does not have enough resources available to fulfill the request."
+        for z in zones
+    )
+    return (
+        "Google Compute Engine: Not all instances running in IGM after 60s. Expected 1, running 0, transitioning 1. "
+        f"Current errors: [GCE_STOCKOUT]: Instance '{instance}' creation failed: {where} "
+        "'(resource type:compute)'."
     )
 
 
@@ -217,7 +237,7 @@ class Gke:
 
     # operations -------------------------------------------------------------------------------
     def _operation(
-        self, c: ClusterState, op_type: str, target: str, delay: float, finish: Callable[[], None]
+        self, c: ClusterState, op_type: str, target: str, delay: float, finish: Callable[[], str | None]
     ) -> dict[str, Any]:
         name = f"operation-{int(time.time() * 1000)}-{uuid.uuid4().hex[:8]}"
         loc = c.spec.location
@@ -235,9 +255,11 @@ class Gke:
         self.operations[(loc, name)] = op
 
         def done() -> None:
-            finish()
+            error = finish()
             op.update(status="DONE", endTime=rfc3339())
-            self.cloud.log("gke_operation_done", operation=name, type=op_type, target=target)
+            if error:  # google.rpc.Status: code 8 RESOURCE_EXHAUSTED
+                op.update(error={"code": 8, "message": error}, statusMessage=error)
+            self.cloud.log("gke_operation_done", operation=name, type=op_type, target=target, error=error)
 
         self.cloud.after(delay, done)
         return op
@@ -247,6 +269,13 @@ class Gke:
         if op is None:
             raise not_found(f"projects/{project}/locations/{location}/operations/{name}")
         return op
+
+    @staticmethod
+    def _stocked_out(c: ClusterState, zone: str, machine_type: str) -> bool:
+        """The admin's GKE stockout of this zone x machine type (the one the cluster autoscaler honours)."""
+        # no runtime lock: the caller may hold the cloud's, which the runtime's pass takes under its own (one
+        # membership test of a set is atomic)
+        return c.runtime is not None and (zone, machine_type) in c.runtime.controllers.state.stockouts
 
     # node pool methods ------------------------------------------------------------------------
     def create_pool(self, c: ClusterState, body: dict[str, Any]) -> dict[str, Any]:
@@ -258,9 +287,15 @@ class Gke:
         state = PoolState(spec, spec.initial_nodes, rfc3339(), status="PROVISIONING")
         c.pools[spec.name] = state
 
-        def finish() -> None:
+        def finish() -> str | None:
+            stocked = [z for z in spec.zones if self._stocked_out(c, z, spec.machine_type)]
+            if stocked:
+                state.size, state.status = 0, "ERROR"
+                state.status_message = stockout_message(c, spec, stocked)
+                return state.status_message
             state.status = "RUNNING"
             nodes.sync_pool(c.kube.store, c.spec.name, spec, state.size, c.spec.kubernetes_version)
+            return None
 
         return self._operation(
             c, "CREATE_NODE_POOL", f"nodePools/{spec.name}", self.cloud.scenario.delay("gke_node_pool_create"), finish
@@ -275,6 +310,7 @@ class Gke:
         def finish() -> None:
             c.pools.pop(name, None)
             nodes.sync_pool(c.kube.store, c.spec.name, state.spec, 0, c.spec.kubernetes_version)
+            return None
 
         return self._operation(
             c, "DELETE_NODE_POOL", f"nodePools/{name}", self.cloud.scenario.delay("gke_node_pool_delete"), finish
@@ -290,6 +326,7 @@ class Gke:
             state.size = count
             state.status = "RUNNING"
             nodes.sync_pool(c.kube.store, c.spec.name, state.spec, count, c.spec.kubernetes_version)
+            return None
 
         return self._operation(
             c, "SET_NODE_POOL_SIZE", f"nodePools/{name}", self.cloud.scenario.delay("gke_resize"), finish

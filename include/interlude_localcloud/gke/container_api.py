@@ -65,6 +65,8 @@ def render_pool(c: ClusterState, p: PoolState) -> dict[str, Any]:
     }
     if s.tpu:
         pool["placementPolicy"] = {"tpuTopology": s.tpu.topology}
+    if p.status_message:
+        pool["statusMessage"] = p.status_message
     return pool
 
 

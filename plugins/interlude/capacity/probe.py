@@ -3,7 +3,10 @@
 Split from capacity.py (the report's data) because this is the only part that talks to the cloud. Each platform
 of the run (``platforms``, its order of preference) is asked only for what it can offer at all
 (:mod:`interlude.capacity.platforms`): the Cloud TPU API for TPU node types, Compute Engine for GPUs and for TPU
-machine types (``machineTypes.list``, reservations of those machine types).
+machine types (``machineTypes.list``, reservations of those machine types), GKE for the node pools the run's cluster
+can be given in a zone (GKE node pools are Compute Engine machines: the zone's machine and accelerator types,
+the region's GPU quotas; https://cloud.google.com/kubernetes-engine/docs/how-to/gpus,
+https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from interlude.capacity.report import (
     ReservationRoom,
     region_of,
 )
+from interlude.stage.jobset import has_shape
 
 
 class CapacityProbeError(RuntimeError):
@@ -251,6 +255,63 @@ class _Probe:
                 )
             )
 
+    def gke_zone(self, zone: str, tpu_types: Sequence[str], gpu_types: Sequence[str]) -> None:
+        """What a GKE node pool in the zone can be: TPU types with a single-host GKE shape whose machine type the zone
+        lists, GPUs the zone lists (quota: the region's GPU metrics, as for a GPU VM; TPU quota unknown)."""
+        from interlude.stage.jobset import SHAPES
+
+        hook = self.compute_hook
+        machines: set[str] = set()
+        accelerators: set[str] = set()
+        if hook is not None:
+            self.asked[AcceleratorKind.TPU] |= bool(tpu_types)
+            self.asked[AcceleratorKind.GPU] |= bool(gpu_types)
+            listed = self.read("compute.list_machine_types", hook.list_machine_types, zone) if tpu_types else None
+            self.offered_reads[AcceleratorKind.TPU] += listed is not None
+            machines = set(listed or ())
+            if gpu_types:
+                listed = self.read("compute.list_accelerator_types", hook.list_accelerator_types, zone)
+                self.offered_reads[AcceleratorKind.GPU] += listed is not None
+                accelerators = set(listed or ())
+                region = region_of(zone)
+                if region not in self.quotas_by_region:
+                    self.quotas_by_region[region] = self.read(
+                        "compute.get_region_quotas", hook.get_region_quotas, region
+                    )
+        for tpu_type in tpu_types:
+            machine_type = SHAPES[tpu_type].machine_type
+            self.entries.append(
+                CapacityEntry(
+                    zone=zone,
+                    accelerator_type=tpu_type,
+                    kind=AcceleratorKind.TPU,
+                    offered=machine_type in machines,
+                    stocked_out=self.stocked_out(zone, tpu_type, Platform.GKE),
+                    platform=Platform.GKE.value,
+                    machine_type=machine_type,
+                )
+            )
+        quotas = self.quotas_by_region.get(region_of(zone))
+        for gpu_type in gpu_types:
+            metric, spot_metric = GPU_QUOTA_METRICS.get(gpu_type, (None, None))
+            quota, headroom = _quota(quotas, metric)
+            spot_quota, spot_headroom = _quota(quotas, spot_metric)
+            self.entries.append(
+                CapacityEntry(
+                    zone=zone,
+                    accelerator_type=gpu_type,
+                    kind=AcceleratorKind.GPU,
+                    offered=gpu_type in accelerators,
+                    quota=quota,
+                    quota_metric=metric,
+                    quota_headroom=headroom,
+                    spot_quota=spot_quota,
+                    spot_quota_headroom=spot_headroom,
+                    stocked_out=self.stocked_out(zone, gpu_type, Platform.GKE),
+                    platform=Platform.GKE.value,
+                )
+            )
+
     def blind_families(self, zones: Sequence[str]) -> list[str]:
         """Families some platform was asked about (a hook was there) whose offered list no read returned."""
         return [
@@ -268,7 +329,8 @@ class _Asked:
     tpu_api: list[str]
     compute_tpu: list[str]
     compute_gpu: list[str]
-    gke: bool
+    gke_tpu: list[str]
+    gke_gpu: list[str]
 
     @classmethod
     def of(cls, tpu_types: Sequence[str], gpu_types: Sequence[str], platforms: Sequence[str] | None) -> _Asked:
@@ -281,7 +343,8 @@ class _Asked:
                 t for t in tpu_types if not legacy and Platform.COMPUTE in order and offers(Platform.COMPUTE, t)
             ],
             compute_gpu=list(gpu_types) if Platform.COMPUTE in order else [],
-            gke=Platform.GKE in order,
+            gke_tpu=[t for t in tpu_types if Platform.GKE in order and offers(Platform.GKE, t) and has_shape(t)],
+            gke_gpu=list(gpu_types) if Platform.GKE in order else [],
         )
 
     def notes(self, tpu_hook: bool, compute_hook: bool) -> list[str]:
@@ -298,8 +361,11 @@ class _Asked:
                 "Compute Engine TPU VM quotas are Cloud Quotas metrics (not in regions.get): quota unknown; "
                 "reservations of TPU machine types are read"
             )
-        if self.gke:
-            notes.append("GKE node pools are not read by this probe: no gke entries")
+        if Platform.GKE in self.order:
+            notes.append(
+                "GKE node pools: the zone's machine and accelerator types (a pool's nodes are Compute Engine "
+                "machines); only single-host TPU shapes Interlude renders a JobSet for are asked"
+            )
         return notes
 
 
@@ -317,8 +383,8 @@ def probe_capacity(
 
     ``platforms`` (the run's, in its order of preference) says whom to ask: ``tpu_api`` for TPU node types,
     ``compute`` for GPUs and the TPU types Compute Engine sells as machine types; None = TPU types on the TPU
-    API and GPUs on Compute Engine only (what the probe read before platforms existed). ``gke`` node pools are not
-    read here (a note says so): a run that needs GKE decides on what the GKE side reports. A stockout is
+    API and GPUs on Compute Engine only (what the probe read before platforms existed); ``gke`` for the node pools
+    (TPU shapes and GPUs) the zone can give a cluster. A stockout is
     (zone, type) on every platform or (zone, type, platform) on one.
 
     A failing read does not fail the probe: the pair gets the most honest answer left (not offered
@@ -340,6 +406,8 @@ def probe_capacity(
                     probe.compute_tpu_zone(zone, asked.compute_tpu)
                 if asked.compute_gpu:
                     probe.gpu_zone(zone, asked.compute_gpu)
+            elif platform == Platform.GKE and (asked.gke_tpu or asked.gke_gpu):
+                probe.gke_zone(zone, asked.gke_tpu, asked.gke_gpu)
     blind = probe.blind_families(zones)
     if blind:
         raise CapacityProbeError(

@@ -11,6 +11,13 @@ its ``GKEKubernetesHook`` for the cluster's Kubernetes API); the provider has no
 the Container API client's own (``create_node_pool``, ``delete_node_pool``, ``get_operation``), polled here at the
 run's pace rather than the provider's fixed 15 s.
 (https://cloud.google.com/kubernetes-engine/docs/reference/rest/v1/projects.locations.clusters.nodePools)
+
+A stockout: GKE's create operation ends with the managed instance group's error ("[GCE_STOCKOUT] ... does not
+have enough resources available to fulfill the request", ZONE_RESOURCE_POOL_EXHAUSTED) and leaves the pool in
+ERROR, still waiting for capacity (https://cloud.google.com/kubernetes-engine/docs/troubleshooting/node-pools,
+"Node pool creation fails due to resource availability"). Interlude deletes that pool and raises StockoutError,
+so the tree is walked again without the place (a GPU pool, for a portable model). A GPU pool is named
+``il-<hash>-gpu``; teardown deletes every pool of the run (``il-<hash>`` and ``il-<hash>-*``).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlude import naming
-from interlude.stage.jobset import API_VERSION, shape_for, short_name
+from interlude.stage.jobset import API_VERSION, gpu_shape_for, shape_for, short_name
 from interlude.stage.jobset import render_jobset as render
 
 log = logging.getLogger(__name__)
@@ -32,58 +39,48 @@ NAMESPACE = "default"
 JOBSET = {"group": "jobset.x-k8s.io", "version": API_VERSION.split("/")[1], "plural": "jobsets"}
 JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 OPERATION_TIMEOUT = 1800.0  # a node pool create/delete that takes longer than this fails the task, saying so
+#: What GKE's node pool create operation says when the zone has no capacity for the pool's machines.
+STOCKOUT_WORDS = ("GCE_STOCKOUT", "ZONE_RESOURCE_POOL_EXHAUSTED", "does not have enough resources available")
 
 
 def chosen(spec: Any) -> bool:
-    """The run trains on GKE: ``platforms`` names it first (the platforms decision's seam; see the README)."""
-    return bool(spec.platforms) and spec.platforms[0] == "gke"
+    """The run may train on GKE (``platforms`` names it, with a cluster): the cluster is checked first, cleaned up
+    last, and its node pools are a place the tree may choose."""
+    return "gke" in (spec.platforms or ()) and bool(spec.gke_cluster)
 
 
-def pool_name(run_key: str) -> str:
-    return short_name(run_key)
+def platforms(spec: Any) -> list[str]:
+    """The run's platforms the tree may place it on: ``gke`` only with a cluster to create node pools in."""
+    return [p for p in spec.platforms if p != "gke" or chosen(spec)]
 
 
-def decision(spec: Any) -> dict[str, Any]:
-    """The GKE leaf: the first of the run's TPU types GKE runs here, in the run's first zone (checked by the spec)."""
-    types = list(spec.tpu_types) or [c.accelerator_type for c in spec.profile().tpu_candidates]
-    tpu_type = next(t for t in types if _has_shape(t))
-    return {
-        "leaf": "tpu",
-        "kind": "tpu",
-        "platform": "gke",
-        "accelerator_type": tpu_type,
-        "zone": spec.zones[0],
-        "mode": "on_demand",
-        "cluster": spec.gke_cluster,
-        "location": spec.gke_location,
-        "trail": [f"platforms: gke first; {tpu_type} as a {shape_for(tpu_type).machine_type} node pool"],
-    }
-
-
-def _has_shape(tpu_type: str) -> bool:
-    try:
-        shape_for(tpu_type)
-        return True
-    except ValueError:
-        return False
+def pool_name(run_key: str, accelerator_type: str | None = None) -> str:
+    """``il-<hash>`` for a TPU pool, ``il-<hash>-gpu`` for a GPU pool (one run may have held both after a move)."""
+    base = short_name(run_key)
+    return f"{base}-gpu" if accelerator_type and accelerator_type.startswith("nvidia-") else base
 
 
 def machine_record(spec: Any, decided: dict[str, Any]) -> dict[str, Any]:
     name = short_name(spec.run_key)
-    return {
+    accel = decided["accelerator_type"]
+    record = {
         "kind": KIND,
         "platform": "gke",
         "name": name,
         "zone": decided["zone"],
-        "accelerator_type": decided["accelerator_type"],
+        "accelerator_type": accel,
         "mode": "on_demand",
         "runtime": spec.gke_image,
         "cluster": spec.gke_cluster,
         "location": spec.gke_location,
         "namespace": NAMESPACE,
-        "node_pool": pool_name(spec.run_key),
+        "node_pool": pool_name(spec.run_key, accel),
         "jobset": name,
     }
+    if accel.startswith("nvidia-"):
+        gpu = gpu_shape_for(accel, int(decided.get("count") or 1), decided.get("machine_type"))
+        record.update(gpu_count=gpu.count, machine_type=gpu.machine_type)
+    return record
 
 
 def hook(gcp_conn_id: str, location: str) -> Any:
@@ -109,6 +106,10 @@ def _wait(h: Any, location: str, op: Any, poll: float, what: str) -> None:
         time.sleep(poll)
         op = client.get_operation(name=name)
     if op.error and op.error.message:
+        if any(w in op.error.message for w in STOCKOUT_WORDS):
+            from interlude.hooks.errors import StockoutError
+
+            raise StockoutError(f"{what}: {op.error.message}", code=op.error.code, status="GCE_STOCKOUT")
         raise RuntimeError(f"{what}: {op.error.message}")
 
 
@@ -126,21 +127,23 @@ def provision(spec: Any, machine: dict[str, Any], gcp_conn_id: str) -> dict[str,
     """Create (or adopt) the run's node pool and JobSet; the machine record back. Idempotent."""
     from kubernetes import client as k8s
 
+    from interlude.hooks.errors import StockoutError
+
     h = hook(gcp_conn_id, machine["location"])
     parent = _parent(h, machine["cluster"], machine["location"])
-    shape = shape_for(machine["accelerator_type"])
     pool = machine["node_pool"]
     if not _pool_exists(h, parent, pool):
-        body = {
-            "name": pool,
-            "initial_node_count": 1,
-            "locations": [machine["zone"]],
-            "config": {"machine_type": shape.machine_type, "labels": naming.labels(spec.run_key, spec.dag_id)},
-            "placement_policy": {"tpu_topology": shape.topology},
-        }
-        log.info("Creating node pool %s (%s, %s) in %s", pool, shape.machine_type, shape.topology, parent)
+        body = _pool_body(spec, machine, pool)
+        log.info("Creating node pool %s (%s) in %s", pool, body["config"]["machine_type"], parent)
         op = h.get_cluster_manager_client().create_node_pool(parent=parent, node_pool=body)
-        _wait(h, machine["location"], op, spec.poll_seconds, f"node pool {pool}")
+        try:
+            _wait(h, machine["location"], op, spec.poll_seconds, f"node pool {pool} in {machine['zone']}")
+        except StockoutError:
+            # GKE keeps an errored pool waiting for capacity: the run made it, the run deletes it now
+            out = GkeTeardown()
+            _delete_one_pool(spec, h, parent, pool, out)
+            log.warning("Node pool %s stocked out; deleted it (%s)", pool, "; ".join(out.problems) or "gone")
+            raise
     body = render(
         run_key=spec.run_key,
         dag_id=spec.dag_id,
@@ -151,6 +154,8 @@ def provision(spec: Any, machine: dict[str, Any], gcp_conn_id: str) -> dict[str,
         fresh_token=spec.fresh_token,
         node_pool=pool,
         namespace=machine["namespace"],
+        gpu_count=int(machine.get("gpu_count") or 1),
+        machine_type=machine.get("machine_type"),
     )
     with h.kubernetes_hook(machine["cluster"]).get_conn() as api:
         custom = k8s.CustomObjectsApi(api)
@@ -167,6 +172,68 @@ def provision(spec: Any, machine: dict[str, Any], gcp_conn_id: str) -> dict[str,
                 raise RuntimeError(f"JobSet {machine['jobset']} exists and is not this run's") from exc
             log.info("JobSet %s exists (an earlier try made it): adopted", machine["jobset"])
     return machine
+
+
+def _pool_body(spec: Any, machine: dict[str, Any], pool: str) -> dict[str, Any]:
+    """The NodePool to create: one node of the TPU shape (its topology), or one GPU node with its accelerators.
+
+    Autoscaled at one node: a node GKE loses (a host replaced, a preemption) is asked for again by the
+    cluster autoscaler for the pending pod, and its failure ("scale.up.error.out.of.resources") shows on the pod
+    (https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility)."""
+    accel = machine["accelerator_type"]
+    config: dict[str, Any] = {"labels": naming.labels(spec.run_key, spec.dag_id)}
+    body: dict[str, Any] = {
+        "name": pool,
+        "initial_node_count": 1,
+        "locations": [machine["zone"]],
+        "autoscaling": {"enabled": True, "min_node_count": 1, "max_node_count": 1},
+        "config": config,
+    }
+    if accel.startswith("nvidia-"):
+        gpu = gpu_shape_for(accel, int(machine.get("gpu_count") or 1), machine.get("machine_type"))
+        config["machine_type"] = gpu.machine_type
+        # https://cloud.google.com/kubernetes-engine/docs/how-to/gpus#create: accelerators on the node config
+        config["accelerators"] = [{"accelerator_type": gpu.accelerator, "accelerator_count": gpu.count}]
+    else:
+        shape = shape_for(accel)
+        config["machine_type"] = shape.machine_type
+        body["placement_policy"] = {"tpu_topology": shape.topology}
+    return body
+
+
+def delete_jobset(
+    spec: Any, machine: dict[str, Any], gcp_conn_id: str, wait: Callable[[float], None] = time.sleep
+) -> None:
+    """Delete the run's JobSet (foreground) and wait until it and its pods are gone: before a move, whose JobSet
+    takes the same name on the new pool."""
+    from kubernetes import client as k8s
+
+    h = hook(gcp_conn_id, machine["location"])
+    with h.kubernetes_hook(machine["cluster"]).get_conn() as api:
+        custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+        try:
+            custom.delete_namespaced_custom_object(
+                **JOBSET,
+                namespace=machine["namespace"],
+                name=machine["jobset"],
+                body=k8s.V1DeleteOptions(propagation_policy="Foreground"),
+            )
+        except k8s.ApiException as exc:
+            if exc.status != 404:
+                raise
+        deadline = time.monotonic() + 300
+        while left := _jobset_left(custom, core, machine["jobset"]):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{', '.join(left)} still there 300s after the JobSet's delete")
+            wait(max(spec.poll_seconds, 0.2))
+
+
+def delete_pool(spec: Any, machine: dict[str, Any], gcp_conn_id: str) -> list[str]:
+    """Delete one of the run's node pools (the one a move leaves); the problems, said (teardown tries again)."""
+    h = hook(gcp_conn_id, machine["location"])
+    out = GkeTeardown()
+    _delete_one_pool(spec, h, _parent(h, machine["cluster"], machine["location"]), machine["node_pool"], out)
+    return out.problems
 
 
 @dataclass
@@ -226,14 +293,27 @@ def _jobset_left(custom: Any, core: Any, name: str) -> list[str]:
 
 
 def _delete_pool(spec: Any, h: Any, out: GkeTeardown) -> None:
-    from google.api_core.exceptions import NotFound
-
-    pool = pool_name(spec.run_key)
+    """Every node pool of the run: ``il-<hash>`` and ``il-<hash>-*`` (a TPU pool, the GPU pool a move made)."""
+    base = short_name(spec.run_key)
     try:
         parent = _parent(h, spec.gke_cluster, spec.gke_location)
+        listed = h.get_cluster_manager_client().list_node_pools(parent=parent).node_pools
+        pools = [p.name for p in listed if p.name == base or p.name.startswith(base + "-")]
+    except Exception as exc:  # noqa: BLE001 - said, and the task fails
+        out.problems.append(f"node pools of {spec.gke_cluster}: {type(exc).__name__}: {exc}")
+        return
+    for pool in pools:
+        _delete_one_pool(spec, h, parent, pool, out)
+
+
+def _delete_one_pool(spec: Any, h: Any, parent: str, pool: str, out: GkeTeardown) -> None:
+    from google.api_core.exceptions import NotFound
+
+    location = parent.split("/locations/", 1)[1].split("/", 1)[0]
+    try:
         if _pool_exists(h, parent, pool):
             op = h.get_cluster_manager_client().delete_node_pool(name=f"{parent}/nodePools/{pool}")
-            _wait(h, spec.gke_location, op, max(spec.poll_seconds, 0.2), f"delete of node pool {pool}")
+            _wait(h, location, op, max(spec.poll_seconds, 0.2), f"delete of node pool {pool}")
             out.deleted.append(f"nodePools/{pool}")
         if _pool_exists(h, parent, pool):
             out.problems.append(f"node pool {pool} is still there after its delete")
@@ -253,18 +333,3 @@ def preflight(spec: Any, gcp_conn_id: str) -> None:
         raise RunSpecError(
             [f"gke_cluster: {spec.gke_cluster!r} in gke_location {spec.gke_location!r}: {type(exc).__name__}: {exc}"]
         ) from exc
-
-
-def capacity(spec: Any, gcp_conn_id: str) -> dict[str, Any]:
-    """The cluster's node pools as GKE lists them (the run adds its own), for the choose step's log and XCom."""
-    h = hook(gcp_conn_id, spec.gke_location)
-    pools = h.get_cluster_manager_client().list_node_pools(parent=_parent(h, spec.gke_cluster, spec.gke_location))
-    return {
-        "platform": "gke",
-        "cluster": spec.gke_cluster,
-        "location": spec.gke_location,
-        "node_pools": [
-            {"name": p.name, "machine_type": p.config.machine_type, "locations": list(p.locations)}
-            for p in pools.node_pools
-        ],
-    }

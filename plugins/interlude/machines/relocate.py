@@ -90,13 +90,24 @@ def _plan(spec: RunSpec, machine: dict[str, Any], why: Why, lost: list[Place]) -
     )
 
 
-def _provision(spec: RunSpec, move: Move, gcp_conn_id: str | None) -> dict[str, Any]:
-    from interlude.machines import provisioning
+def _provision(
+    spec: RunSpec, move: Move, gcp_conn_id: str | None, current: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    from interlude.machines import gke, provisioning
     from interlude.training import tasks as lifecycle
 
     decision = move.decision.to_dict()
     if spec.spot:
         decision["mode"] = "spot"
+    if current is not None and current.get("kind") == gke.KIND:
+        # the run's JobSet keeps its name on the new place: the old one (its pending pod) goes first
+        gke.delete_jobset(spec, current, gcp_conn_id or "google_cloud_default")
+    if decision.get("platform") == "gke":  # a node pool of the new type and the run's JobSet on it
+        record = gke.provision(spec, gke.machine_record(spec, decision), gcp_conn_id or "google_cloud_default")
+        if current is not None and current.get("kind") == gke.KIND and current["node_pool"] != record["node_pool"]:
+            for problem in gke.delete_pool(spec, current, gcp_conn_id or "google_cloud_default"):
+                log.warning("The pool the run left: %s (teardown deletes it)", problem)
+        return record
     runtime = lifecycle.validate_runtime(spec, decision)["runtime"]
     record = lifecycle._machine(spec, decision, runtime).to_dict()
     lifecycle.record_intent(spec, record)
@@ -122,7 +133,7 @@ def move_run(spec: RunSpec, machine: dict[str, Any], why: Why, stage: str, gcp_c
             )
         log.warning("Moving: %s", plan.reason())
         try:
-            record = _provision(spec, plan, gcp_conn_id)
+            record = _provision(spec, plan, gcp_conn_id, machine)
         except (StockoutError, QuotaExceededError) as exc:
             log.warning("Move target %s is unavailable too (%s); walking the tree again", plan.target, exc)
             lost.append(plan.target)

@@ -4,8 +4,10 @@ The operator acts, the trigger observes (interlude.triggers.gke_stage). ``execut
 JobSet's agent runs (the same object a TPU VM's agent reads) and defers; each event carries the state and what
 to do: request a checkpoint (the control request a VM's notice writes), record the maintenance event, complete
 with the committed final checkpoint, or fail saying why. GKE itself drains the node at the maintenance window
-and the JobSet recreates the pod, so there is nothing to restart or re-provision here. ``deferrable=False``
-runs the same trigger loop on the worker.
+and the JobSet recreates the pod, so there is nothing to restart or re-provision here, unless the pool cannot get
+its node back (a stockout: MOVE): then the run moves where the tree says (interlude.machines.relocate.move_run: a
+GPU pool for a portable model) and the stage watches its JobSet there, resuming from the committed checkpoint.
+``deferrable=False`` runs the same trigger loop on the worker.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from interlude.stage.gke_observe import COMPLETE, FAIL, RECORD_EVENT, REQUEST_CHECKPOINT, GkeStageState
+from interlude.stage.gke_observe import COMPLETE, FAIL, MOVE, RECORD_EVENT, REQUEST_CHECKPOINT, GkeStageState
 
 #: Google's figure for a TPU VM's host maintenance (~1 h; interlude.stage.notice_policy), in Google-real seconds:
 #: a drained workload not back after this (scaled to the cloud's clock) plus the stall timeout fails the stage.
@@ -99,6 +101,10 @@ class GkeStage:
                 self.log.info("Checkpoint requested (%s); GKE drains the node at its window", state.request_id)
             elif action == RECORD_EVENT and event.get("event"):
                 self._record(event["event"])  # type: ignore[attr-defined]
+            elif action == MOVE:
+                self._gke_move(str(event.get("reason")))
+                if self.machine.get("kind") != "gke_jobset":  # moved off GKE: the VM stage from here on
+                    return state, self.execute(context)  # type: ignore[attr-defined]
             elif action == FAIL:
                 raise AirflowException(f"stage {self.stage} failed on GKE: {event.get('reason')}")
             elif action == COMPLETE:
@@ -106,6 +112,24 @@ class GkeStage:
                 self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
                 return state, self._publish(context, result)  # type: ignore[attr-defined]
         return state, None
+
+    def _gke_move(self, reason: str) -> None:
+        """The pool cannot get its node back: walk the tree again without this place and go there (or fail/wait)."""
+        from interlude.capacity.failover import Why
+        from interlude.machines.relocate import MoveRefused, move_run
+
+        self.log.warning("Stage %s: %s: looking for another place", self.stage, reason)
+        try:
+            spec, conn = self.run_spec, self.gcp_conn_id  # type: ignore[attr-defined]
+            self.machine = move_run(spec, self.machine, Why.STOCKOUT, self.stage, conn)
+        except MoveRefused as exc:
+            raise AirflowException(str(exc)) from exc
+        self.log.warning(
+            "Stage %s continues on %s (node pool %s) from its latest committed checkpoint",
+            self.stage,
+            self.machine["accelerator_type"],
+            self.machine.get("node_pool") or self.machine.get("name"),
+        )
 
 
 async def _first_event(trigger: Any) -> dict[str, Any]:

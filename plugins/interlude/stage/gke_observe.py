@@ -13,6 +13,12 @@ the node at the window (the workload commits its current step on SIGTERM), waits
 checks, from the workload's own progress (its boot id is the pod's uid), that it resumed from the checkpoint.
 The event it records is the VM stage's (interlude.training.events): checkpoint, downtime, steps recomputed.
 
+When the pool cannot get its node back (the host was replaced and the zone is out of the machine type), the
+cluster autoscaler says so on the pending pod: a ``FailedScaleUp`` Event "... failed: GCE out of resources"
+(its ``scale.up.error.out.of.resources``; https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility).
+Waiting would be waiting on a stockout, so the stage asks the operator to MOVE: the tree is walked again without
+that place (a GPU pool, for a portable model) and the run resumes there from its committed checkpoint.
+
 Pure: typed observations in, the next state and the operator's actions out (mypy strict, tested without
 Airflow). The trigger (interlude.triggers.gke_stage) reads the cluster and GCS.
 """
@@ -29,6 +35,9 @@ LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
 TAINT_TERMINATION = "cloud.google.com/impending-node-termination"
 RUNNING, NOTICED, DRAINING = "running", "noticed", "draining"
 REQUEST_CHECKPOINT, RECORD_EVENT, COMPLETE, FAIL = "request_checkpoint", "record_event", "complete", "fail"
+MOVE = "move"
+#: The cluster autoscaler's pod Event when a scale-up failed for lack of capacity (the zone's stockout).
+OUT_OF_RESOURCES = ("FailedScaleUp", "out of resources")
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class GkeObservation:
     progress: Mapping[str, Any]  # the workload's progress.json of this stage ({} before it starts)
     ack_step: int | None = None  # the workload's answer to the open checkpoint request
     jobset_failure: str | None = None  # the JobSet's Failed condition, said
+    scale_up_failure: str | None = None  # the autoscaler's out-of-resources Event on a pending pod of the JobSet
 
     @property
     def boot_id(self) -> str | None:
@@ -226,6 +236,13 @@ def _after_drain(
     resumed_from = int(obs.progress.get("resumed_from") or 0)
     if new_boot and pod is not None and (obs.step > resumed_from or obs.committed_step >= state.target_step):
         return _close(replace(state, event=event), obs, pod)
+    if pod is None and obs.scale_up_failure:  # the pool cannot get a node back: a stockout, move
+        return GkeStep(
+            replace(state, phase=DRAINING, event=event),
+            (MOVE,),
+            None,
+            f"the node pool cannot get its node back: {obs.scale_up_failure}",
+        )
     if obs.now - float(event["down_at"]) > down_timeout:
         return GkeStep(
             replace(state, event=event),
@@ -244,8 +261,9 @@ def observation_from(
     progress: Mapping[str, Any],
     ack_step: int | None,
     jobset: Mapping[str, Any] | None,
+    pod_events: Sequence[Mapping[str, Any]] = (),
 ) -> GkeObservation:
-    """Kubernetes objects (as dicts) and GCS facts -> an observation."""
+    """Kubernetes objects (as dicts) and GCS facts -> an observation. ``pod_events``: core/v1 Events of the pods."""
     seen_pods = tuple(
         PodSeen(
             str(p["metadata"]["name"]),
@@ -264,7 +282,24 @@ def observation_from(
         )
         for n in nodes
     }
-    return GkeObservation(now, seen_pods, seen_nodes, committed_step, progress, ack_step, jobset_failure(jobset))
+    pending = {p.name for p in seen_pods if p.phase == "Pending"}
+    failed = [
+        f"{e.get('reason')}: {e.get('message')}"
+        for e in pod_events
+        if (e.get("involvedObject") or e.get("involved_object") or {}).get("name") in pending
+        and e.get("reason") == OUT_OF_RESOURCES[0]
+        and OUT_OF_RESOURCES[1] in str(e.get("message") or "")
+    ]
+    return GkeObservation(
+        now,
+        seen_pods,
+        seen_nodes,
+        committed_step,
+        progress,
+        ack_step,
+        jobset_failure(jobset),
+        failed[0] if failed else None,
+    )
 
 
 def jobset_failure(jobset: Mapping[str, Any] | None) -> str | None:

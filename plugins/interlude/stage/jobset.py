@@ -15,6 +15,12 @@ https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus): nodeSelecto
 resource (chips per host) in requests and limits, a toleration of the ``google.com/tpu`` taint. Only
 single-host slices are rendered here (one pod, every chip of one VM); a multi-host slice needs the workers'
 coordinator wiring and is refused naming ``tpu_types``.
+
+GPU node pools (where a TPU stockout walks the tree to) follow Google's GKE GPU docs
+(https://cloud.google.com/kubernetes-engine/docs/how-to/gpus): nodeSelector ``cloud.google.com/gke-accelerator``
+(``nvidia-l4``, ``nvidia-h100-80gb``), the ``nvidia.com/gpu`` resource in limits, a toleration of the
+``nvidia.com/gpu`` taint GKE puts on GPU nodes. The pod runs the same agent on the same checkpoint prefix: the
+Orbax checkpoint a TPU pod wrote restores on the GPU pod (interlude.capacity.failover.PORTABLE_FORMATS).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ CONTAINER = "workload"
 LABEL_ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
 LABEL_TOPOLOGY = "cloud.google.com/gke-tpu-topology"
 TPU_RESOURCE = "google.com/tpu"
+GPU_LABEL_ACCELERATOR = "cloud.google.com/gke-accelerator"
+GPU_RESOURCE = "nvidia.com/gpu"
 RUN_LABEL = "interlude-run"
 #: Env naming the run's checkpoint prefix (gs://BUCKET/interlude/RUN_KEY/): for the user's eyes and tools; the
 #: agent derives every object name from --bucket and --run-key through interlude_workload.layout.
@@ -60,6 +68,50 @@ SHAPES: dict[str, GkeTpuShape] = {
     "v5litepod-4": GkeTpuShape("tpu-v5-lite-podslice", "2x2", "ct5lp-hightpu-4t", 4),
     "v5litepod-8": GkeTpuShape("tpu-v5-lite-podslice", "2x4", "ct5lp-hightpu-8t", 8),
 }
+
+
+@dataclass(frozen=True)
+class GkeGpuShape:
+    """One GKE GPU node shape: the accelerator (the node label's value), its machine type and GPUs per node."""
+
+    accelerator: str
+    machine_type: str
+    count: int
+
+
+# https://cloud.google.com/kubernetes-engine/docs/how-to/gpus (G2 carries L4, A3 High H100 80GB; the machine type
+# fixes the count) and https://cloud.google.com/compute/docs/gpus (the machine types per GPU).
+GPU_MACHINE_TYPES: dict[str, str] = {
+    "nvidia-l4": "g2-standard-8",
+    "nvidia-h100-80gb": "a3-highgpu-8g",
+    "nvidia-a100-80gb": "a2-ultragpu-1g",
+    "nvidia-tesla-t4": "n1-standard-8",
+}
+
+
+def gpu_shape_for(gpu_type: str, count: int = 1, machine_type: str | None = None) -> GkeGpuShape:
+    """The GKE node shape for ``count`` GPUs of ``gpu_type`` (the candidate's machine type, else Google's usual one)."""
+    if not gpu_type.startswith("nvidia-"):
+        raise ValueError(f"{gpu_type!r} is not a GKE GPU type (nvidia-...)")
+    machine = machine_type or GPU_MACHINE_TYPES.get(gpu_type)
+    if machine is None:
+        raise ValueError(f"{gpu_type!r}: no machine type known for it on GKE (one of {', '.join(GPU_MACHINE_TYPES)})")
+    if count < 1:
+        raise ValueError(f"{gpu_type!r}: a GPU node pool needs at least one GPU per node (got {count})")
+    return GkeGpuShape(gpu_type, machine, count)
+
+
+def has_shape(accelerator_type: str) -> bool:
+    """Interlude renders a JobSet for this type on GKE (a single-host TPU shape, or any known GPU)."""
+    try:
+        if accelerator_type.startswith("nvidia-"):
+            gpu_shape_for(accelerator_type)
+        else:
+            shape_for(accelerator_type)
+        return True
+    except ValueError:
+        return False
+
 
 # A container image reference: [registry[:port]/]path[:tag][@sha256:digest], lower-case path components.
 IMAGE_RE = re.compile(
@@ -111,22 +163,32 @@ def render_jobset(
     fresh_token: str | None = None,
     node_pool: str | None = None,
     namespace: str = "default",
+    gpu_count: int = 1,
+    machine_type: str | None = None,
 ) -> dict[str, Any]:
-    """The run's JobSet: one replicated Job of one pod on one TPU VM, running the workload's agent.
+    """The run's JobSet: one replicated Job of one pod on one TPU VM (or one GPU node), running the workload's agent.
 
+    :param tpu_type: the accelerator: a single-host TPU type (``v6e-4``) or a GPU type (``nvidia-l4``).
     :param node_pool: pin the pod to this node pool (the pool the run created); None: any pool of the shape.
+    :param gpu_count: GPUs the pod takes (GPU types only): every GPU of its node.
+    :param machine_type: the GPU node's machine type (GPU types only; None: Google's usual one for the GPU).
     """
     from interlude import naming
 
-    shape = shape_for(tpu_type)
     if (problem := image_problem(image)) is not None:
         raise ValueError(problem)
     name = short_name(run_key)
     labels = naming.labels(run_key, dag_id)
-    selector = {LABEL_ACCELERATOR: shape.accelerator, LABEL_TOPOLOGY: shape.topology}
+    if tpu_type.startswith("nvidia-"):
+        gpu = gpu_shape_for(tpu_type, gpu_count, machine_type)
+        selector = {GPU_LABEL_ACCELERATOR: gpu.accelerator}
+        chips, taint = {GPU_RESOURCE: str(gpu.count)}, GPU_RESOURCE
+    else:
+        shape = shape_for(tpu_type)
+        selector = {LABEL_ACCELERATOR: shape.accelerator, LABEL_TOPOLOGY: shape.topology}
+        chips, taint = {TPU_RESOURCE: str(shape.chips)}, TPU_RESOURCE
     if node_pool:
         selector["cloud.google.com/gke-nodepool"] = node_pool
-    chips = {TPU_RESOURCE: str(shape.chips)}
     env = [
         {"name": CHECKPOINT_PREFIX_ENV, "value": f"gs://{bucket}/{naming.checkpoint_prefix(run_key)}"},
         {"name": BOOT_ID_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
@@ -136,7 +198,7 @@ def render_jobset(
         "restartPolicy": "Never",  # a failed pod fails its Job; the JobSet recreates the Jobs (failurePolicy)
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "nodeSelector": selector,
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": [{"key": taint, "operator": "Exists", "effect": "NoSchedule"}],
         "containers": [
             {
                 "name": CONTAINER,

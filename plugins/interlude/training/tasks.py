@@ -66,15 +66,12 @@ def resolve_run(params: Mapping[str, Any], dag_id: str, run_id: str, interval_da
 def evaluate_capacity(spec: RunSpec, stockouts: list[tuple[str, str]] | None = None) -> dict[str, Any]:
     from interlude.capacity.probe import probe_capacity
 
-    if gke.chosen(spec):  # the cluster's node pools: what the run's pool joins (interlude.machines.gke)
-        return gke.capacity(spec, GCP_CONN_ID)
-
     profile = spec.profile()
     tpu_types = sorted({c.accelerator_type for c in profile.tpu_candidates})
     gpu_types = sorted({c.accelerator_type for c in (*profile.gpu_candidates, *profile.smaller_gpus)})
     tpu, compute = machine_hooks(GCP_CONN_ID)
     report = probe_capacity(
-        tpu, compute, list(spec.zones), tpu_types, gpu_types, stockouts or [], platforms=list(spec.platforms)
+        tpu, compute, list(spec.zones), tpu_types, gpu_types, stockouts or [], platforms=gke.platforms(spec)
     )
     log.info("Capacity report:\n%s", report.table())
     return report.to_dict()
@@ -84,17 +81,13 @@ def decide(spec: RunSpec, report: Mapping[str, Any], wait: Any = None) -> dict[s
     from interlude.capacity.decisions import decide as walk
     from interlude.capacity.report import CapacityReport
 
-    if gke.chosen(spec):
-        chosen = gke.decision(spec)
-        log.info("%s", "; ".join(chosen["trail"]))
-        return chosen
     decision = walk(
         CapacityReport.from_dict(report),
         spec.profile(),
         spec.strategy,
         dt.datetime.now(dt.UTC),
         wait,
-        platforms=list(spec.platforms),
+        platforms=gke.platforms(spec),
     )
     log.info("%s", decision.trail_text())
     return decision.to_dict()
@@ -283,8 +276,11 @@ def create_or_queue(spec: RunSpec, state: dict[str, Any]) -> Attempt:
     from interlude.hooks.errors import QuotaExceededError, StockoutError
     from interlude.machines import provisioning
 
-    if state["decision"].get("platform") == "gke":  # a node pool and the JobSet, named from the run key
-        return Attempt(state, gke.provision(spec, gke.machine_record(spec, state["decision"]), GCP_CONN_ID))
+    while state["decision"].get("platform") == "gke":  # a node pool and the JobSet, named from the run key
+        try:
+            return Attempt(state, gke.provision(spec, gke.machine_record(spec, state["decision"]), GCP_CONN_ID))
+        except StockoutError as exc:  # GKE's pool create met GCE_STOCKOUT: the pool is deleted, walk the tree
+            _after_stockout(spec, state, exc)
     while True:
         machine = _machine(spec, state["decision"], state["runtime"]).to_dict()
         log.info(

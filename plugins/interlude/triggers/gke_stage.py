@@ -97,9 +97,20 @@ class GkeStageTrigger(BaseTrigger):
             except ApiException as exc:
                 if exc.status != 404:  # a node GKE replaced is gone: nothing to read
                     raise
+        pod_events: list[Any] = []
+        if any((p.get("status") or {}).get("phase") == "Pending" for p in raw_pods):  # the autoscaler's word on it
+            listed = await core.list_namespaced_event(m["namespace"], field_selector="involvedObject.kind=Pod")
+            pod_events = [api.sanitize_for_serialization(e) for e in listed.items]
         facts = await asyncio.to_thread(read_stage_facts, kw["bucket"], kw["run_key"], kw["stage"], state.request_id)
         return observation_from(
-            time.time(), raw_pods, nodes, facts.committed_step, facts.progress, facts.request_ack_step, jobset
+            time.time(),
+            raw_pods,
+            nodes,
+            facts.committed_step,
+            facts.progress,
+            facts.request_ack_step,
+            jobset,
+            pod_events,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

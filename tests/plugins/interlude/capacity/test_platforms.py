@@ -8,6 +8,7 @@ machine or a GPU; the run's platform order beats the profile's type order.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import itertools
 
@@ -154,14 +155,18 @@ def test_probe_asks_each_platform_only_for_what_it_offers() -> None:
         ("compute", "nvidia-l4"),
         ("tpu_api", "v6e-8"),
         ("tpu_api", "v5p-8"),
-    }, "TPU7x is asked of no platform but GKE, whose node pools this probe does not read"
+        ("gke", "v6e-8"),
+        ("gke", "nvidia-l4"),
+    }, "TPU7x (and v5p-8) are asked of GKE only when Interlude renders a JobSet for them: not yet"
     v6e = got[("compute", "v6e-8")]
     assert v6e.offered and v6e.machine_type == "ct6e-standard-8t" and v6e.reserved == 1
     assert v6e.available and v6e.describe().startswith("us-central1-a on compute (ct6e-standard-8t): offered")
     assert not got[("compute", "v5p-8")].offered  # ct5p-hightpu-4t not listed in the zone
     assert got[("tpu_api", "v6e-8")].offered and not got[("tpu_api", "v5p-8")].offered
     assert compute.calls.count("reservations us-central1-a") == 1, "one reservations.list per zone"
-    assert any("GKE node pools are not read" in n for n in report.notes)
+    assert got[("gke", "v6e-8")].offered and got[("gke", "v6e-8")].machine_type == "ct6e-standard-8t"
+    assert got[("gke", "nvidia-l4")].offered and got[("gke", "nvidia-l4")].quota_headroom == 8.0
+    assert any("GKE node pools" in n for n in report.notes)
     assert CapacityReport.from_dict(report.to_dict()) == report
 
 
@@ -290,3 +295,30 @@ def test_the_trail_says_why_the_preferred_platform_was_passed_over() -> None:
     d = decide(report, _profile("v6e-8"), Strategy.TPU_FIRST, NOW, platforms=["tpu_api", "compute"])
     assert d.platform == "compute"
     assert d.trail[2].answer.endswith("; not on tpu_api: v6e-8 us-central1-a: stockout met earlier in this run")
+
+
+def test_gke_offers_tpu_pools_and_gpu_pools_and_a_tpu_stockout_walks_to_the_gpu_pool() -> None:
+    """The GKE offer in the tree: a v6e-4 TPU pool first; its stockout (on GKE) walks the portable model's tree to a
+    GPU pool on GKE, never to a platform the run did not name; a zone that lists no ct6e-standard-4t offers none."""
+    compute = Compute(["ct6e-standard-4t", "g2-standard-8"])
+    report = probe_capacity(None, compute, ["us-central1-a"], ["v6e-4"], ["nvidia-l4"], now=NOW, platforms=["gke"])
+    assert {(e.platform, e.accelerator_type, e.offered) for e in report.entries} == {
+        ("gke", "v6e-4", True),
+        ("gke", "nvidia-l4", True),
+    }
+    profile = get_profile("reference-portable")
+    profile = dataclasses.replace(
+        profile, tpu_candidates=(Candidate("v6e-4"),), gpu_candidates=(Candidate("nvidia-l4", 1, "g2-standard-8"),)
+    )
+    first = decide(report, profile, Strategy.TPU_FIRST, NOW, platforms=["gke"])
+    assert (first.leaf, first.platform, first.accelerator_type) == (Leaf.TPU, "gke", "v6e-4")
+    out = mark_stockout(report, "us-central1-a", "v6e-4", "gke")
+    after = decide(out, profile, Strategy.TPU_FIRST, NOW, platforms=["gke"])
+    assert (after.leaf, after.platform, after.accelerator_type) == (Leaf.GPU, "gke", "nvidia-l4")
+    assert after.machine_type == "g2-standard-8" and after.zone == "us-central1-a"
+    assert "STOCKOUT" in after.trail_text() or "stockout" in after.trail_text()
+    bare = probe_capacity(
+        None, Compute(["g2-standard-8"]), ["us-central1-a"], ["v6e-4"], [], now=NOW, platforms=["gke"]
+    )
+    assert [(e.accelerator_type, e.offered) for e in bare.entries] == [("v6e-4", False)]
+    assert decide(bare, profile, Strategy.TPU_FIRST, NOW, platforms=["gke"]).leaf in (Leaf.WAIT, Leaf.STUCK)

@@ -12,6 +12,7 @@ from interlude.stage.gke_observe import (
     COMPLETE,
     DRAINING,
     FAIL,
+    MOVE,
     NOTICED,
     RECORD_EVENT,
     REQUEST_CHECKPOINT,
@@ -117,3 +118,24 @@ def test_observation_from_kubernetes_objects() -> None:
     o = observation_from(T0, pods, nodes, 3, {"step": 4}, None, jobset)
     assert o.pods == (PodSeen("p", "u", "Running", "n1"),) and o.nodes["n1"].tainted and o.jobset_failure == "R: m"
     assert jobset_failure(None) and jobset_failure({"status": {}}) is None
+
+
+def test_a_pool_that_cannot_get_its_node_back_asks_for_a_move() -> None:
+    """After the drain, the pending pod's FailedScaleUp "GCE out of resources" (the autoscaler's stockout) is a MOVE;
+    the same Event about another pod, or a scale-up that failed for another reason, is not."""
+    drained = GkeStageState(target_step=60, phase=DRAINING, boot_id="uid-a", event={"down_at": T0, "step_at_down": 31})
+    pending = {"metadata": {"name": "js-b", "uid": "uid-b"}, "spec": {}, "status": {"phase": "Pending"}}
+
+    def event(pod: str, reason: str, message: str) -> dict[str, Any]:
+        return {"involvedObject": {"kind": "Pod", "name": pod}, "reason": reason, "message": message}
+
+    out = "Node scale up in zones us-central1-a associated with this pod failed: GCE out of resources."
+    seen = observation_from(
+        T0 + 5, [pending], [], 31, {"boot_id": "uid-a"}, None, {}, [event("js-b", "FailedScaleUp", out)]
+    )
+    moved = step(drained, seen)
+    assert moved.actions == (MOVE,) and "GCE out of resources" in moved.reason and moved.state.phase == DRAINING
+    assert moved.state.event["step_at_down"] == 31, "the event travels on: the new pod's resume closes it"
+    for other in (event("js-a", "FailedScaleUp", out), event("js-b", "FailedScaleUp", "failed: quota exceeded")):
+        quiet = observation_from(T0 + 5, [pending], [], 31, {"boot_id": "uid-a"}, None, {}, [other])
+        assert quiet.scale_up_failure is None and step(drained, quiet).actions == ()

@@ -150,3 +150,33 @@ def test_image_references(image: str, ok: bool) -> None:
     if not ok:
         with pytest.raises(ValueError):
             _jobset(image=image)
+
+
+@pytest.mark.parametrize(
+    ("gpu", "count", "machine"), [("nvidia-l4", 1, "g2-standard-8"), ("nvidia-h100-80gb", 8, "a3-highgpu-8g")]
+)
+def test_a_gpu_jobset_asks_gke_for_its_gpus_and_runs_the_same_agent_on_the_same_prefix(
+    gpu: str, count: int, machine: str
+) -> None:
+    """GKE's GPU docs: nodeSelector cloud.google.com/gke-accelerator, nvidia.com/gpu in limits, the nvidia.com/gpu
+    taint tolerated; no TPU selector or resource; the command and checkpoint prefix are the TPU JobSet's."""
+    tpu = _jobset(node_pool="il-abcdefghij")
+    obj = _jobset(tpu_type=gpu, gpu_count=count, machine_type=machine, node_pool="il-abcdefghij-gpu")
+    assert _problems(obj) == []
+    pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert pod["nodeSelector"] == {
+        "cloud.google.com/gke-accelerator": gpu,
+        "cloud.google.com/gke-nodepool": "il-abcdefghij-gpu",
+    }
+    assert container["resources"] == {
+        "requests": {"nvidia.com/gpu": str(count)},
+        "limits": {"nvidia.com/gpu": str(count)},
+    }
+    assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    tpu_pod = tpu["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert container["command"] == tpu_pod["containers"][0]["command"]
+    assert container["env"] == tpu_pod["containers"][0]["env"], "the same checkpoint prefix and boot id"
+    assert obj["metadata"]["name"] == tpu["metadata"]["name"]
+    with pytest.raises(ValueError, match="machine type"):
+        _jobset(tpu_type="nvidia-b999")
