@@ -1,0 +1,279 @@
+"""Issue 36's must-show, on the PostgreSQL/Celery stack with headless chromium: the Interlude view after a training
+run with two maintenance events and a failover, and who may see it.
+
+The run (triggered through the REST API, every param the stack tests use): a SCHEDULED host maintenance with Google's
+notice on its spot TPU in `train`, then its zone's capacity gone and the machine preempted (the run moves to the other
+zone), then a SCHEDULED maintenance in `finetune` on the moved machine. While each notice is up, the Fleet page shows
+the machine with its upcoming window and what Interlude will do (a screenshot each). After the run: the Runs page
+(its row: the zone the run ended in, the report's events and goodput), the run's Timeline (a lane per stage, a band
+group per maintenance, the failover move from the first zone to the other, the goodput figure), each checked against
+facts that do not come from the view: the report in the bucket, the local cloud's own machine history, the committed
+steps listed in the bucket. Screenshots land in var/artefacts/browser/interlude-view/.
+
+Who may see it: no session gets 401 on every page and the SVG; a logged-in user with no role (`outsider`, added by
+include/scripts/stack.py), by bearer token and by the UI's own login in the browser, gets 403 on every one of them.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from interlude import naming
+from tests.e2e.browser import Browser, chromium
+from tests.e2e.stack_fixtures import BUCKET, DAG_ID, DATA_DATE, POLL_SECONDS, TERMINAL, Stack
+from tests.e2e.test_zz_browser import log_in
+
+pytestmark = pytest.mark.e2e
+
+HOME, OTHER = "us-central1-a", "us-central2-b"
+SHOTS = "interlude-view"  # var/artefacts/browser/interlude-view/
+RUN_TIMEOUT = 1200.0
+# Google's notice for a TPU's scheduled maintenance is at least a week in truth; here 4 h of the scenario's clock
+# (24 s at 600x), long enough for a loaded machine to open the Fleet page while it is up.
+NOTICE_S = 4 * 3600
+CONF: dict[str, Any] = {
+    "bucket": BUCKET,
+    "data_date": DATA_DATE,
+    "train_steps": 400,  # 40 s of steps at least: the first notice's window comes while it trains
+    "finetune_steps": 300,
+    "checkpoint_every": 10,
+    "step_seconds": 0.1,
+    "poll_seconds": 0.5,
+    "model_size": "tiny",
+    "spot": True,
+    "zones": [HOME, OTHER],
+}
+PAGES = ("/interlude/", "/interlude/runs", f"/interlude/runs?dag_id={DAG_ID}", "/interlude/fleet")
+
+
+def admin(stack: Stack) -> Any:
+    from interlude_localcloud.testing import Admin
+
+    return Admin(stack.state["localcloud"]["api_endpoint"])
+
+
+def progress(run_key: str, stage: str) -> dict[str, Any]:
+    from interlude_workload.checkpoints import CheckpointStore
+
+    return CheckpointStore(BUCKET, run_key, stage).read_progress() or {}
+
+
+def run_machine(stack: Stack, run_key: str, zone: str) -> dict[str, Any] | None:
+    """The run's READY TPU node in `zone`, from the local cloud's own list."""
+    for m in admin(stack).machines():
+        if m["name"].startswith(run_key) and m["zone"] == zone and m["kind"] == "tpu" and m["state"] == "READY":
+            return dict(m)
+    return None
+
+
+def wait_for(stack: Stack, run_id: str, what: str, check: Callable[[], Any], timeout: float = 600) -> Any:
+    """Poll `check` until it returns something truthy; fail if the run ends first or the time is up."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        run = stack.api.run(run_id)
+        if run["state"] in TERMINAL:
+            states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
+            raise AssertionError(f"the run ended ({run['state']}) before {what}: {states}")
+        time.sleep(POLL_SECONDS)
+    raise AssertionError(f"{what}: not within {timeout:.0f}s")
+
+
+def resumed_and_stepping(stack: Stack, run_key: str) -> dict[str, Any] | None:
+    """The run's machine in the first zone once a new boot resumed train and stepped 20 past its resume point (the
+    stage has closed the maintenance event by then: a preemption now is an event of its own)."""
+    machine = run_machine(stack, run_key, HOME)
+    now = progress(run_key, "train")
+    resumed = int(now.get("resumed_from") or 0)
+    if machine and machine["boots"] >= 2 and resumed and int(now.get("step") or 0) >= resumed + 20:
+        return machine
+    return None
+
+
+def announce(stack: Stack, machine: dict[str, Any]) -> None:
+    admin(stack).maintenance("tpu", machine["zone"], machine["name"], type="SCHEDULED", notice_seconds=NOTICE_S)
+
+
+def fleet_shows_the_notice(b: Browser, stack: Stack, run_id: str, machine: dict[str, Any], shot: str) -> list[str]:
+    """The Fleet page lists the machine with its upcoming window and Interlude's plan for it; returns its cells."""
+    page = b.page
+    row = page.locator(f"tr.fleet-row[data-name='{machine['name']}']")
+    deadline = time.monotonic() + 60
+    while True:
+        page.goto(f"{stack.state['base_url']}/interlude/fleet")
+        if row.count() and row.get_attribute("data-window-start"):
+            break
+        assert time.monotonic() < deadline, "the Fleet page never showed the machine's upcoming maintenance"
+        time.sleep(1)
+    b.screenshot(shot)
+    cells = row.locator("td").all_inner_texts()
+    assert cells[:3] == ["TPU node", machine["name"], machine["zone"]], cells
+    assert run_id in cells[4] and "SCHEDULED" in cells[7], cells
+    assert cells[8].startswith("checkpoint at "), cells  # the stage's plan for this notice (plan_for_notice)
+    return cells
+
+
+def drive_the_run(b: Browser, stack: Stack, run_id: str, run_key: str) -> list[str]:
+    """Maintenance in train (Fleet shot), the failover, maintenance in finetune on the moved machine (Fleet shot)."""
+    cloud = admin(stack)
+    done = []
+    first = wait_for(
+        stack,
+        run_id,
+        "train reached step 15 on its first machine",
+        lambda: int(progress(run_key, "train").get("step") or 0) >= 15 and run_machine(stack, run_key, HOME),
+    )
+    announce(stack, first)
+    done.append(f"maintenance announced on {first['name']}")
+    fleet_shows_the_notice(b, stack, run_id, first, "fleet-upcoming-maintenance-train")
+    b.page.goto("about:blank")
+    after = wait_for(  # the maintenance came and went: a new boot resumed and trained 20 steps past its resume point
+        stack, run_id, "train stepping again after the maintenance", lambda: resumed_and_stepping(stack, run_key)
+    )
+    for tpu_type in ("v6e-8", "v5litepod-8"):
+        cloud.set_capacity(HOME, "tpu", tpu_type, on_demand=0, spot=0)
+    cloud.preempt("tpu", HOME, after["name"])
+    done.append(f"{HOME} out of TPUs, {after['name']} preempted")
+    moved = wait_for(
+        stack,
+        run_id,
+        "finetune at step 10 on the machine in the other zone",
+        lambda: int(progress(run_key, "finetune").get("step") or 0) >= 10 and run_machine(stack, run_key, OTHER),
+        timeout=900,
+    )
+    announce(stack, moved)
+    done.append(f"maintenance announced on {moved['name']}")
+    fleet_shows_the_notice(b, stack, run_id, moved, "fleet-upcoming-maintenance-finetune-moved")
+    b.page.goto("about:blank")
+    return done
+
+
+def report_of(run_key: str) -> dict[str, Any]:
+    from interlude.training import events
+    from interlude_workload import layout
+
+    raw = events.storage_client().bucket(BUCKET).blob(layout.report_object(run_key)).download_as_bytes()
+    return dict(json.loads(raw))
+
+
+def runs_page_row(b: Browser, stack: Stack, run_id: str, report: dict[str, Any]) -> None:
+    page = b.page
+    page.goto(f"{stack.state['base_url']}/interlude/runs?dag_id={DAG_ID}")
+    row = page.locator(f"tr.run[data-run-id='{run_id}']")
+    row.wait_for()
+    b.screenshot("runs")
+    assert row.get_attribute("data-state") == "success"
+    cells = row.locator("td").all_inner_texts()
+    assert report["zone"] == OTHER, report["zone"]
+    assert OTHER in cells and HOME not in cells, cells  # where the run ended up after the move
+    assert row.locator("td.events").inner_text().strip() == str(len(report["events"]))
+    assert row.locator("td.goodput").inner_text().strip() == f"{report['goodput']:.1%}"
+    total = CONF["train_steps"] + CONF["finetune_steps"]
+    assert row.locator("td.steps").inner_text().strip() == f"{total} / {total}"
+
+
+def timeline_page(b: Browser, stack: Stack, run_id: str, run_key: str, report: dict[str, Any]) -> None:
+    page, base = b.page, stack.state["base_url"]
+    page.goto(f"{base}/interlude/runs?dag_id={DAG_ID}")
+    page.locator(f"tr.run[data-run-id='{run_id}'] a.timeline-link").click()  # from the Runs page, as a person does
+    page.wait_for_url(f"**/interlude/timeline/{DAG_ID}/**")
+    picture = page.locator("svg.interlude-timeline")
+    picture.wait_for()
+    b.screenshot("timeline")
+    assert picture.get_attribute("data-run-key") == run_key
+    lanes = page.locator("g.lane.stage")
+    assert [lanes.nth(i).get_attribute("data-stage") for i in range(lanes.count())] == ["train", "finetune"]
+    # a band group per recorded event that is not a move, each where the report puts it
+    recorded = [(e["stage"], e["kind"]) for e in report["events"] if e["kind"] != "move"]
+    assert recorded.count(("train", "maintenance")) == 1 and recorded.count(("finetune", "maintenance")) == 1
+    groups = page.locator("g.event")
+    drawn = [
+        (groups.nth(i).get_attribute("data-stage"), groups.nth(i).get_attribute("data-kind"))
+        for i in range(groups.count())
+    ]
+    assert sorted(drawn) == sorted(recorded), (drawn, recorded)
+    maintenance = page.locator("g.event[data-kind='maintenance']")
+    for i in range(maintenance.count()):  # each took the machine down: a notice band and a down band
+        assert maintenance.nth(i).locator("rect.band-notice").count() == 1
+        assert maintenance.nth(i).locator("rect.band-down").count() == 1
+    # the failover move: from the first zone to the other, on train's lane
+    (move,) = [e for e in report["events"] if e["kind"] == "move"]
+    assert move["from_zone"] == HOME and move["to"].endswith(f"in {OTHER}"), move
+    marks = page.locator("g.move")
+    assert marks.count() == 1
+    assert HOME in (marks.first.get_attribute("data-from") or "") and OTHER in (
+        marks.first.get_attribute("data-to") or ""
+    )
+    assert page.locator("li.move-line").count() == 1 and OTHER in page.locator("li.move-line").inner_text()
+    for stage in ("train", "finetune"):  # a tick per committed checkpoint Orbax kept, as the bucket lists them
+        ticks = page.locator(f"g.lane.stage[data-stage='{stage}'] line.tick")
+        steps = [int(ticks.nth(i).get_attribute("data-step") or -1) for i in range(ticks.count())]
+        assert steps == committed_in_bucket_of(run_key, stage), (stage, steps)
+    goodput = page.locator("svg.interlude-timeline text.goodput")
+    assert goodput.get_attribute("data-goodput") == f"{report['goodput']:.4f}"
+    shown = goodput.evaluate("text => text.firstChild.nodeValue")
+    assert shown.strip() == f"goodput {report['goodput']:.1%}", shown
+
+
+def committed_in_bucket_of(run_key: str, stage: str) -> list[int]:
+    """The stage's finalised Orbax steps, from a raw listing of the bucket (not Interlude's checkpoint code)."""
+    import re
+
+    from interlude.training import events
+
+    prefix = f"{naming.checkpoint_prefix(run_key, stage)}checkpoints/"
+    names = [blob.name for blob in events.storage_client().list_blobs(BUCKET, prefix=prefix)]
+    return sorted(int(m[1]) for n in names if (m := re.fullmatch(re.escape(prefix) + r"(\d+)/commit_success\.txt", n)))
+
+
+def test_after_two_maintenance_events_and_a_failover_the_three_pages_tell_the_story(
+    stack: Stack, tmp_path: Any
+) -> None:
+    with chromium(tmp_path / "screenshots", SHOTS) as b:
+        log_in(b, stack.state)
+        run_id = stack.api.trigger(CONF)
+        run_key = naming.run_key(DAG_ID, run_id)
+        done = drive_the_run(b, stack, run_id, run_key)
+        run = stack.api.wait_run(run_id, RUN_TIMEOUT)
+        states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id).items()}
+        assert run["state"] == "success", (done, states)
+
+        report = report_of(run_key)
+        # The cloud's own history: machines booted in the first zone, then in the other (the move), none left.
+        booted = [str(e["machine"]) for e in admin(stack).events() if e.get("event") == "machine_boot"]
+        mine = [m for m in booted if run_key in m]
+        assert mine and mine[0].startswith(f"tpu-{HOME}-") and mine[-1].startswith(f"tpu-{OTHER}-"), mine
+        assert not [m for m in stack.machines() if m["name"].startswith(run_key)]
+        runs_page_row(b, stack, run_id, report)
+        timeline_page(b, stack, run_id, run_key, report)
+        everyone_else_is_refused(b, stack, run_id)
+    assert len(b.saved) >= 5 and all(p.stat().st_size > 0 for p in b.saved)
+
+
+def everyone_else_is_refused(b: Browser, stack: Stack, run_id: str) -> None:
+    """No session: 401 on every page and the SVG. The user with no role, by token and by the UI's login: 403."""
+    base = stack.state["base_url"]
+    paths = [*PAGES, *(f"/interlude/{kind}/{DAG_ID}/{quote(run_id, safe='')}" for kind in ("timeline", "svg"))]
+    token = stack.module.api_token(stack.state, "outsider")
+    for path in paths:
+        assert requests.get(base + path, timeout=30, allow_redirects=False).status_code == 401, path
+        outsider = requests.get(
+            base + path, headers={"Authorization": f"Bearer {token}"}, timeout=30, allow_redirects=False
+        )
+        assert outsider.status_code == 403, (path, outsider.status_code, outsider.text[:300])
+    # The same user logged in through the UI's own form: the browser's session cookie is refused too.
+    b.page.context.clear_cookies()
+    log_in(b, {**stack.state, "auth": stack.state["outsider"]})
+    for path in paths:
+        response = b.page.goto(base + path)
+        assert response is not None and response.status == 403, (path, response and response.status)
+    b.screenshot("outsider-refused")
