@@ -41,6 +41,8 @@ UNKNOWN_TEST_SECONDS = 60.0
 # only used to balance the shards, so rough figures are enough.
 STACK_TEST_SECONDS = {
     "test_after_two_maintenance_events_and_a_failover_the_three_pages_tell_the_story": 240.0,
+    "test_a_serving_run_with_a_fallback_and_a_drained_node_in_the_interlude_view": 150.0,
+    "test_no_session_gets_401_and_a_user_without_a_role_403_on_every_page": 15.0,
     "test_machines_alive_at_once_never_exceed_the_accelerator_pool": 190.0,
     "test_killed_training_task_cleared_resumes_from_checkpoint": 160.0,
     "test_triggerer_restart_during_training_still_handles_maintenance": 150.0,

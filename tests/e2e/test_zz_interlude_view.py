@@ -10,6 +10,12 @@ group per maintenance, the failover move from the first zone to the other, the g
 facts that do not come from the view: the report in the bucket, the local cloud's own machine history, the committed
 steps listed in the bucket. Screenshots land in var/artefacts/browser/interlude-view/.
 
+A serving run on the same stack (its cluster: tests/e2e/stack_fixtures.py's scenario): no TPU for the replica, so
+Interlude falls back to L4; the L4 node serving it then gets GKE's scheduled maintenance, and the Fleet page shows the
+node with the watch's steps while the watch cordons, surges and drains it. The Runs row and the Timeline (the
+fallback, the drain) are checked against the DAG's own records (the rollout's fallbacks, the watch's decisions) and
+the cluster's events (GKE's failed TPU scale-up). Screenshots in var/artefacts/browser/interlude-view-serving/.
+
 Who may see it: no session gets 401 on every page and the SVG; a logged-in user with no role (`outsider`, added by
 include/scripts/stack.py), by bearer token and by the UI's own login in the browser, gets 403 on every one of them.
 """
@@ -18,7 +24,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -277,3 +284,127 @@ def test_no_session_gets_401_and_a_user_without_a_role_403_on_every_page(stack: 
             response = b.page.goto(base + path)
             assert response is not None and response.status == 403, (path, response and response.status)
         b.screenshot("outsider-refused")
+
+
+SERVING_DAG, CLUSTER, L4 = "interlude_serving", "interlude-serving", "nvidia-l4"
+SERVING_SHOTS = "interlude-view-serving"  # var/artefacts/browser/interlude-view-serving/
+# Scenario seconds from the notice to GKE's own start of the node's maintenance: 36 s at 600x, inside the watch.
+WINDOW_IN = 6 * 3600
+
+
+@contextmanager
+def serving_cluster(stack: Stack) -> Iterator[Any]:
+    """A kubernetes client for the stack's serving cluster, through the stack's own Google connection."""
+    from interlude.hooks.gke import GKEHook
+
+    env = stack.module.component_env(stack.state)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
+        hook = GKEHook(location="us-central1")
+        with hook.kubernetes_hook(CLUSTER, project_id=stack.state["localcloud"]["project"]).get_conn() as api:
+            yield api
+
+
+def serving_export() -> str:
+    """A Hugging Face export (a fresh reference model) in the stack's bucket, as the training chain leaves one."""
+    from interlude.training import events
+    from tests.e2e.test_serving_dag import local_export
+    from tests.include.serving.standin_proc import upload_export
+
+    return upload_export(local_export(), events.storage_client(), BUCKET, "interlude/serve-view/finetune/export")
+
+
+def l4_node_serving(api: Any) -> str | None:
+    """The L4 node a Running serving pod is on (the pods' own records in the cluster)."""
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    for pod in core.list_namespaced_pod("default", label_selector="app.kubernetes.io/name=interlude-vllm").items:
+        if pod.status.phase == "Running" and pod.spec.node_name:
+            labels = core.read_node(pod.spec.node_name).metadata.labels or {}
+            if labels.get("cloud.google.com/gke-accelerator") == L4:
+                return str(pod.spec.node_name)
+    return None
+
+
+def test_a_serving_run_with_a_fallback_and_a_drained_node_in_the_interlude_view(stack: Stack, tmp_path: Any) -> None:
+    """No TPU for the replica (no v6e-1 capacity, GKE's TPU wait 10 h): Interlude falls back to L4. Then the L4 node
+    serving it gets GKE's scheduled maintenance: the Fleet page shows the node and the watch's steps (screenshot),
+    the watch cordons, surges and drains it. After the run, the Timeline shows the fallback and the drain, each as
+    the DAG's own records say (the rollout's fallbacks, the watch's decisions), and the Runs row counts them."""
+    uri = serving_export()
+    stack.api.unpause(SERVING_DAG)
+    try:
+        conf = {
+            "checkpoint_uri": uri,
+            "rollout_timeout_seconds": 600,
+            "fallback_after_seconds": 60,
+            # Cluster seconds: at the stack's 600x the default 15 minutes pass in 1.5 s and the run would go back to
+            # TPU-first (and fall back again) while it serves; a day keeps the one fallback this run is about.
+            "tpu_retry_seconds": 86400,
+            "poll_seconds": 1,
+            "watch_minutes": 1.0,
+        }
+        run_id = stack.api.trigger(conf, dag_id=SERVING_DAG)
+        with chromium(tmp_path / "screenshots", SERVING_SHOTS) as b, serving_cluster(stack) as api:
+            log_in(b, stack.state)
+            deadline = time.monotonic() + 600
+            node = None
+            while node is None:
+                node = l4_node_serving(api)
+                assert stack.api.run(run_id, SERVING_DAG)["state"] not in TERMINAL or node, "ended before serving"
+                assert time.monotonic() < deadline, "no serving pod Running on an L4 node"
+                time.sleep(POLL_SECONDS)
+            window = admin(stack).gke_node_maintenance(CLUSTER, node, notice_in=0, window_in=WINDOW_IN)
+            page = b.page
+            row = page.locator(f"tr.fleet-row[data-name='{node}']")
+            page.goto(f"{stack.state['base_url']}/interlude/fleet")
+            row.wait_for()
+            b.screenshot("fleet-gke-node-maintenance")
+            cells = row.locator("td").all_inner_texts()
+            assert cells[0] == "GKE node" and L4 in cells[3] and run_id in cells[4], cells
+            assert row.get_attribute("data-window-start"), cells  # the node's scheduled-maintenance-time
+            assert cells[7] == "scheduled-maintenance-time" and cells[8], cells
+            page.goto("about:blank")
+            run = stack.api.wait_run(run_id, RUN_TIMEOUT, dag_id=SERVING_DAG)
+            states = {t: ti["state"] for t, ti in stack.api.task_instances(run_id, SERVING_DAG).items()}
+            assert run["state"] == "success", states
+            rollout = xcom(stack, run_id, "rollout")
+            watch = xcom(stack, run_id, "maintenance_watch")
+            fallbacks = [f["action"] for f in rollout["fallbacks"]]
+            assert fallbacks == ["fall_back_to_gpu"], rollout["fallbacks"]
+            drained = [d for d in watch["decisions"] if d["kind"] == "drain" and d.get("node") == node]
+            assert drained, [(d["kind"], d.get("node")) for d in watch["decisions"]]
+            events = admin(stack).gke_events(CLUSTER)["events"]
+            assert any(e["kind"] == "ScaleUpFailed" for e in events), events[-20:]  # the TPU stockout, by GKE
+            assert not [e for e in events if e["kind"] == "Evicted" and e.get("node") == node and e["t"] >= window]
+
+            page.goto(f"{stack.state['base_url']}/interlude/runs?dag_id={SERVING_DAG}")
+            runs_row = page.locator(f"tr.run[data-run-id='{run_id}']")
+            runs_row.wait_for()
+            b.screenshot("runs-serving")
+            steps = [d for d in watch["decisions"] if d.get("kind") not in ("wait",)]
+            assert runs_row.locator("td.events").inner_text().strip() == str(len(fallbacks) + len(steps))
+            runs_row.locator("a.timeline-link").click()
+            page.wait_for_url(f"**/interlude/timeline/{SERVING_DAG}/**")
+            page.locator("svg.interlude-timeline").wait_for()
+            b.screenshot("timeline-serving")
+            assert page.locator("svg.interlude-timeline g.fallback").count() == 1
+            assert "fall_back_to_gpu" in page.locator("li.fallback-line").inner_text()
+            lines = page.locator("li.node-step-line").all_inner_texts()
+            assert any(line.startswith(f"drain {node}") for line in lines), lines
+            assert page.locator("svg.interlude-timeline g.node-step").count() == len(lines)
+            lanes = page.locator("g.lane.pods")
+            kinds = {lanes.nth(i).get_attribute("data-accelerator") for i in range(lanes.count())}
+            assert "gpu" in kinds, kinds  # the pods per accelerator the report counted
+    finally:
+        stack.api.call("PATCH", f"dags/{SERVING_DAG}", json={"is_paused": True})  # no asset-triggered runs later
+
+
+def xcom(stack: Stack, run_id: str, task_id: str) -> Any:
+    body = stack.api.call(
+        "GET",
+        f"dags/{SERVING_DAG}/dagRuns/{quote(run_id, safe='')}/taskInstances/{task_id}/xcomEntries/return_value",
+    )
+    value = body["value"]
+    return json.loads(value) if isinstance(value, str) else value
