@@ -27,7 +27,12 @@ from collections.abc import Sequence
 
 from xdist.scheduler.loadscope import LoadScopeScheduling
 
-STACK_FILES = ("tests/e2e/test_stack.py", "tests/e2e/test_zz_browser.py", "tests/e2e/test_zz_schedule.py")
+STACK_FILES = (
+    "tests/e2e/test_stack.py",
+    "tests/e2e/test_zz_browser.py",
+    "tests/e2e/test_zz_interlude_view.py",
+    "tests/e2e/test_zz_schedule.py",
+)
 PER_TEST_DIRS = ("tests/e2e/", "tests/faults/", "tests/benchmarks/", "tests/include/scripts/")
 WHOLE_FILES = ("tests/e2e/test_serving_dag.py", "tests/faults/test_provision_defers.py")  # module-scoped clouds
 DEFAULT_STACK_SHARDS = 2
@@ -35,6 +40,9 @@ UNKNOWN_TEST_SECONDS = 60.0
 # Seconds per stack test in a `make test` on the loaded 2-core machine (pytest's slowest-durations list):
 # only used to balance the shards, so rough figures are enough.
 STACK_TEST_SECONDS = {
+    "test_after_two_maintenance_events_and_a_failover_the_three_pages_tell_the_story": 240.0,
+    "test_a_serving_run_with_a_fallback_and_a_drained_node_in_the_interlude_view": 150.0,
+    "test_no_session_gets_401_and_a_user_without_a_role_403_on_every_page": 15.0,
     "test_machines_alive_at_once_never_exceed_the_accelerator_pool": 190.0,
     "test_killed_training_task_cleared_resumes_from_checkpoint": 160.0,
     "test_triggerer_restart_during_training_still_handles_maintenance": 150.0,

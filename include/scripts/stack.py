@@ -37,6 +37,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DAG_ID = "interlude_training"
 STATE_FILE = "stack.json"
 ADMIN_USER = "admin"
+# A user who may log in and read nothing (SimpleAuthManager with no role): what the Interlude view must refuse (403).
+OUTSIDER_USER = "outsider"
 # Components in start order; `down` stops them in reverse.
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer", "worker")
 sys.path.insert(0, str(ROOT / "plugins"))  # `interlude` without an installed package (CLI from a checkout)
@@ -117,7 +119,7 @@ def write_airflow_cfg(
             "fernet_key": fernet_key,
             "execution_api_server_url": f"http://127.0.0.1:{api_port}/execution/",
             "auth_manager": "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager",
-            "simple_auth_manager_users": f"{ADMIN_USER}:admin",
+            "simple_auth_manager_users": f"{ADMIN_USER}:admin,{OUTSIDER_USER}:",
             "simple_auth_manager_passwords_file": password_file,
         },
         "database": {"sql_alchemy_conn": db},
@@ -256,11 +258,11 @@ def read_state(var_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def api_token(state: dict[str, Any]) -> str:
-    """A JWT from SimpleAuthManager, the way the UI logs in."""
+def api_token(state: dict[str, Any], user: str = "auth") -> str:
+    """A JWT from SimpleAuthManager, the way the UI logs in (`user`: the state's "auth" (admin) or "outsider")."""
     import requests
 
-    auth = state["auth"]
+    auth = state[user]
     resp = requests.post(
         f"{state['base_url']}/auth/token", json={"username": auth["username"], "password": auth["password"]}, timeout=30
     )
@@ -359,7 +361,7 @@ def up(
     home, logs = var_dir / "airflow", var_dir / "logs"
     redis_port = redis_port or free_port()
     api_port, localcloud_port = api_port or free_port(), localcloud_port or free_port()
-    password = secrets.token_urlsafe(16)
+    password, outsider_password = secrets.token_urlsafe(16), secrets.token_urlsafe(16)
     state: dict[str, Any] = {
         "var_dir": str(var_dir),
         "airflow_home": str(home),
@@ -368,6 +370,7 @@ def up(
         "ports": {"postgres": None, "redis": redis_port, "api": api_port, "localcloud": localcloud_port},
         "base_url": f"http://127.0.0.1:{api_port}",
         "auth": {"username": ADMIN_USER, "password": password, "token_url": f"http://127.0.0.1:{api_port}/auth/token"},
+        "outsider": {"username": OUTSIDER_USER, "password": outsider_password},
         "pids": {},
         "started": {},
         "commands": {},
@@ -407,7 +410,7 @@ def up(
 
         password_file = home / "simple_auth_manager_passwords.json"
         home.mkdir(parents=True, exist_ok=True)
-        write_secret(password_file, json.dumps({ADMIN_USER: password}))
+        write_secret(password_file, json.dumps({ADMIN_USER: password, OUTSIDER_USER: outsider_password}))
         from cryptography.fernet import Fernet
 
         write_airflow_cfg(

@@ -67,29 +67,34 @@ def _only_loopback(route: Any) -> None:
 class Browser:
     """One page of a headless chromium, plus where its screenshots go."""
 
-    def __init__(self, page: Any, shots: Path) -> None:
+    def __init__(self, page: Any, shots: Path, artefacts: Path = ARTEFACTS) -> None:
         self.page = page
         self.shots = shots
+        self.artefacts = artefacts
         self.saved: list[Path] = []
 
     def screenshot(self, name: str) -> Path:
-        """A full-page PNG in the tmp dir, copied to var/artefacts/browser/ (same name)."""
+        """A full-page PNG in the tmp dir, copied to the session's artefact dir (same name)."""
         path = self.shots / f"{len(self.saved) + 1:02d}-{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
-        ARTEFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, ARTEFACTS / path.name)
+        self.artefacts.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, self.artefacts / path.name)
         self.saved.append(path)
         return path
 
 
 @contextmanager
-def chromium(shots: Path) -> Iterator[Browser]:
-    """A headless chromium page (1400x1000) whose traffic cannot leave 127.0.0.1."""
+def chromium(shots: Path, artefacts: str = "") -> Iterator[Browser]:
+    """A headless chromium page (1400x1000) whose traffic cannot leave 127.0.0.1.
+
+    `artefacts`: a folder of var/artefacts/browser/ for this session's screenshots (one per test that wants its own,
+    so a later browser test does not wipe them); none: var/artefacts/browser/ itself."""
     from playwright.sync_api import sync_playwright
 
     exe = chromium_path()
     shots.mkdir(parents=True, exist_ok=True)
-    for old in ARTEFACTS.glob("*.png"):  # var/artefacts/browser/ shows the latest session only
+    folder = ARTEFACTS / artefacts if artefacts else ARTEFACTS
+    for old in folder.glob("*.png"):  # the folder shows the latest session only
         old.unlink()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_FLAGS)
@@ -97,6 +102,6 @@ def chromium(shots: Path) -> Iterator[Browser]:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             context.route("**/*", _only_loopback)
             context.set_default_timeout(60_000)
-            yield Browser(context.new_page(), shots)
+            yield Browser(context.new_page(), shots, folder)
         finally:
             browser.close()

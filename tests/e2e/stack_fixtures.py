@@ -152,6 +152,12 @@ def _scenario(var_dir: Path) -> Path:
         },
     }
     data["regions"]["us-east1"] = {"quotas": {"NVIDIA_L4_GPUS": 8, "CPUS": 1200}}
+    # The serving DAG's cluster (gke_serving_run's: a TPU v6e-1 pool, an L4 pool, the vLLM stand-in), with GKE's TPU
+    # fallback wait at the 10 hours the vLLM TPU/GPU recipe warns of: the zones here hold no v6e-1, so a TPU replica
+    # never gets a node and what moves it to L4 is Interlude's fallback (tests/e2e/test_zz_interlude_view.py).
+    serving = yaml.safe_load((dev.SCENARIOS / "gke_serving_run.yaml").read_text())
+    data["gke"] = serving["gke"]
+    data["delays"] = {**data["delays"], **serving["delays"], "gke_tpu_fallback_wait": 36000}
     path = var_dir / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     return path

@@ -509,6 +509,7 @@ def test_no_file_of_the_running_stack_shows_a_secret_to_others(stack: Stack) -> 
         cfg["core"]["fernet_key"],
         cfg["api"]["secret_key"],
         stack.state["auth"]["password"],
+        stack.state["outsider"]["password"],  # the user without a role (the Interlude view's 403 test)
         (var_dir / "db-password").read_text().strip(),
     ]
     assert all(len(v) >= 16 for v in values)

@@ -43,8 +43,10 @@ def laid_out() -> Iterator[dict[str, Any]]:
         pg_port = stack.start_postgres(var_dir / "postgres", 0, password)
         home = var_dir / "airflow"
         admin_password, jwt, fernet, api_secret = "adm-" + os.urandom(8).hex(), stack.jwt_secret(), "f" * 44, "s" * 43
+        outsider_password = "out-" + os.urandom(8).hex()  # the user with no role stack.py adds
         password_file = stack.write_secret(
-            home / "simple_auth_manager_passwords.json", json.dumps({"admin": admin_password})
+            home / "simple_auth_manager_passwords.json",
+            json.dumps({stack.ADMIN_USER: admin_password, stack.OUTSIDER_USER: outsider_password}),
         )
         stack.write_airflow_cfg(
             home,
@@ -57,13 +59,19 @@ def laid_out() -> Iterator[dict[str, Any]]:
             password_file=password_file,
             db_password=password,
         )
-        stack.write_state(var_dir, {"auth": {"username": "admin", "password": admin_password}})
+        stack.write_state(
+            var_dir,
+            {
+                "auth": {"username": stack.ADMIN_USER, "password": admin_password},
+                "outsider": {"username": stack.OUTSIDER_USER, "password": outsider_password},
+            },
+        )
         yield {
             "stack": stack,
             "var_dir": var_dir,
             "pg_port": pg_port,
             "db_password": password,
-            "secrets": [password, admin_password, jwt, fernet, api_secret],
+            "secrets": [password, admin_password, outsider_password, jwt, fernet, api_secret],
         }
     finally:
         stack.stop_postgres(var_dir / "postgres")

@@ -39,6 +39,9 @@ from interlude.training.spec import RunSpec
 from interlude.triggers.stage import SERIAL_KEEP, WATCH_RETRY, StageTrigger, stage_limits, transition_event
 from interlude_workload import layout
 
+MACHINE_FIELDS = ("kind", "name", "zone", "accelerator_type")
+"""What a stage's result and the run report's return value say of the machine the run ended on."""
+
 
 class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
     """Run one stage (train, finetune) of a run on its machine and survive maintenance.
@@ -262,6 +265,8 @@ class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
             "final_uri": latest.uri,
             "metrics": latest.metrics,
             **({"export_uri": export} if export else {}),
+            # Where the stage finished: a failover may have moved it off `provision`'s machine (the Runs page's zone).
+            "machine": {k: self.machine.get(k) for k in MACHINE_FIELDS},
         }
 
     def _publish(self, context: Any, result: dict[str, Any]) -> dict[str, Any]:

@@ -421,4 +421,6 @@ def run_report(spec: RunSpec, machine: Mapping[str, Any], stages: list[Mapping[s
         "steps_recomputed": report["steps_recomputed"],
         "events": len(report["events"]),
         "goodput": report["goodput"],
+        # The machine the run ended on (after any failover move), not the one `provision` made first.
+        "machine": {k: machine.get(k) for k in ("kind", "name", "zone", "accelerator_type")},
     }

@@ -83,7 +83,8 @@ def create_app() -> FastAPI:
     read_run: Callable[..., None] = requires_access_dag(method="GET", access_entity=DagAccessEntity.RUN)
 
     @app.get("/", include_in_schema=False)
-    def index(request: Request) -> RedirectResponse:
+    def index(request: Request, user: GetUserDep) -> RedirectResponse:
+        readable_interlude_dags(user)  # like every page: no session 401, nothing readable 403 (not a redirect)
         return RedirectResponse(f"{_root(request)}/runs")
 
     @app.get("/runs", response_class=HTMLResponse)

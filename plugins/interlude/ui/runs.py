@@ -2,7 +2,8 @@
 
 Pure. The values are what the tasks already return to XCom (Airflow keeps them; nothing is written for the UI):
 training `resolve_run` (the RunSpec), `provision` (the MachineRecord), `train` / `finetune` (each stage's final
-checkpoint), `run_report` (goodput, events, steps recomputed); serving `resolve` (the ServeSpec), `rollout` (the
+checkpoint and the machine it finished on), `run_report` (goodput, events, steps recomputed, the machine the run ended
+on); serving `resolve` (the ServeSpec), `rollout` (the
 fallbacks), `maintenance_watch` (its decisions), `report` (pods per accelerator, requests). A run still going has
 fewer of them: its row shows what is known and leaves the rest blank.
 """
@@ -64,13 +65,25 @@ def _dict(value: Any) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
+def ended_on(xcoms: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The machine the run is known to be on last: a failover moves a run off `provision`'s machine, and the run
+    report and each finished stage say where it ended (`machine`). The newest that says wins; a run still in its
+    first stage shows `provision`'s (the page reads no GCS, where a move in progress is recorded)."""
+    for task in ("run_report", "finetune", "train"):
+        machine = _dict(_dict(xcoms.get(task)).get("machine"))
+        if machine.get("zone"):
+            return machine
+    return _dict(xcoms.get("provision"))
+
+
 def training_row(run: RunInfo, xcoms: Mapping[str, Any]) -> RunRow:
     from interlude.training.spec import RunSpec
 
-    raw, machine = _dict(xcoms.get("resolve_run")), _dict(xcoms.get("provision"))
+    raw = _dict(xcoms.get("resolve_run"))
     spec = RunSpec.from_dict(raw) if raw else None  # the run's params are read through RunSpec only
     report = _dict(xcoms.get("run_report"))
     stages = [_dict(xcoms.get(t)) for t in ("train", "finetune")]
+    machine = ended_on(xcoms)
     total = None
     if spec:
         total = spec.train_steps + spec.finetune_steps

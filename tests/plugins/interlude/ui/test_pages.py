@@ -72,6 +72,25 @@ def test_a_finished_training_run_row_has_every_figure() -> None:
     )
 
 
+def test_a_run_moved_by_a_failover_shows_where_it_ended_not_where_it_was_provisioned() -> None:
+    moved = {"kind": "gce_vm", "name": "k-gce", "zone": "us-central2-b", "accelerator_type": "nvidia-l4"}
+    train = {"stage": "train", "final_step": 60, "machine": moved}
+    running = {"resolve_run": SPEC, "provision": MACHINE, "train": train}
+    row = training_row(run("interlude_training", "m", "running", T0), running)
+    assert (row.platform, row.accelerator, row.zone) == ("Compute Engine", "nvidia-l4", "us-central2-b")
+    # the report says where the run ended (a second move in finetune): it wins over the stages
+    last = {"kind": "tpu_node", "name": "k-tpu", "zone": "us-west4-a", "accelerator_type": "v5litepod-8"}
+    done = {
+        **running,
+        "finetune": {"stage": "finetune", "final_step": 30, "machine": moved},
+        "run_report": {"events": 3, "goodput": 0.8, "machine": last},
+    }
+    row = training_row(run("interlude_training", "m", "success", T0), done)
+    assert (row.platform, row.accelerator, row.zone) == ("Cloud TPU", "v5litepod-8", "us-west4-a")
+    # results from before the stages said where they ran: provision's machine, as before
+    assert training_row(run("interlude_training", "o", "success", T0), {"provision": MACHINE}).zone == "us-east5-a"
+
+
 def test_a_running_training_run_shows_what_is_known() -> None:
     row = training_row(
         run("interlude_training", "r", "running", T0), {"resolve_run": SPEC, "train": {"final_step": 60}}
