@@ -425,25 +425,39 @@ GKE_CLUSTER_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 
 
 def _gke_problems(spec: RunSpec) -> list[str]:
-    """The gke platform's params, and what its stage does not do (yet), each naming its param."""
+    """The gke platform's params, and what its stage does not do (yet), each naming its param.
+
+    A value given is checked whatever ``platforms`` says (nothing unchecked reaches a URL or a manifest); the
+    three are required, and the zone and the shapes the JobSet renders checked, when gke is the first choice.
+    """
     from interlude.stage.jobset import image_problem
 
-    if not spec.platforms or spec.platforms[0] != "gke":
-        return []
+    wanted = spec.platforms[:1] == ("gke",)  # a later gke without a cluster is left out of the tree (gke.chosen)
     out: list[str] = []
-    if not spec.gke_cluster or not GKE_CLUSTER_RE.match(spec.gke_cluster):
+    if spec.gke_cluster is not None and not GKE_CLUSTER_RE.match(spec.gke_cluster):
+        out.append(f"gke_cluster: {shown(spec.gke_cluster)} is not a GKE cluster name")
+    elif wanted and not spec.gke_cluster:
         out.append(f"gke_cluster: {shown(spec.gke_cluster)} is not a GKE cluster name (required for the gke platform)")
-    if not spec.gke_location or not LOCATION_RE.match(spec.gke_location):
+    if spec.gke_location is not None and not LOCATION_RE.match(spec.gke_location):
+        out.append(f"gke_location: {shown(spec.gke_location)} is not a region or zone")
+    elif wanted and not spec.gke_location:
         out.append(f"gke_location: {shown(spec.gke_location)} is not a region or zone (required for the gke platform)")
-    elif spec.zones and not (spec.zones[0] == spec.gke_location or spec.zones[0].startswith(spec.gke_location + "-")):
+    elif (
+        wanted
+        and spec.zones
+        and spec.gke_location
+        and not (spec.zones[0] == spec.gke_location or spec.zones[0].startswith(spec.gke_location + "-"))
+    ):
         out.append(
             f"zones: {shown(spec.zones[0])} (where the run's node pool goes) is not in gke_location {spec.gke_location}"
         )
-    if not spec.gke_image:
+    if spec.gke_image is not None and image_problem(spec.gke_image) is not None:
+        out.append(
+            f"gke_image: {shown(spec.gke_image)} is not a container image reference (REGISTRY/PATH[:TAG][@sha256:DIGEST])"
+        )
+    elif wanted and not spec.gke_image:
         out.append("gke_image: required for the gke platform (the workload's container image)")
-    elif (problem := image_problem(spec.gke_image)) is not None:
-        out.append(f"gke_image: {problem}")
-    return out + _gke_type_problems(spec)
+    return out + (_gke_type_problems(spec) if wanted else [])
 
 
 def _gke_type_problems(spec: RunSpec) -> list[str]:
