@@ -97,10 +97,11 @@ def test_one_workers_maintenance_stops_the_whole_slice_at_one_step_and_it_resume
 
 
 def _assert_close_to_one_process(cloud: dev.LocalCloud, run_key: str) -> None:
-    """The slice's final weights against the uninterrupted one-process run's: equal within 5e-5 (the all-reduce
-    sums the workers' rows in another order than one process does, and 90 AdamW steps carry the float32 rounding
-    on: measured 1.2e-5 here; a worker training on the wrong rows is off by orders of magnitude more). Every
-    worker's copy is one array here: Orbax wrote the replicated weights once."""
+    """The slice's final weights against the uninterrupted one-process run's: equal within 5e-4 (the all-reduce
+    sums the workers' rows in another order than one process does, and AdamW's normalised steps carry the float32
+    rounding on: measured 1.2e-5 on one machine and 5.7e-5 on an AMD EPYC; one AdamW step moves a weight by up to
+    its learning rate, 3e-3, so a worker that trained one step on the wrong rows is outside it). Every worker's
+    copy is one array here: Orbax wrote the replicated weights once."""
     import jax
     import numpy as np
 
@@ -112,7 +113,7 @@ def _assert_close_to_one_process(cloud: dev.LocalCloud, run_key: str) -> None:
     assert pairs
     worst = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) for a, b in pairs)
     print(f"largest difference from the 1-process run: {worst:.3g}")
-    assert worst <= 5e-5, f"the slice's weights differ from the 1-process run's by {worst}"
+    assert worst <= 5e-4, f"the slice's weights differ from the 1-process run's by {worst}"
 
 
 def _final_params(cloud: dev.LocalCloud, run_key: str) -> Any:
