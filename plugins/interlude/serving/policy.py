@@ -27,6 +27,7 @@ wall clock, compared with the caller's `now` (epoch seconds); the margin is Goog
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -269,7 +270,9 @@ def _node_steps(node: NodeObs, pods: Sequence[PodObs], ctx: MaintenanceContext, 
         cordon = (
             []
             if node.cordoned
-            else [Step("cordon", node.name, f"maintenance at {at:.0f} (in {at - ctx.now:.0f} s): no new replica here")]
+            else [
+                Step("cordon", node.name, f"maintenance at {_utc(at)} (in {at - ctx.now:.0f} s): no new replica here")
+            ]
         )
         return cordon + [Step("surge", node.name, f"{len(mine)} replacement(s) elsewhere before draining", len(mine))]
     return _evacuate(node, mine, pods, at, ctx, spec)
@@ -331,3 +334,8 @@ def _after_steps(node: NodeObs, surged: int) -> list[Step]:
 def in_flight(steps: Sequence[Step]) -> bool:
     """Whether a maintenance is still being handled (a watch may end only when nothing is)."""
     return bool(steps)
+
+
+def _utc(epoch: float) -> str:
+    """The maintenance label's epoch seconds as a UTC time a person reads (``2026-12-06 09:33:28Z``)."""
+    return dt.datetime.fromtimestamp(epoch, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
