@@ -452,9 +452,7 @@ def _gke_problems(spec: RunSpec) -> list[str]:
             f"zones: {shown(spec.zones[0])} (where the run's node pool goes) is not in gke_location {spec.gke_location}"
         )
     if spec.gke_image is not None and image_problem(spec.gke_image) is not None:
-        out.append(
-            f"gke_image: {shown(spec.gke_image)} is not a container image reference (REGISTRY/PATH[:TAG][@sha256:DIGEST])"
-        )
+        out.append(f"gke_image: {shown(spec.gke_image)} is not a container image (REGISTRY/PATH[:TAG][@sha256:DIGEST])")
     elif wanted and not spec.gke_image:
         out.append("gke_image: required for the gke platform (the workload's container image)")
     return out + (_gke_type_problems(spec) if wanted else [])
