@@ -174,7 +174,8 @@ with DAG(
         if run_spec().plan_only:
             print(
                 f"Plan only: would provision {validated['decision']['accelerator_type']} in "
-                f"{validated['decision']['zone']} with runtime {validated['runtime']}; nothing was created."
+                f"{validated['decision']['zone']} with runtime {validated['runtime']} "
+                f"(platform {validated['decision'].get('platform') or 'default'}); nothing was created."
             )
             return False
         return True

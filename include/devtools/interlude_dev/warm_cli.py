@@ -131,8 +131,11 @@ class WarmServer:
         deadline = time.monotonic() + STARTUP_SECONDS
         while not os.path.exists(self.path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
+                code = self.proc.poll()
+                log = (self.dir / "server.log").read_text(errors="replace")[-3000:]  # stop() removes the directory
                 self.stop()
-                raise RuntimeError(f"the warm Airflow server did not start: {self.dir / 'server.log'}")
+                why = f"exited {code}" if code is not None else f"not listening after {STARTUP_SECONDS:.0f} s"
+                raise RuntimeError(f"the warm Airflow server did not start ({why}); its log ends:\n{log}")
             time.sleep(0.05)
 
     def start(self, request: Mapping[str, Any]) -> WarmProcess:

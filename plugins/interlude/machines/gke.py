@@ -333,3 +333,9 @@ def preflight(spec: Any, gcp_conn_id: str) -> None:
         raise RunSpecError(
             [f"gke_cluster: {spec.gke_cluster!r} in gke_location {spec.gke_location!r}: {type(exc).__name__}: {exc}"]
         ) from exc
+
+
+def cluster_version(spec: Any, gcp_conn_id: str) -> tuple[str, bool]:
+    """The cluster's GKE version (its control plane's; new node pools take it) and whether it is Autopilot."""
+    cluster = hook(gcp_conn_id, spec.gke_location).get_cluster(name=spec.gke_cluster)
+    return str(cluster.current_master_version), bool(cluster.autopilot.enabled)

@@ -59,7 +59,7 @@ class GkeTpuShape:
     chips: int
 
 
-# https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus (single-host rows: v6e and v5e 1/4/8 chips).
+# https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus (single-host rows: v6e and v5e 1/4/8 chips, TPU7x).
 SHAPES: dict[str, GkeTpuShape] = {
     "v6e-1": GkeTpuShape("tpu-v6e-slice", "1x1", "ct6e-standard-1t", 1),
     "v6e-4": GkeTpuShape("tpu-v6e-slice", "2x2", "ct6e-standard-4t", 4),
@@ -67,6 +67,9 @@ SHAPES: dict[str, GkeTpuShape] = {
     "v5litepod-1": GkeTpuShape("tpu-v5-lite-podslice", "1x1", "ct5lp-hightpu-1t", 1),
     "v5litepod-4": GkeTpuShape("tpu-v5-lite-podslice", "2x2", "ct5lp-hightpu-4t", 4),
     "v5litepod-8": GkeTpuShape("tpu-v5-lite-podslice", "2x4", "ct5lp-hightpu-8t", 8),
+    # Ironwood: one 4-chip VM, tpu7x-standard-4t, topology 2x2x1 (2 TensorCores a chip: tpu7x-8);
+    # https://cloud.google.com/kubernetes-engine/docs/concepts/tpu-ironwood, https://cloud.google.com/tpu/docs/tpu7x
+    "tpu7x-8": GkeTpuShape("tpu7x", "2x2x1", "tpu7x-standard-4t", 4),
 }
 
 

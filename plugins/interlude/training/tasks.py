@@ -102,7 +102,8 @@ def validate_runtime(spec: RunSpec, decision: Mapping[str, Any]) -> dict[str, An
     from interlude import runtimes
 
     accel, zone, platform = decision["accelerator_type"], decision["zone"], decision.get("platform")
-    if platform == "gke":  # the image is the runtime; its shape was checked with the params
+    if platform == "gke":  # the image is the runtime (its shape checked with the params); the cluster's version
+        _check_gke_version(spec, decision)
         log.info("Runtime on GKE: image %s for %s in %s", spec.gke_image, accel, zone)
         return {"decision": dict(decision), "runtime": spec.gke_image}
     offered = None
@@ -119,6 +120,19 @@ def validate_runtime(spec: RunSpec, decision: Mapping[str, Any]) -> dict[str, An
         raise RunSpecError([f"{param} / framework: {check.message()}"])
     log.info("Runtime check passed: %s on %s in %s (%s)", check.runtime, accel, zone, spec.framework)
     return {"decision": dict(decision), "runtime": check.runtime}
+
+
+def _check_gke_version(spec: RunSpec, decision: Mapping[str, Any]) -> None:
+    """A TPU node pool the cluster's GKE version predates is refused before it is asked for, naming gke_cluster."""
+    from interlude.runtimes.gke import version_problem
+    from interlude.stage.jobset import SHAPES
+
+    shape = SHAPES.get(decision["accelerator_type"]) if decision["kind"] == "tpu" else None
+    if shape is None:
+        return
+    version, autopilot = gke.cluster_version(spec, GCP_CONN_ID)
+    if (problem := version_problem(shape.accelerator, version, autopilot)) is not None:
+        raise RunSpecError([f"gke_cluster: {spec.gke_cluster}: {problem}"])
 
 
 def _machine(spec: RunSpec, decision: Mapping[str, Any], runtime: str) -> Any:

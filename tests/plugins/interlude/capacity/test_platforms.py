@@ -156,8 +156,9 @@ def test_probe_asks_each_platform_only_for_what_it_offers() -> None:
         ("tpu_api", "v6e-8"),
         ("tpu_api", "v5p-8"),
         ("gke", "v6e-8"),
+        ("gke", "tpu7x-8"),
         ("gke", "nvidia-l4"),
-    }, "TPU7x (and v5p-8) are asked of GKE only when Interlude renders a JobSet for them: not yet"
+    }, "TPU7x of GKE only, v5p-8 of GKE only when Interlude renders a JobSet for it: not yet"
     v6e = got[("compute", "v6e-8")]
     assert v6e.offered and v6e.machine_type == "ct6e-standard-8t" and v6e.reserved == 1
     assert v6e.available and v6e.describe().startswith("us-central1-a on compute (ct6e-standard-8t): offered")
@@ -165,6 +166,7 @@ def test_probe_asks_each_platform_only_for_what_it_offers() -> None:
     assert got[("tpu_api", "v6e-8")].offered and not got[("tpu_api", "v5p-8")].offered
     assert compute.calls.count("reservations us-central1-a") == 1, "one reservations.list per zone"
     assert got[("gke", "v6e-8")].offered and got[("gke", "v6e-8")].machine_type == "ct6e-standard-8t"
+    assert not got[("gke", "tpu7x-8")].offered  # tpu7x-standard-4t not listed in the zone
     assert got[("gke", "nvidia-l4")].offered and got[("gke", "nvidia-l4")].quota_headroom == 8.0
     assert any("GKE node pools" in n for n in report.notes)
     assert CapacityReport.from_dict(report.to_dict()) == report

@@ -126,7 +126,7 @@ def test_rendering_is_pure_and_repeatable() -> None:
     assert _jobset() == again
 
 
-@pytest.mark.parametrize("tpu_type", ["v6e-16", "v5p-8", "v4-8", "tpu7x-8", ""])
+@pytest.mark.parametrize("tpu_type", ["v6e-16", "v5p-8", "v4-8", "tpu7x-16", ""])
 def test_types_gke_does_not_run_here_are_refused_saying_which_are(tpu_type: str) -> None:
     with pytest.raises(ValueError, match="v6e-4"):
         shape_for(tpu_type)
@@ -180,3 +180,13 @@ def test_a_gpu_jobset_asks_gke_for_its_gpus_and_runs_the_same_agent_on_the_same_
     assert obj["metadata"]["name"] == tpu["metadata"]["name"]
     with pytest.raises(ValueError, match="machine type"):
         _jobset(tpu_type="nvidia-b999")
+
+
+def test_an_ironwood_pod_asks_for_one_4_chip_tpu7x_vm() -> None:
+    """tpu7x-8 (2 TensorCores a chip) is one tpu7x-standard-4t VM, topology 2x2x1 (GKE's Ironwood page)."""
+    js = _jobset(tpu_type="tpu7x-8", node_pool="il-abcdefghij")
+    pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-accelerator"] == "tpu7x"
+    assert pod["nodeSelector"]["cloud.google.com/gke-tpu-topology"] == "2x2x1"
+    (container,) = pod["containers"]
+    assert container["resources"]["limits"] == {"google.com/tpu": "4"}
