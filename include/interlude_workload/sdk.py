@@ -190,6 +190,7 @@ class Checkpointer(ProgressReporting, Holding, Workers):
         orbax_io.bind(self.store)  # this process's Orbax writes where its store reads
         self._manager = orbax_io.open_manager(self.store, async_saves=self.async_saves)
         restored = self.restore(target=target)
+        restored_at = time.time()  # the "resume point" line's moment, also in progress (the log may upload later)
         self._agree_on_resume(restored)
         if restored is not None:
             self._last_committed = restored.step
@@ -223,6 +224,7 @@ class Checkpointer(ProgressReporting, Holding, Workers):
             total_steps=self.total_steps,
             state="starting",
             stepping_at_epoch=round(time.time(), 3),  # the loop steps from here (the report's "resumed_at")
+            restored_at_epoch=round(restored_at, 3) if restored is not None else None,
         )
         if self.control_requests and self.workers.primary:
             self._spawn(self._control_loop, "interlude-control")

@@ -218,10 +218,12 @@ class StageActions:
             return event
         try:
             log = self._store.read_log(tail_chunks=2)
+            restored = events.restore_finished(log, event)
+            if restored is None:  # the log's upload can trail the progress that closed the event (seen under load)
+                restored = events.restore_stamped(self._store.read_progress() or {}, event)
         except Exception as exc:  # noqa: BLE001 - a detail of the record, not a reason to fail the stage
             self.log.info("Workload log unreadable (%s): the event is recorded without its restore time", exc)
             return event
-        restored = events.restore_finished(log, event)
         return event if restored is None else {**event, "restored_at": restored}
 
     def _request_checkpoint(self, state: StageState) -> None:

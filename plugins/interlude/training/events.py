@@ -62,6 +62,15 @@ def restore_finished(log: str, event: Mapping[str, Any]) -> float | None:
     return min(max(times[-1], float(up)), float(resumed)) if times else None
 
 
+def restore_stamped(progress: Mapping[str, Any], event: Mapping[str, Any]) -> float | None:
+    """When the new boot finished its restore, by the SDK's stamp in its progress (``restored_at_epoch``, taken as
+    it logs "resume point"), for the event's boot only, held between its boot and its first step. None otherwise."""
+    up, resumed, stamp = event.get("up_at"), event.get("resumed_at"), progress.get("restored_at_epoch")
+    if stamp is None or up is None or resumed is None or progress.get("boot_id") != event.get("boot_id"):
+        return None
+    return min(max(float(stamp), float(up)), float(resumed))
+
+
 def load_events(bucket: str, run_key: str) -> list[dict[str, Any]]:
     client = storage_client()
     blobs = sorted(client.list_blobs(bucket, prefix=events_prefix(run_key)), key=lambda b: b.name)

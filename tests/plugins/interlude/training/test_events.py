@@ -75,3 +75,17 @@ def test_the_restore_time_is_the_new_boots_resume_point_line() -> None:
     assert restore_finished(log, {**event, "resumed_from_step": 20}) is None
     # Held between the boot and the first step: a line before the boot (clock skew) is the boot.
     assert restore_finished(log, {**event, "up_at": t0 + 16.5}) == t0 + 16.5
+
+
+def test_the_restore_time_falls_back_to_the_boots_own_progress_stamp() -> None:
+    """The log's upload can trail the progress that closed the event (seen under load: the event went without its
+    restore time): the SDK's ``restored_at_epoch`` of the same boot gives it, held between boot and first step."""
+    from interlude.training.events import restore_stamped
+
+    t0 = 1796460900.0
+    event = {"boot_id": "b2", "resumed_from_step": 10, "up_at": t0 + 16.3, "resumed_at": t0 + 30.0}
+    progress = {"boot_id": "b2", "restored_at_epoch": t0 + 29.5}
+    assert restore_stamped(progress, event) == pytest.approx(t0 + 29.5)
+    assert restore_stamped({**progress, "boot_id": "b3"}, event) is None  # a later boot's stamp is not this one's
+    assert restore_stamped({"boot_id": "b2"}, event) is None
+    assert restore_stamped({**progress, "restored_at_epoch": t0 + 40}, event) == t0 + 30.0
