@@ -269,18 +269,32 @@ def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(bucket: 
 
 
 def test_a_late_wake_up_is_taken_off_the_next_steps_sleep(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every sleep ends 10 ms late (a loaded host): paced steps keep their length on average (a step stands for an
-    accelerator's compute), where carrying nothing made each of them 10 ms longer."""
-    real_sleep = time.sleep
-    monkeypatch.setattr(time, "sleep", lambda seconds: real_sleep(seconds + 0.01))
+    """Every sleep ends 1/128 s late (a loaded host): paced steps keep their length on average (a step stands for
+    an accelerator's compute), where carrying nothing made each of them that much longer. On a clock of its own
+    (binary fractions, so the sums are exact): the real clock on a busy machine adds lateness of its own."""
+    import interlude_workload.sdk_holds as holds
+
+    step, late = 1 / 16, 1 / 128
+
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def monotonic(cls) -> float:
+            return cls.now
+
+        @classmethod
+        def sleep(cls, seconds: float) -> None:
+            cls.now += seconds + late
+
     ckpt = Checkpointer(bucket, "pace-late", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
-    wall = time.monotonic()
+    monkeypatch.setattr(holds, "time", Clock)
     for _ in range(20):
-        ckpt.pace(time.monotonic(), step_seconds=0.05)
-    wall = time.monotonic() - wall
-    monkeypatch.setattr(time, "sleep", real_sleep)
+        ckpt.pace(Clock.monotonic(), step_seconds=step)
+    monkeypatch.undo()
     ckpt.close()
-    assert 1.0 <= wall < 1.12, f"20 steps of 50 ms took {wall:.3f} s (1.2 s when each wake-up's lateness stays)"
+    # only the last step's lateness stays; carrying nothing would make it 20 * (step + late)
+    assert Clock.now == 20 * step + late, f"20 steps of {step} s took {Clock.now} s"
 
 
 def test_a_step_whose_own_work_overran_is_not_made_up_later(bucket: str) -> None:
