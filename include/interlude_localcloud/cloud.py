@@ -85,6 +85,8 @@ class Cloud(Maintenance):
         self.lock = threading.RLock()
         # (zone, cap_type, spot, kind) -> accelerator units GKE nodes hold there; set by the GKE facet
         self.node_units: Callable[[str, str, bool, str], int] | None = None
+        # GKE's nodes as Compute Engine instances (interlude_localcloud.gke.node_vms.GkeNodeVms); set by the GKE facet
+        self.gke_nodes: Any = None
         self.changed = threading.Condition(self.lock)
         self.machines: dict[tuple[str, str, str], Machine] = {}
         self.operations: dict[str, dict[str, Any]] = {}  # TPU operations by full name

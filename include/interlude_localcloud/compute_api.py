@@ -32,6 +32,7 @@ from interlude_localcloud.compute_updates import (
     register_unimplemented,
 )
 from interlude_localcloud.errors import ApiError, already_exists, invalid
+from interlude_localcloud.gke.node_vms import gke_node_maintenance
 from interlude_localcloud.server import Request, Response, Router
 
 
@@ -265,6 +266,10 @@ class ComputeApi(ComputeBase):
             return Response(dict(op), "Operation")
 
     def simulate_maintenance(self, req: Request) -> Response:
+        extended = req.query.get("withExtendedNotifications", "").lower() == "true"
+        node = gke_node_maintenance(self, req, extended)
+        if node is not None:
+            return node
         with self.cloud.lock:
             m = self.instance_of(req)
             if m.resource["status"] != "RUNNING":
@@ -272,7 +277,6 @@ class ComputeApi(ComputeBase):
                     400, "The instance must be RUNNING to simulate a maintenance event.", reason="resourceNotReady"
                 )
             op = self.new_op(m.zone, "simulateMaintenanceEvent", m, m.name)
-            extended = req.query.get("withExtendedNotifications", "").lower() == "true"
             policy = (m.resource.get("scheduling") or {}).get("onHostMaintenance", "MIGRATE")
             if extended:  # the notice first, as before real maintenance
                 mtype, notice = self.cloud.choose_maintenance("gce")

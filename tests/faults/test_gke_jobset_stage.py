@@ -31,6 +31,7 @@ from interlude_dev import wiring as dev
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BUCKET,
     final_digest,
+    held_and_resumed,
     reference,
     run_dag,
     stage_airflow_db,
@@ -207,6 +208,50 @@ def test_a_v6e_jobset_trains_and_fine_tunes_through_a_scheduled_node_maintenance
         n.metadata.labels.get("cloud.google.com/gke-nodepool") for n in core.list_node().items
     }
     assert os.environ.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT")
+
+
+def test_a_drill_on_gke_goes_to_the_pods_node_in_each_stage_and_resumes_where_the_workload_held(
+    stage_stack: Any,  # noqa: F811
+    kube: tuple[Any, k8s.ApiClient],
+    tmp_path: Path,
+) -> None:
+    """``drill_maintenance`` on GKE: the workload holds at the drill step, Interlude has Compute Engine simulate a
+    host maintenance on the VM under the pod's node, GKE labels the node, drains it at the window and the JobSet's
+    new pod resumes at the held step. Judged from the cloud's own logs (a Compute simulateMaintenanceEvent on a
+    node of the run's pool per stage, the node's maintenance, the pod's eviction) and the workload's own log."""
+    cloud, _ = stage_stack
+    hook, api = kube
+    result, run_key = run_dag(stage_stack, tmp_path, timeout=900, drill_maintenance=True, **GKE_CONF)
+    assert result.succeeded, result.log[-6000:]
+
+    drills = [e for e in cloud.admin.events() if e["event"] == "gke_node_maintenance"]
+    assert len(drills) == 2, f"one simulated maintenance per stage: {drills}"
+    events = cloud.admin.gke_events(CLUSTER)["events"]
+    for drill in drills:
+        phases = {e.get("phase") for e in events if e["kind"] == "NodeMaintenance" and e.get("node") == drill["node"]}
+        assert {"scheduled", "terminating"} <= phases, (drill, events[-30:])
+    assert [e for e in events if e["kind"] == "Evicted"], events[-30:]
+
+    report = dev.read_report(cloud, BUCKET, run_key)
+    assert report is not None and report["steps_recomputed"] == 0, report
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for event in report["events"]:
+        by_stage.setdefault(event["stage"], []).append(event)
+    assert set(by_stage) == {"train", "finetune"}, report["events"]
+    for stage, stage_events in by_stage.items():
+        held, resumed = held_and_resumed(workload_log(cloud, run_key, stage))
+        assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
+        (event,) = stage_events
+        assert event["drill"] is True and event["kind"] == "maintenance" and event["platform"] == "gke", event
+        assert event["node"] in {d["node"] for d in drills}, (event, drills)
+        assert event["resumed_from_step"] == held[0] and held[0] in resumed, (held, resumed, event)
+        assert event["steps_recomputed"] == 0 and event["downtime_s"] > 0, event
+    assert final_digest(cloud, run_key) == reference(cloud)
+
+    custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+    assert custom.list_namespaced_custom_object(**JS, namespace="default")["items"] == []
+    assert core.list_namespaced_pod("default").items == []
+    assert _pools(hook) == ["default-pool"], "the run's node pool is gone, the cluster's own stays"
 
 
 def test_a_cluster_that_does_not_exist_is_refused_naming_the_param_before_anything_is_created(

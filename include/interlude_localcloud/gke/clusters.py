@@ -151,7 +151,10 @@ class Gke:
             )
 
     def start(self) -> None:
+        from interlude_localcloud.gke.node_vms import GkeNodeVms
+
         self.cloud.node_units = self.node_units
+        self.cloud.gke_nodes = GkeNodeVms(self)
         for c in self.clusters.values():
             c.kube.start()
             for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):

@@ -17,7 +17,16 @@ from typing import Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from interlude.stage.gke_observe import COMPLETE, FAIL, MOVE, RECORD_EVENT, REQUEST_CHECKPOINT, GkeStageState
+from interlude.stage.gke_observe import (
+    COMPLETE,
+    DRILL,
+    DRILL_PENDING,
+    FAIL,
+    MOVE,
+    RECORD_EVENT,
+    REQUEST_CHECKPOINT,
+    GkeStageState,
+)
 
 #: Google's figure for a TPU VM's host maintenance (~1 h; interlude.stage.notice_policy), in Google-real seconds:
 #: a drained workload not back after this (scaled to the cloud's clock) plus the stall timeout fails the stage.
@@ -53,16 +62,22 @@ class GkeStage:
     def execute_gke(self, context: Any) -> Any:
         from interlude_workload.plan import write_plan
 
-        uri = write_plan(self.bucket, self.run_key, self._plan(None))  # type: ignore[attr-defined]
+        drill_step = self._drill_step()  # type: ignore[attr-defined]
+        uri = write_plan(self.bucket, self.run_key, self._plan(drill_step))  # type: ignore[attr-defined]
         self.log.info(
-            "Stage %s handed to JobSet %s on node pool %s (cluster %s): %s",
+            "Stage %s handed to JobSet %s on node pool %s (cluster %s): %s%s",
             self.stage,
             self.machine["jobset"],
             self.machine["node_pool"],
             self.machine["cluster"],
             uri,
+            f" (maintenance drill at step {drill_step})" if drill_step else "",
         )
-        state = GkeStageState(target_step=self.steps)  # type: ignore[attr-defined]
+        state = GkeStageState(
+            target_step=self.steps,  # type: ignore[attr-defined]
+            drill=DRILL_PENDING if drill_step else None,
+            drill_step=drill_step,
+        )
         if not self.deferrable:  # type: ignore[attr-defined]
             return self._gke_sync(context, state)
         self.defer(trigger=self._gke_trigger(state), method_name="execute_gke_complete")  # type: ignore[attr-defined]
@@ -94,11 +109,8 @@ class GkeStage:
         actions = list(event.get("actions") or [])
         self.log.info("stage %s on GKE: %s -> %s", self.stage, event.get("reason"), ", ".join(actions))
         for action in actions:
-            if action == REQUEST_CHECKPOINT:
-                assert state.request_id
-                node = (state.event or {}).get("node")
-                self._store.request_checkpoint(state.request_id, reason=f"GKE maintenance notice on {node}")  # type: ignore[attr-defined]
-                self.log.info("Checkpoint requested (%s); GKE drains the node at its window", state.request_id)
+            if action in (REQUEST_CHECKPOINT, DRILL):
+                self._gke_ask(action, state)
             elif action == RECORD_EVENT and event.get("event"):
                 self._record(event["event"])  # type: ignore[attr-defined]
             elif action == MOVE:
@@ -112,6 +124,18 @@ class GkeStage:
                 self.log.info("Stage %s complete: %s", self.stage, result["final_uri"])
                 return state, self._publish(context, result)  # type: ignore[attr-defined]
         return state, None
+
+    def _gke_ask(self, action: str, state: GkeStageState) -> None:
+        """Ask the workload for a checkpoint (the control request a VM's notice writes), or send the drill to the VM
+        under the pod's node (GKE then shows the maintenance on the node)."""
+        if action == REQUEST_CHECKPOINT:
+            assert state.request_id
+            node = (state.event or {}).get("node")
+            self._store.request_checkpoint(state.request_id, reason=f"GKE maintenance notice on {node}")  # type: ignore[attr-defined]
+            self.log.info("Checkpoint requested (%s); GKE drains the node at its window", state.request_id)
+        else:
+            assert state.drill_zone and state.drill_node
+            self._send_drill(state.drill_step, state.drill_zone, state.drill_node, "gce_vm")  # type: ignore[attr-defined]
 
     def _gke_move(self, reason: str) -> None:
         """The pool cannot get its node back: walk the tree again without this place and go there (or fail/wait)."""

@@ -141,23 +141,25 @@ class StageActions:
         )
 
     def _drill(self, state: StageState) -> None:
-        """simulateMaintenanceEvent while the workload holds at the drill step; the plan loses its hold,
-        so a later boot that resumes before that step does not hold again."""
+        """simulateMaintenanceEvent while the workload holds at the drill step."""
+        self._send_drill(state.drill_step, self.machine["zone"], self.machine["name"], self.machine["kind"])
+
+    def _send_drill(self, step: int | None, zone: str, name: str, kind: str) -> None:
+        """The drill marker, the plan without its hold (a later boot that resumes before the drill step does not
+        hold again), then simulateMaintenanceEvent on the machine: a Compute Engine instance (``gce_vm``: a GPU or
+        TPU VM, or a GKE node's VM) through Compute Engine, a TPU node (or a queued resource's) through the TPU API."""
         from interlude_workload.plan import write_plan
 
         self._store.bucket.blob(layout.drill_marker(self.run_key, self.stage)).upload_from_string(
-            json.dumps({"drill": "simulateMaintenanceEvent", "step": state.drill_step}), content_type="application/json"
+            json.dumps({"drill": "simulateMaintenanceEvent", "step": step, "machine": name}),
+            content_type="application/json",
         )
         write_plan(self.bucket, self.run_key, self._plan(None))
-        zone, name = self.machine["zone"], self.machine["name"]
         self.log.info(
-            "Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s",
-            state.drill_step,
-            name,
-            zone,
+            "Maintenance drill: the workload holds at step %s; simulateMaintenanceEvent on %s in %s", step, name, zone
         )
         tpu, compute = machine_hooks(self.gcp_conn_id)
-        if self.machine["kind"] == "gce_vm":
+        if kind == "gce_vm":
             compute.simulate_maintenance_event(zone, name)
         else:
             tpu.simulate_maintenance_event(zone, name)

@@ -13,6 +13,11 @@ the node at the window (the workload commits its current step on SIGTERM), waits
 checks, from the workload's own progress (its boot id is the pod's uid), that it resumed from the checkpoint.
 The event it records is the VM stage's (interlude.training.events): checkpoint, downtime, steps recomputed.
 
+A maintenance drill (``drill_maintenance``) is the VM stage's: the workload holds at the drill step, and the
+stage has Compute Engine simulate a host maintenance on the VM under the pod's node (a GKE node is a Compute
+Engine instance of that name; https://cloud.google.com/compute/docs/instances/simulating-host-maintenance); GKE
+then shows it as it shows a real one, and the event it opens is the drill's.
+
 When the pool cannot get its node back (the host was replaced and the zone is out of the machine type), the
 cluster autoscaler says so on the pending pod: a ``FailedScaleUp`` Event "... failed: GCE out of resources"
 (its ``scale.up.error.out.of.resources``; https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility).
@@ -35,7 +40,11 @@ LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
 TAINT_TERMINATION = "cloud.google.com/impending-node-termination"
 RUNNING, NOTICED, DRAINING = "running", "noticed", "draining"
 REQUEST_CHECKPOINT, RECORD_EVENT, COMPLETE, FAIL = "request_checkpoint", "record_event", "complete", "fail"
-MOVE = "move"
+MOVE, DRILL = "move", "drill"
+#: A drill's states, as interlude.stage.model.Drill's values: asked for; sent (simulateMaintenanceEvent); its
+#: maintenance event opened.
+DRILL_PENDING, DRILL_SENT, DRILL_DONE = "pending", "sent", "done"
+ZONE_LABEL = "topology.kubernetes.io/zone"
 #: The cluster autoscaler's pod Event when a scale-up failed for lack of capacity (the zone's stockout).
 OUT_OF_RESOURCES = ("FailedScaleUp", "out of resources")
 
@@ -98,6 +107,11 @@ class GkeStageState:
     last_change_at: float | None = None  # when progress last moved (stall watch)
     request_id: str | None = None
     event: dict[str, Any] | None = None
+    drill: str | None = None  # DRILL_PENDING | DRILL_SENT | DRILL_DONE; None: no drill in this stage
+    drill_step: int | None = None  # the step the workload holds at for it
+    drill_sent_at: float | None = None
+    drill_node: str | None = None  # the node (its Compute Engine instance) the drill went to, and its zone
+    drill_zone: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -183,9 +197,12 @@ def _close(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None) -> Gk
     return GkeStep(new, (RECORD_EVENT,), event, f"resumed from step {resumed_from} in pod {pod.name if pod else '?'}")
 
 
-def next_gke_step(state: GkeStageState, obs: GkeObservation, stall_timeout: float, down_timeout: float) -> GkeStep:
+def next_gke_step(
+    state: GkeStageState, obs: GkeObservation, stall_timeout: float, down_timeout: float, drill_timeout: float = 600.0
+) -> GkeStep:
     """What one look means. ``stall_timeout``: real seconds without progress (no maintenance under way) before
-    the stage fails; ``down_timeout``: real seconds the workload may stay gone after its pod was drained."""
+    the stage fails; ``down_timeout``: real seconds the workload may stay gone after its pod was drained;
+    ``drill_timeout``: real seconds from a drill's simulateMaintenanceEvent to its notice on the node."""
     if obs.jobset_failure:
         return GkeStep(replace(state), (FAIL,), None, f"the JobSet failed: {obs.jobset_failure}")
     pod = running_pod(obs.pods)
@@ -193,6 +210,8 @@ def next_gke_step(state: GkeStageState, obs: GkeObservation, stall_timeout: floa
     if state.phase == DRAINING or (state.phase == NOTICED and new_boot):
         return _after_drain(state, obs, pod, new_boot, down_timeout)
     if obs.committed_step >= state.target_step:
+        if state.drill in (DRILL_PENDING, DRILL_SENT):
+            return GkeStep(replace(state), (FAIL,), None, _drill_missed(state))
         return GkeStep(replace(state, event=None), (COMPLETE,), None, f"final step {obs.committed_step} committed")
     moved = obs.step != state.last_step_seen or obs.boot_id != state.boot_id
     seen = replace(
@@ -207,12 +226,53 @@ def next_gke_step(state: GkeStageState, obs: GkeObservation, stall_timeout: floa
     node = _noticed_node(obs)
     if node is not None:
         event = _open_event(obs, state, node, "maintenance")
+        if state.drill == DRILL_SENT:  # the drill's event: it keeps when the hold for it began to cost (badput)
+            event.update(drill=True, drill_step=state.drill_step, drill_sent_at=state.drill_sent_at)
+            seen = replace(seen, drill=DRILL_DONE)
         new = replace(seen, phase=NOTICED, request_id=uuid.uuid4().hex[:12], event=event)
         when = f"window at {node.maintenance_at():.0f}" if node.maintenance_at() is not None else "maintenance started"
         return GkeStep(new, (REQUEST_CHECKPOINT,), None, f"maintenance notice on node {node.name} ({when})")
+    drill = _drill(seen, obs, pod, drill_timeout)
+    if drill is not None:
+        return drill
     if seen.last_change_at is not None and obs.now - seen.last_change_at > stall_timeout:
         return GkeStep(seen, (FAIL,), None, f"no progress for {obs.now - seen.last_change_at:.0f}s (stall)")
     return GkeStep(seen, (), None, f"running: step {obs.step}, committed {obs.committed_step}")
+
+
+def _drill(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None, drill_timeout: float) -> GkeStep | None:
+    """The workload holds at the drill step (or passed it: one that cannot hold gets the drill as it passes):
+    send it to the pod's node; a drill whose notice does not show within ``drill_timeout`` fails the stage."""
+    if state.drill == DRILL_PENDING and pod is not None and pod.node:
+        step = state.drill_step or 0
+        held = obs.progress.get("state") == "holding" and obs.committed_step >= step and obs.step >= step
+        zone = (obs.nodes[pod.node].labels.get(ZONE_LABEL) if pod.node in obs.nodes else None) or None
+        if (held or obs.step > step) and zone:
+            new = replace(state, drill=DRILL_SENT, drill_sent_at=obs.now, drill_node=pod.node, drill_zone=zone)
+            return GkeStep(new, (DRILL,), None, f"the workload holds at drill step {step} on node {pod.node}")
+    if state.drill == DRILL_SENT and state.drill_sent_at is not None:
+        waited = obs.now - state.drill_sent_at
+        if waited > drill_timeout:
+            return GkeStep(
+                state,
+                (FAIL,),
+                None,
+                f"the drill did not happen: simulateMaintenanceEvent was sent to node {state.drill_node} at step "
+                f"{state.drill_step} but no maintenance showed on it within {waited:.0f}s",
+            )
+    return None
+
+
+def _drill_missed(state: GkeStageState) -> str:
+    if state.drill == DRILL_PENDING:
+        return (
+            "the drill could not run: the stage reached its final step before the workload held at drill "
+            f"step {state.drill_step}"
+        )
+    return (
+        f"the drill did not happen: simulateMaintenanceEvent was sent to node {state.drill_node} at step "
+        f"{state.drill_step} but the stage finished without a maintenance"
+    )
 
 
 def _noticed(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None) -> GkeStep:

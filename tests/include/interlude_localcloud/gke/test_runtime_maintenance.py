@@ -134,3 +134,46 @@ def _not_zombie(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_compute_engine_simulates_a_host_maintenance_on_a_gke_nodes_vm_and_gke_shows_it_on_the_node(
+    lc: RunningLocalCloud,
+) -> None:
+    """A GKE node is a Compute Engine instance of its name: Compute's simulateMaintenanceEvent on it (the real
+    google-cloud-compute client) gives the node GKE's notice label, the window the scenario's Compute notice
+    later, then the taint at the window. A name that is neither an instance nor a node is still notFound."""
+    from google.api_core import exceptions
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import compute_v1
+
+    c = next(iter(lc.cloud_gke().clusters.values()))
+    store, scale = c.kube.store, c.runtime.time_scale
+    node = _node(lc, "l4")
+    name, zone = node["metadata"]["name"], node["metadata"]["labels"]["topology.kubernetes.io/zone"]
+    instances = compute_v1.InstancesClient(
+        client_options={"api_endpoint": lc.api_endpoint}, credentials=AnonymousCredentials()
+    )
+    asked_at = time.time()
+    op = instances.simulate_maintenance_event(
+        request={"project": lc.project, "zone": zone, "instance": name, "with_extended_notifications": True}
+    )
+    assert op.done() or op.result() is not None
+    label = wait_for("the notice label", lambda: store.get(NODES, "", name)["metadata"]["labels"].get(SCHEDULED))
+    notice = lc.cloud.scenario.maintenance["gce"]["scheduled_notice"]
+    assert asked_at + notice / scale - 1 <= int(label) <= time.time() + notice / scale, (label, notice, scale)
+    tainted = wait_for(
+        "the taint at the window",
+        lambda: any(t["key"] == TERMINATION for t in store.get(NODES, "", name)["spec"].get("taints") or []),
+        timeout=30 + notice / scale,
+    )
+    assert tainted
+    assert any(e.get("event") == "gke_node_maintenance" and e.get("node") == name for e in lc.admin.events())
+    with pytest.raises(exceptions.NotFound):
+        instances.simulate_maintenance_event(
+            request={
+                "project": lc.project,
+                "zone": zone,
+                "instance": "no-such-node",
+                "with_extended_notifications": True,
+            }
+        )

@@ -11,6 +11,10 @@ import pytest
 from interlude.stage.gke_observe import (
     COMPLETE,
     DRAINING,
+    DRILL,
+    DRILL_DONE,
+    DRILL_PENDING,
+    DRILL_SENT,
     FAIL,
     MOVE,
     NOTICED,
@@ -139,3 +143,43 @@ def test_a_pool_that_cannot_get_its_node_back_asks_for_a_move() -> None:
     for other in (event("js-a", "FailedScaleUp", out), event("js-b", "FailedScaleUp", "failed: quota exceeded")):
         quiet = observation_from(T0 + 5, [pending], [], 31, {"boot_id": "uid-a"}, None, {}, [other])
         assert quiet.scale_up_failure is None and step(drained, quiet).actions == ()
+
+
+ZONED = NodeSeen("n1", {"topology.kubernetes.io/zone": "us-central1-a"})
+ZONED_NOTICE = NodeSeen("n1", {**ZONED.labels, **NOTICE.labels})
+
+
+def test_a_drill_goes_to_the_pods_node_when_the_workload_holds_and_its_notice_is_the_drills_event() -> None:
+    s = GkeStageState(target_step=60, drill=DRILL_PENDING, drill_step=10)
+    training = step(s, obs(T0, node=ZONED, step=8, committed=0, state="running"))
+    assert training.actions == () and training.state.drill == DRILL_PENDING
+    held = step(training.state, obs(T0 + 1, node=ZONED, step=10, committed=10, state="holding"))
+    assert held.actions == (DRILL,), held.reason
+    assert (held.state.drill, held.state.drill_node, held.state.drill_zone) == (DRILL_SENT, "n1", "us-central1-a")
+    assert held.state.drill_sent_at == T0 + 1
+    waiting = step(held.state, obs(T0 + 2, node=ZONED, step=10, committed=10, state="holding"))
+    assert waiting.actions == (), "sent once"
+    noticed = step(waiting.state, obs(T0 + 3, node=ZONED_NOTICE, step=10, committed=10, state="holding"))
+    assert noticed.actions == (REQUEST_CHECKPOINT,) and noticed.state.drill == DRILL_DONE
+    event = noticed.state.event
+    assert event["drill"] is True and event["drill_step"] == 10 and event["drill_sent_at"] == T0 + 1
+
+
+def test_a_workload_that_cannot_hold_gets_the_drill_as_it_passes_its_step_and_a_node_without_zone_waits() -> None:
+    s = GkeStageState(target_step=60, drill=DRILL_PENDING, drill_step=10)
+    assert step(s, obs(T0, node=QUIET, step=11, committed=10)).actions == (), "no zone on the node: nowhere to send"
+    assert step(s, obs(T0, node=ZONED, step=11, committed=10)).actions == (DRILL,)
+
+
+def test_a_drill_that_never_shows_or_never_ran_fails_the_stage_saying_so() -> None:
+    sent = GkeStageState(target_step=60, drill=DRILL_SENT, drill_step=10, drill_sent_at=T0, drill_node="n1")
+    late = next_gke_step(sent, obs(T0 + 31, node=ZONED, step=10, committed=10), 600, 120, drill_timeout=30)
+    assert late.actions == (FAIL,) and "no maintenance showed on it within 31s" in late.reason
+    assert next_gke_step(sent, obs(T0 + 29, node=ZONED, step=10, committed=10), 600, 120, 30).actions == ()
+    pending = GkeStageState(target_step=60, drill=DRILL_PENDING, drill_step=10)
+    done = step(pending, obs(T0, pods=(), node=ZONED, step=60, committed=60))
+    assert done.actions == (FAIL,) and "could not run" in done.reason
+    finished = step(sent, obs(T0 + 1, node=ZONED, step=60, committed=60))
+    assert finished.actions == (FAIL,) and "finished without a maintenance" in finished.reason
+    ok = step(GkeStageState(target_step=60, drill=DRILL_DONE, drill_step=10), obs(T0, step=60, committed=60))
+    assert ok.actions == (COMPLETE,)

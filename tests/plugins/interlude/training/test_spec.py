@@ -130,6 +130,12 @@ def test_tpu7x_types_are_accepted_when_gke_is_a_platform() -> None:
     assert [c.accelerator_type for c in spec.profile().tpu_candidates] == ["tpu7x-8"]
 
 
+def test_a_drill_is_accepted_on_gke() -> None:
+    """GKE drills go to the VM under the pod's node (interlude.stage.gke_observe; tests/faults/test_gke_jobset_stage.py)."""
+    spec = RunSpec.from_params({"platforms": ["gke"], **GKE, "drill_maintenance": True}, run_key="k")
+    assert spec.drill_maintenance
+
+
 def test_empty_strings_mean_not_set() -> None:
     spec = RunSpec.from_params({"gpu_image": "", "network": "", "data_date": None}, dag_id="d", run_id="r", run_key="k")
     assert spec.gpu_image is None and spec.network is None and spec.data_date is None
@@ -206,7 +212,6 @@ def test_empty_strings_mean_not_set() -> None:
         ({"platforms": ["gke"], **GKE, "gke_image": None}, "gke_image: required"),
         ({"platforms": ["gke"], **GKE, "gke_image": "img; rm -rf /"}, "gke_image"),
         ({"platforms": ["gke"], **GKE, "tpu_types": ["v6e-16"]}, "tpu_types: 'v6e-16' is not a single-host"),
-        ({"platforms": ["gke"], **GKE, "drill_maintenance": True}, "drill_maintenance: not supported"),
         ({"platforms": ["gke"], **GKE, "workload_command": ["python", "job.py"]}, "workload_command: not supported"),
         ({"platforms": ["gke"], **GKE, "spot": True}, "spot: not supported"),
         ({"tpu_types": ["tpu7x-8"]}, "tpu_types: 'tpu7x-8' is TPU7x (Ironwood), provisioned on GKE only"),
