@@ -39,7 +39,8 @@ from interlude_workload.testing import running_gcs_emulator  # noqa: E402
 BUCKET, RUN_KEY = "probe", "restore"
 TRAINING = "training train steps"
 MODES = ("agent", "boot")
-GOAL_CPU_MS = 3000.0  # badput's "overhead per event beyond the downtime < 3 s" (benchmarks/README.md): a restore over it alone breaks it
+# badput's "overhead per event beyond the downtime < 3 s" (benchmarks/README.md): a restore over it alone breaks it
+GOAL_CPU_MS = 3000.0
 
 
 class _Metadata(http.server.BaseHTTPRequestHandler):

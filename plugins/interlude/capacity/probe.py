@@ -12,7 +12,7 @@ https://cloud.google.com/kubernetes-engine/docs/concepts/plan-tpus).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -165,17 +165,20 @@ class _Probe:
             self.notes.append(f"{what}({', '.join(map(str, args))}) failed: {type(exc).__name__}: {exc}")
             return None
 
+    def offered(self, kind: AcceleratorKind, what: str, call: Callable[[str], list[str]], zone: str) -> set[str]:
+        """What ``call`` lists in the zone (accelerator or machine types), the family marked as asked; empty when the
+        read failed (noted). Only a read that answered counts for ``blind_families``."""
+        self.asked[kind] = True
+        listed = self.read(what, call, zone)
+        self.offered_reads[kind] += listed is not None
+        return set(listed or ())
+
     def tpu_zone(self, zone: str, tpu_types: Sequence[str]) -> None:
         offered: set[str] = set()
         queued: dict[str, int] = {}
-        if self.tpu_hook is not None:
-            self.asked[AcceleratorKind.TPU] = True
-            listed = self.read("tpu.list_accelerator_types", self.tpu_hook.list_accelerator_types, zone)
-            self.offered_reads[AcceleratorKind.TPU] += listed is not None
-            offered = set(listed or ())
-            queued = _queued_types(
-                self.read("tpu.list_queued_resources", self.tpu_hook.list_queued_resources, zone) or ()
-            )
+        if (hook := self.tpu_hook) is not None:
+            offered = self.offered(AcceleratorKind.TPU, "tpu.list_accelerator_types", hook.list_accelerator_types, zone)
+            queued = _queued_types(self.read("tpu.list_queued_resources", hook.list_queued_resources, zone) or ())
         for tpu_type in tpu_types:
             self.entries.append(
                 CapacityEntry(
@@ -193,12 +196,8 @@ class _Probe:
         """TPU types as Compute Engine machine types: offered when the zone lists the machine type; quota unknown
         (TPU VM quotas are Cloud Quotas metrics, not in regions.get); reservations of the machine type count."""
         offered: set[str] = set()
-        hook = self.compute_hook
-        if hook is not None:
-            self.asked[AcceleratorKind.TPU] = True
-            listed = self.read("compute.list_machine_types", hook.list_machine_types, zone)
-            self.offered_reads[AcceleratorKind.TPU] += listed is not None
-            offered = set(listed or ())
+        if (hook := self.compute_hook) is not None:
+            offered = self.offered(AcceleratorKind.TPU, "compute.list_machine_types", hook.list_machine_types, zone)
         rooms = self.rooms(zone)
         for tpu_type in tpu_types:
             shape = compute_tpu_shape(tpu_type)
@@ -218,19 +217,18 @@ class _Probe:
                 )
             )
 
-    def gpu_zone(self, zone: str, gpu_types: Sequence[str]) -> None:
+    def gpu_zone(self, zone: str, gpu_types: Sequence[str], platform: Platform = Platform.COMPUTE) -> None:
+        """GPU types the zone lists, on Compute Engine VMs or GKE node pools (a pool's nodes are Compute Engine
+        machines): quota from the region's GPU metrics; reservations count for VMs only."""
         region = region_of(zone)
         offered: set[str] = set()
-        rooms: dict[str, list[ReservationRoom]] = {}
-        hook = self.compute_hook
-        if hook is not None:
-            self.asked[AcceleratorKind.GPU] = True
-            listed = self.read("compute.list_accelerator_types", hook.list_accelerator_types, zone)
-            self.offered_reads[AcceleratorKind.GPU] += listed is not None
-            offered = set(listed or ())
+        if (hook := self.compute_hook) is not None:
+            offered = self.offered(
+                AcceleratorKind.GPU, "compute.list_accelerator_types", hook.list_accelerator_types, zone
+            )
             if region not in self.quotas_by_region:
                 self.quotas_by_region[region] = self.read("compute.get_region_quotas", hook.get_region_quotas, region)
-            rooms = self.rooms(zone)
+        rooms = self.rooms(zone) if platform == Platform.COMPUTE else {}
         quotas = self.quotas_by_region.get(region)
         for gpu_type in gpu_types:
             metric, spot_metric = GPU_QUOTA_METRICS.get(gpu_type, (None, None))
@@ -250,8 +248,8 @@ class _Probe:
                     spot_quota_headroom=spot_headroom,
                     reserved=sum(r.free_vms * r.gpus_per_vm for r in type_rooms),
                     reservations=type_rooms,
-                    stocked_out=self.stocked_out(zone, gpu_type, Platform.COMPUTE),
-                    platform=Platform.COMPUTE.value,
+                    stocked_out=self.stocked_out(zone, gpu_type, platform),
+                    platform=platform.value,
                 )
             )
 
@@ -260,24 +258,9 @@ class _Probe:
         lists, GPUs the zone lists (quota: the region's GPU metrics, as for a GPU VM; TPU quota unknown)."""
         from interlude.stage.jobset import SHAPES
 
-        hook = self.compute_hook
         machines: set[str] = set()
-        accelerators: set[str] = set()
-        if hook is not None:
-            self.asked[AcceleratorKind.TPU] |= bool(tpu_types)
-            self.asked[AcceleratorKind.GPU] |= bool(gpu_types)
-            listed = self.read("compute.list_machine_types", hook.list_machine_types, zone) if tpu_types else None
-            self.offered_reads[AcceleratorKind.TPU] += listed is not None
-            machines = set(listed or ())
-            if gpu_types:
-                listed = self.read("compute.list_accelerator_types", hook.list_accelerator_types, zone)
-                self.offered_reads[AcceleratorKind.GPU] += listed is not None
-                accelerators = set(listed or ())
-                region = region_of(zone)
-                if region not in self.quotas_by_region:
-                    self.quotas_by_region[region] = self.read(
-                        "compute.get_region_quotas", hook.get_region_quotas, region
-                    )
+        if (hook := self.compute_hook) is not None and tpu_types:
+            machines = self.offered(AcceleratorKind.TPU, "compute.list_machine_types", hook.list_machine_types, zone)
         for tpu_type in tpu_types:
             machine_type = SHAPES[tpu_type].machine_type
             self.entries.append(
@@ -291,26 +274,8 @@ class _Probe:
                     machine_type=machine_type,
                 )
             )
-        quotas = self.quotas_by_region.get(region_of(zone))
-        for gpu_type in gpu_types:
-            metric, spot_metric = GPU_QUOTA_METRICS.get(gpu_type, (None, None))
-            quota, headroom = _quota(quotas, metric)
-            spot_quota, spot_headroom = _quota(quotas, spot_metric)
-            self.entries.append(
-                CapacityEntry(
-                    zone=zone,
-                    accelerator_type=gpu_type,
-                    kind=AcceleratorKind.GPU,
-                    offered=gpu_type in accelerators,
-                    quota=quota,
-                    quota_metric=metric,
-                    quota_headroom=headroom,
-                    spot_quota=spot_quota,
-                    spot_quota_headroom=spot_headroom,
-                    stocked_out=self.stocked_out(zone, gpu_type, Platform.GKE),
-                    platform=Platform.GKE.value,
-                )
-            )
+        if gpu_types:
+            self.gpu_zone(zone, gpu_types, Platform.GKE)
 
     def blind_families(self, zones: Sequence[str]) -> list[str]:
         """Families some platform was asked about (a hook was there) whose offered list no read returned."""

@@ -24,7 +24,7 @@ from typing import Any
 from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names, shown
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
-from interlude.training.spec import bucket_problem
+from interlude.training.spec_checks import bucket_problem
 
 ACTIONS = ("deploy", "update", "delete")
 SERVICE_TYPES = ("ClusterIP", "LoadBalancer")

@@ -376,7 +376,7 @@ def _release_machine_slot(spec: RunSpec) -> None:
 def sweep(zones: list[str], state_of: Any) -> list[str]:
     """The sweeper DAG's task: delete machines of finished runs; fail on any zone or delete it could not do."""
     from interlude.machines.teardown import TeardownIncomplete, sweep_finished
-    from interlude.training.spec import ZONE_RE
+    from interlude.training.spec_checks import ZONE_RE
 
     bad = [z for z in zones if not ZONE_RE.match(z)]
     if bad:
