@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlude.params import ParamsError, coerce_params, form_schema, param, param_names
+from interlude.training.spec_checks import PLATFORMS, spec_problems
 from interlude.training.spec_checks import bucket_problem as bucket_problem  # re-exported: was defined here
-from interlude.training.spec_checks import spec_problems
 
 DEFAULT_ZONES: tuple[str, ...] = ("us-central1-a", "us-central2-b")
 MAX_STEPS = 10_000_000
@@ -33,7 +33,6 @@ STRATEGIES = ("tpu_first", "gpu_first")
 # queued resources, Compute Engine's TPU machine types (https://cloud.google.com/compute/docs/accelerator-optimized-machines)
 # and GKE node pools ("For Ironwood (TPU7x), you must use Google Kubernetes Engine",
 # https://cloud.google.com/tpu/docs/tpu7x). GPUs are Compute Engine VMs or GKE node pools.
-PLATFORMS = ("tpu_api", "compute", "gke")
 DEFAULT_PLATFORMS: tuple[str, ...] = ("tpu_api", "compute")  # TPU nodes, GPU VMs: what every run did before
 FRAMEWORKS = ("jax", "pytorch-xla", "tensorflow", "vllm-tpu", "pytorch")
 RESUME_POLICIES = ("auto", "fresh")

@@ -5,8 +5,8 @@ table (what a run can be asked, with one default and type each, and the trigger 
 what a value may be (Google's name shapes, ranges, dates, TPU types, platforms and what the gke platform does not
 do yet). Pure, like the spec (no cloud calls); checks that need the cloud live in ``interlude.training.preflight``.
 
-The spec is only read here: ``RunSpec`` is imported for its type alone, and ``PLATFORMS`` where it is used, so
-``spec`` can import this module at its top without a cycle.
+The spec is only read here, through ``SpecFields`` (what the checks read of it), so ``spec`` imports this module at its
+top and nothing imports back.
 """
 
 from __future__ import annotations
@@ -15,12 +15,79 @@ import dataclasses
 import datetime as dt
 import ipaddress
 import re
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol
 
 from interlude.params import shown
 
-if TYPE_CHECKING:
-    from interlude.training.spec import RunSpec
+#: Where a run may train (interlude.capacity.platforms): the params' enum (spec.py) and the check here.
+PLATFORMS = ("tpu_api", "compute", "gke")
+
+
+class SpecFields(Protocol):
+    """What the checks read of a RunSpec (interlude.training.spec), read-only: a Protocol, not the class, so the
+    import goes one way (spec imports this module; tests/test_house.py finds import loops, type-only ones too)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a dataclass: the range checks read each field's schema
+
+    @property
+    def bucket(self) -> str: ...
+
+    @property
+    def checkpoint_every(self) -> int: ...
+
+    @property
+    def data_date(self) -> str | None: ...
+
+    @property
+    def framework_version(self) -> str | None: ...
+
+    @property
+    def gke_cluster(self) -> str | None: ...
+
+    @property
+    def gke_image(self) -> str | None: ...
+
+    @property
+    def gke_location(self) -> str | None: ...
+
+    @property
+    def gpu_image(self) -> str | None: ...
+
+    @property
+    def network(self) -> str | None: ...
+
+    @property
+    def platforms(self) -> tuple[str, ...]: ...
+
+    @property
+    def service_account(self) -> str | None: ...
+
+    @property
+    def spot(self) -> bool: ...
+
+    @property
+    def subnetwork(self) -> str | None: ...
+
+    @property
+    def tpu_image(self) -> str | None: ...
+
+    @property
+    def tpu_runtime_version(self) -> str | None: ...
+
+    @property
+    def tpu_types(self) -> tuple[str, ...]: ...
+
+    @property
+    def train_steps(self) -> int: ...
+
+    @property
+    def workload_command(self) -> tuple[str, ...]: ...
+
+    @property
+    def zones(self) -> tuple[str, ...]: ...
+
+    def profile(self) -> Any: ...
+
 
 # Google's shapes (https://cloud.google.com/compute/docs/regions-zones, .../naming-resources,
 # https://cloud.google.com/storage/docs/buckets#naming, https://cloud.google.com/iam/docs/service-account-overview).
@@ -65,7 +132,7 @@ def bucket_problem(bucket: str) -> str | None:
         return None
 
 
-def _shape_problems(spec: RunSpec) -> list[str]:
+def _shape_problems(spec: SpecFields) -> list[str]:
     out: list[str] = []
     for zone in spec.zones:
         if not ZONE_RE.match(zone):
@@ -89,7 +156,7 @@ def _shape_problems(spec: RunSpec) -> list[str]:
     return out
 
 
-def _range_problems(spec: RunSpec) -> list[str]:
+def _range_problems(spec: SpecFields) -> list[str]:
     out: list[str] = []
     for f in dataclasses.fields(spec):
         schema = f.metadata.get("param") or {}
@@ -107,7 +174,7 @@ def _range_problems(spec: RunSpec) -> list[str]:
     return out
 
 
-def _date_problems(spec: RunSpec) -> list[str]:
+def _date_problems(spec: SpecFields) -> list[str]:
     if spec.data_date is None:
         return []
     if DATE_RE.match(spec.data_date):
@@ -119,7 +186,7 @@ def _date_problems(spec: RunSpec) -> list[str]:
     return [f"data_date: {shown(spec.data_date)} is not a date (YYYY-MM-DD)"]
 
 
-def spec_problems(spec: RunSpec) -> list[str]:
+def spec_problems(spec: SpecFields) -> list[str]:
     """Every problem of the spec, each naming its param; empty when the spec is good."""
     from interlude_workload.job_command import problems as command_problems
 
@@ -134,7 +201,7 @@ def spec_problems(spec: RunSpec) -> list[str]:
     )
 
 
-def _gke_problems(spec: RunSpec) -> list[str]:
+def _gke_problems(spec: SpecFields) -> list[str]:
     """The gke platform's params, and what its stage does not do (yet), each naming its param.
 
     A value given is checked whatever ``platforms`` says (nothing unchecked reaches a URL or a manifest); the
@@ -168,7 +235,7 @@ def _gke_problems(spec: RunSpec) -> list[str]:
     return out + (_gke_type_problems(spec) if wanted else [])
 
 
-def _gke_type_problems(spec: RunSpec) -> list[str]:
+def _gke_type_problems(spec: SpecFields) -> list[str]:
     from interlude.stage.jobset import shape_for
 
     out: list[str] = []
@@ -183,7 +250,6 @@ def _gke_type_problems(spec: RunSpec) -> list[str]:
     if not shaped and not spec.tpu_types:
         out.append(f"tpu_types: the profile's TPU types {types} are none GKE runs here; name one (e.g. v6e-4)")
     refused = (
-        ("drill_maintenance", spec.drill_maintenance, "GKE drains nodes itself; drill with a scheduled maintenance"),
         ("workload_command", bool(spec.workload_command), "the gke platform runs the reference workload's agent"),
         ("spot", spec.spot, "Spot node pools are not created by the gke platform yet"),
     )
@@ -191,7 +257,7 @@ def _gke_type_problems(spec: RunSpec) -> list[str]:
     return out
 
 
-def _tpu7x_problem(spec: RunSpec, name: str) -> str | None:
+def _tpu7x_problem(spec: SpecFields, name: str) -> str | None:
     """TPU7x is GKE's only (interlude.capacity.platforms): the TPU API's runtime table does not know it."""
     from interlude.capacity.platforms import tpu7x_problem
 
@@ -202,7 +268,7 @@ def _tpu7x_problem(spec: RunSpec, name: str) -> str | None:
     return None
 
 
-def _tpu_type_problems(spec: RunSpec) -> list[str]:
+def _tpu_type_problems(spec: SpecFields) -> list[str]:
     from interlude.capacity.platforms import is_tpu7x
     from interlude.runtimes.tpu import UnknownAcceleratorError, parse_tpu_type
 
@@ -221,9 +287,7 @@ def _tpu_type_problems(spec: RunSpec) -> list[str]:
     return out + _platform_problems(spec)
 
 
-def _platform_problems(spec: RunSpec) -> list[str]:
-    from interlude.training.spec import PLATFORMS
-
+def _platform_problems(spec: SpecFields) -> list[str]:
     out: list[str] = []
     for name in spec.platforms:
         if name not in PLATFORMS:

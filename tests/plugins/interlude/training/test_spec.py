@@ -131,7 +131,7 @@ def test_tpu7x_types_are_accepted_when_gke_is_a_platform() -> None:
 
 
 def test_a_drill_is_accepted_on_gke() -> None:
-    """GKE drills go to the VM under the pod's node (interlude.stage.gke_observe; tests/faults/test_gke_jobset_stage.py)."""
+    """GKE drills go to the VM under the pod's node (interlude.stage.gke_observe; the faults' GKE stage test)."""
     spec = RunSpec.from_params({"platforms": ["gke"], **GKE, "drill_maintenance": True}, run_key="k")
     assert spec.drill_maintenance
 
