@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from interlude_dev import wiring as dev
 
@@ -42,9 +43,23 @@ def compute_hook(cloud: dev.LocalCloud) -> Any:
     return ComputeHook(gcp_conn_id=None, compute_endpoint=cloud.api_endpoint, project_id=cloud.project)
 
 
+def _run_pools(cloud: dev.LocalCloud) -> list[str]:
+    """Node pools a run made (``il-<hash>``, interlude.stage.jobset.short_name) in any GKE cluster of the cloud, as
+    the Container API lists them: ``projects/P/locations/L/clusters/C/nodePools/N``."""
+    base = f"{cloud.api_endpoint}/v1/projects/{cloud.project}/locations/-/clusters"
+    out = []
+    for c in requests.get(base, timeout=30).json().get("clusters") or []:
+        parent = f"projects/{cloud.project}/locations/{c['location']}/clusters/{c['name']}"
+        pools = requests.get(f"{cloud.api_endpoint}/v1/{parent}/nodePools", timeout=30).json().get("nodePools") or []
+        out += [f"{parent}/nodePools/{p['name']}" for p in pools if p["name"].startswith("il-")]
+    return out
+
+
 def left_in_cloud(cloud: dev.LocalCloud) -> list[str]:
-    """Every node, VM and queued resource the cloud holds (the independent fact, not the code's account)."""
+    """Every node, VM, queued resource and run's GKE node pool the cloud holds (the independent fact, not the
+    code's account)."""
     left = [f"{m['kind']} {m['zone']}/{m['name']} ({m['state']})" for m in cloud.admin.machines()]
+    left += [f"GKE node pool {p}" for p in _run_pools(cloud)]
     from interlude.hooks.errors import NotFoundError
 
     tpu = tpu_hook(cloud)
@@ -283,6 +298,8 @@ def clear_cloud(cloud: dev.LocalCloud) -> None:
                 tpu.delete_queued_resource(zone, q["name"].rsplit("/", 1)[-1], force=True)
         except NotFoundError:
             continue
+    for pool in _run_pools(cloud):
+        requests.delete(f"{cloud.api_endpoint}/v1/{pool}", timeout=30)
     for m in cloud.admin.machines():
         if m["kind"] == "tpu":
             tpu.delete_node(m["zone"], m["name"])
