@@ -14,8 +14,9 @@ Every 30 minutes: list the TPU nodes, queued resources and GPU VMs labelled `man
 the given zones, ask Airflow for the state of the run each one names (metadata `interlude-dag-id` /
 `interlude-run-id`, checked against the `interlude-run` label), and delete those whose run is
 **success** or **failed**. A machine of a queued or running run, or of a run whose state is unknown,
-is kept, never by age alone. Each machine's verdict is in the task log; a zone that cannot be listed
-or a failed delete fails the task.
+is kept, never by age alone. With `gke_clusters` (`LOCATION/CLUSTER`), the node pools runs made there are
+read the same way (their node config's labels and metadata) and a finished run's JobSet and pools deleted.
+Each verdict is in the task log; a zone or cluster that cannot be listed, or a failed delete, fails the task.
 """
 
 with DAG(
@@ -26,7 +27,15 @@ with DAG(
     catchup=False,
     max_active_runs=1,
     tags=["interlude", "cleanup"],
-    params={"zones": Param(list(DEFAULT_ZONES), type="array", items={"type": "string"}, description="Zones to sweep")},
+    params={
+        "zones": Param(list(DEFAULT_ZONES), type="array", items={"type": "string"}, description="Zones to sweep"),
+        "gke_clusters": Param(
+            [],
+            type="array",
+            items={"type": "string"},
+            description="GKE clusters to sweep for node pools of finished runs, as LOCATION/CLUSTER",
+        ),
+    },
 ) as dag:
 
     @task
@@ -43,6 +52,7 @@ with DAG(
             except Exception:  # noqa: BLE001
                 return None
 
-        return lifecycle.sweep(list(ctx["params"]["zones"]), state_of)
+        params = ctx["params"]
+        return lifecycle.sweep(list(params["zones"]), state_of, list(params.get("gke_clusters") or []))
 
     sweep()

@@ -112,6 +112,7 @@ def pool_from_request(body: dict[str, Any], location: str) -> NodePoolSpec:
         tpu=tpu,
         gpu=gpu,
         labels=dict(config.get("labels") or {}),
+        metadata={str(k): str(v) for k, v in (config.get("metadata") or {}).items()},
         autoscaling=bool(autoscaling.get("enabled")),
         taints=[
             Taint(t.get("key", ""), t.get("value", ""), _EFFECT_BY_ENUM.get(t.get("effect", ""), "NoSchedule"))

@@ -53,6 +53,8 @@ class NodePoolSpec:
     tpu: TpuSpec | None = None
     gpu: GpuSpec | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # NodeConfig.metadata: key/values the pool's VMs carry (GKE keeps and lists them; its own keys are reserved)
+    metadata: dict[str, str] = field(default_factory=dict)
     taints: list[Taint] = field(default_factory=list)
     # The cluster autoscaler manages only pools with autoscaling enabled (min/max are its bounds)
     # (https://cloud.google.com/kubernetes-engine/docs/concepts/cluster-autoscaler).

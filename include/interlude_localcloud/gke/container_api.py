@@ -36,6 +36,8 @@ def render_pool(c: ClusterState, p: PoolState) -> dict[str, Any]:
         "spot": s.spot,
         "oauthScopes": ["https://www.googleapis.com/auth/cloud-platform"],
     }
+    if s.metadata:
+        config["metadata"] = dict(s.metadata)
     if s.taints:
         config["taints"] = [{"key": t.key, "value": t.value, "effect": EFFECTS[t.effect]} for t in s.taints]
     if s.gpu:

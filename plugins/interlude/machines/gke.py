@@ -181,7 +181,9 @@ def _pool_body(spec: Any, machine: dict[str, Any], pool: str) -> dict[str, Any]:
     cluster autoscaler for the pending pod, and its failure ("scale.up.error.out.of.resources") shows on the pod
     (https://cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility)."""
     accel = machine["accelerator_type"]
-    config: dict[str, Any] = {"labels": naming.labels(spec.run_key, spec.dag_id)}
+    # the Airflow run in the VMs' metadata, as on a VM: the sweeper asks Airflow for its state (machines.sweeper)
+    meta = {naming.DAG_ID_METADATA: spec.dag_id, naming.RUN_ID_METADATA: spec.run_id}
+    config: dict[str, Any] = {"labels": naming.labels(spec.run_key, spec.dag_id), "metadata": meta}
     body: dict[str, Any] = {
         "name": pool,
         "initial_node_count": 1,

@@ -4,7 +4,7 @@ A backstop for teardown (a run whose teardown never ran or failed): it deletes a
 positive evidence that its run is finished, never by age alone, and never on an unknown. Evidence:
 
 - the machine carries ``managed-by=interlude`` and ``interlude-run=<run_key>`` labels (queued
-  resources carry no labels: their node spec's labels are read instead),
+  resources carry no labels: their node spec's labels are read instead; a GKE node pool's are its node config's),
 - its metadata names the Airflow run (``interlude-dag-id`` / ``interlude-run-id``), and that pair
   hashes to the very run key of the label (so a hand-edited or foreign value is not trusted),
 - Airflow says that run is ``success`` or ``failed``.
@@ -30,14 +30,17 @@ ACTIVE = frozenset({"queued", "running"})
 class Labelled:
     """One resource found in a zone that says it is Interlude's."""
 
-    kind: str  # queued_resource | tpu_node | gce_vm
-    zone: str
+    kind: str  # queued_resource | tpu_node | gce_vm | gke_node_pool
+    zone: str  # a GKE node pool's: ``LOCATION/CLUSTER``
     name: str
     run_key: str
     dag_id: str | None
     run_id: str | None
 
     def path(self) -> str:
+        if self.kind == "gke_node_pool":
+            location, cluster = self.zone.split("/", 1)
+            return f"locations/{location}/clusters/{cluster}/nodePools/{self.name}"
         plural = {"queued_resource": "queuedResources", "tpu_node": "nodes", "gce_vm": "instances"}[self.kind]
         return f"zones/{self.zone}/{plural}/{self.name}"
 
@@ -66,6 +69,8 @@ def labelled(kind: str, zone: str, item: Mapping[str, Any]) -> Labelled | None:
     if kind == "queued_resource":  # the labels and metadata live on the node spec it creates
         specs = ((item.get("tpu") or {}).get("nodeSpec")) or [{}]
         body = specs[0].get("node") or {}
+    elif kind == "gke_node_pool":  # on the pool's node config
+        body = item.get("config") or {}
     labels = body.get("labels") or {}
     if labels.get("managed-by") != "interlude" or not labels.get("interlude-run"):
         return None

@@ -373,16 +373,27 @@ def _release_machine_slot(spec: RunSpec) -> None:
         log.info("Machine slot(s) %s released", freed)
 
 
-def sweep(zones: list[str], state_of: Any) -> list[str]:
-    """The sweeper DAG's task: delete machines of finished runs; fail on any zone or delete it could not do."""
+def sweep(zones: list[str], state_of: Any, gke_clusters: list[str] | None = None) -> list[str]:
+    """The sweeper DAG's task: delete machines of finished runs in ``zones``, and node pools of finished runs in
+    ``gke_clusters`` (``LOCATION/CLUSTER``); fail on any zone, cluster or delete it could not do."""
+    from interlude.machines.gke_sweep import CLUSTER_RE, sweep_clusters
     from interlude.machines.teardown import TeardownIncomplete, sweep_finished
     from interlude.training.spec_checks import ZONE_RE
 
     bad = [z for z in zones if not ZONE_RE.match(z)]
     if bad:
         raise ValueError(f"zones: {bad} are not zone names")
+    clusters = list(gke_clusters or [])
+    bad = [c for c in clusters if not isinstance(c, str) or not CLUSTER_RE.match(c)]
+    if bad:
+        raise ValueError(f"gke_clusters: {bad} are not LOCATION/CLUSTER (e.g. us-central1/train)")
     tpu, compute = machine_hooks(GCP_CONN_ID)
     report = sweep_finished(zones, state_of, tpu, compute)
+    if clusters:
+        on_gke = sweep_clusters(clusters, state_of, GCP_CONN_ID)
+        report.deleted += on_gke.deleted
+        report.unlisted.update(on_gke.unlisted)
+        report.failed.update(on_gke.failed)
     log.info("Sweeper deleted %d machine(s) of finished runs: %s", len(report.deleted), report.deleted)
     if not report.complete:
         raise TeardownIncomplete("(sweeper)", report)

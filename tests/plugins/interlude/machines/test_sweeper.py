@@ -52,3 +52,17 @@ def test_labelled_reads_nodes_vms_and_queued_resources() -> None:
         assert found is not None and found.run == (DAG, RUN) and found.run_key == KEY, kind
     assert labelled("tpu_node", "z", {"name": "x", "labels": {"interlude-run": KEY}}) is None  # not managed-by
     assert labelled("tpu_node", "z", {"name": "x"}) is None
+
+
+def test_labelled_reads_a_gke_node_pool_from_its_node_config() -> None:
+    """A run's node pool (interlude.machines.gke): labels and metadata on the pool's node config, as the Container
+    API lists it; its path names the cluster."""
+    labels = naming.labels(KEY, DAG)
+    meta = {"interlude-dag-id": DAG, "interlude-run-id": RUN}
+    pool = {"name": "il-abc", "config": {"labels": labels, "metadata": meta, "machine_type": "ct6e-standard-4t"}}
+    found = labelled("gke_node_pool", "us-central1/train", pool)
+    assert found is not None and found.run == (DAG, RUN) and found.run_key == KEY
+    assert found.path() == "locations/us-central1/clusters/train/nodePools/il-abc"
+    assert verdict(found, "failed").delete and not verdict(found, "running").delete
+    assert labelled("gke_node_pool", "us-central1/train", {"name": "default-pool", "config": {}}) is None
+    assert labelled("gke_node_pool", "us-central1/train", {"name": "il-x", "labels": labels}) is None  # pool's own

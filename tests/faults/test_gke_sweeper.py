@@ -1,0 +1,76 @@
+"""The sweeper on GKE: `airflow dags test interlude_sweeper` with ``gke_clusters`` deletes the node pool and JobSet
+of a finished run and keeps a running run's, asking Airflow for each run's state (the runs are real rows of
+Airflow's DB, made with `airflow dags trigger`; the pools and JobSets are made exactly as `provision` makes them).
+The Container and Kubernetes APIs' own lists are what is asserted."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from interlude import naming
+from interlude.machines import gke
+from interlude.stage.jobset import short_name
+from interlude.training.spec import RunSpec
+from interlude_dev import warm_cli
+from tests.faults.support import ZONES, dags_test
+
+from .stage_fixtures import BASE, DAG_ID, stage_airflow_db, stage_stack  # noqa: F401 - fixtures
+from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, LOCATION, _pools, kube, stage_scenario  # noqa: F401
+
+pytestmark = pytest.mark.e2e
+
+
+def _airflow(env: dict[str, str], *args: str) -> None:
+    code, output = warm_cli.airflow_output(args, env)
+    assert code == 0, output[-3000:]
+
+
+def test_the_sweeper_deletes_a_finished_runs_node_pool_and_jobset_and_keeps_a_running_runs(
+    stage_stack: Any,  # noqa: F811
+    kube: tuple[Any, k8s.ApiClient],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    _, env = stage_stack
+    hook, api = kube
+    _airflow(env, "dags", "reserialize")  # the DAG must be in Airflow's DB to be triggered
+    for run_id in ("gke-finished", "gke-running"):
+        _airflow(env, "dags", "trigger", DAG_ID, "--run-id", run_id)
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        db.execute("UPDATE dag_run SET state = 'failed' WHERE run_id = 'gke-finished'")
+        db.execute("UPDATE dag_run SET state = 'running' WHERE run_id = 'gke-running'")
+    specs = {
+        run_id: RunSpec.from_params(
+            {**BASE, **GKE_CONF}, dag_id=DAG_ID, run_id=run_id, run_key=naming.run_key(DAG_ID, run_id)
+        )
+        for run_id in ("gke-finished", "gke-running")
+    }
+    names = {run_id: short_name(spec.run_key) for run_id, spec in specs.items()}
+    custom = k8s.CustomObjectsApi(api)
+    try:
+        for spec in specs.values():
+            machine = gke.machine_record(spec, {"accelerator_type": "v6e-4", "zone": GKE_CONF["zones"][0]})
+            gke.provision(spec, machine, "google_cloud_default")
+        assert sorted(_pools(hook)) == sorted(["default-pool", *names.values()])
+
+        conf = {"zones": list(ZONES), "gke_clusters": [f"{LOCATION}/{CLUSTER}"]}
+        run = dags_test(env, "interlude_sweeper", conf, tmp_path / "sweeper.log")
+
+        assert run.state == "success", run.log[-4000:]
+        assert sorted(_pools(hook)) == ["default-pool", names["gke-running"]], run.log[-3000:]
+        jobsets = [
+            j["metadata"]["name"] for j in custom.list_namespaced_custom_object(**JS, namespace="default")["items"]
+        ]
+        assert jobsets == [names["gke-running"]]
+        assert f"delete: run gke-finished of {DAG_ID} is failed" in run.log
+        assert f"keep: run gke-running of {DAG_ID} is running" in run.log
+    finally:
+        for spec in specs.values():
+            gke.teardown(spec, "google_cloud_default")
+    assert _pools(hook) == ["default-pool"]
+    assert os.environ.get("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT")
