@@ -52,7 +52,7 @@ with DAG(
             except Exception:  # noqa: BLE001
                 return None
 
-        params = ctx["params"]
-        return lifecycle.sweep(list(params["zones"]), state_of, list(params.get("gke_clusters") or []))
+        zones, clusters = list(ctx["params"]["zones"]), list(ctx["params"].get("gke_clusters") or [])
+        return lifecycle.sweep(zones, state_of, clusters)
 
     sweep()

@@ -68,6 +68,22 @@ def form_schema(cls: type) -> dict[str, tuple[Any, dict[str, Any]]]:
     return out
 
 
+def schema_problems(spec: Any) -> list[str]:
+    """Each param field of a spec (a dataclass of ``param`` fields) against its own schema's ``enum``,
+    ``minimum`` and ``maximum``: the bounds the trigger form shows are the ones refused here."""
+    out: list[str] = []
+    for f in dataclasses.fields(spec):
+        schema = f.metadata.get("param") or {}
+        value = getattr(spec, f.name)
+        if "enum" in schema and value not in schema["enum"]:
+            out.append(f"{f.name}: {shown(value)} is not one of {', '.join(schema['enum'])}")
+        if "minimum" in schema and value < schema["minimum"]:
+            out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
+        if "maximum" in schema and value > schema["maximum"]:
+            out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
+    return out
+
+
 def coerce_params(cls: type, params: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Each given param in its field's type, and every problem (unknown keys, wrong types) at once."""
     known = param_names(cls)

@@ -104,6 +104,25 @@ def held_and_resumed(log: str) -> tuple[list[int], list[int]]:
     return held, resumed
 
 
+def drilled_stages(cloud: dev.LocalCloud, run_key: str) -> dict[str, tuple[dict[str, Any], list[int], list[int]]]:
+    """A run drilled in both stages: each stage's one event in the run report (0 steps recomputed in the run),
+    with the steps the workload's own log says it held at and resumed from."""
+    report = dev.read_report(cloud, BUCKET, run_key)
+    assert report is not None and report["steps_recomputed"] == 0, report
+    by_stage: dict[str, list[dict[str, Any]]] = {}
+    for event in report["events"]:
+        by_stage.setdefault(event["stage"], []).append(event)
+    assert set(by_stage) == {"train", "finetune"}, report["events"]
+    out = {}
+    for stage, stage_events in by_stage.items():
+        held, resumed = held_and_resumed(workload_log(cloud, run_key, stage))
+        assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
+        (event,) = stage_events
+        assert event["drill"] is True and event["kind"] == "maintenance", event
+        out[stage] = (event, held, resumed)
+    return out
+
+
 def boots(cloud: dev.LocalCloud, name: str) -> int:
     """How often the local cloud booted the machine (its own event log)."""
     return sum(1 for e in cloud.admin.events() if e["event"] == "machine_boot" and e["machine"].endswith(name))

@@ -305,3 +305,18 @@ def clear_cloud(cloud: dev.LocalCloud) -> None:
             tpu.delete_node(m["zone"], m["name"])
         else:
             compute.delete_instance(m["zone"], m["name"])
+
+
+def runs_in_states(env: dict[str, str], dag_id: str, states: dict[str, str]) -> None:
+    """Real runs of ``dag_id`` in the Airflow DB of ``env`` (`airflow dags trigger`), each then set to its state
+    (``{run_id: "failed" | "running" | ...}``): what the sweeper asks Airflow about."""
+    import sqlite3
+
+    from interlude_dev import warm_cli
+
+    for args in (("dags", "reserialize"), *(("dags", "trigger", dag_id, "--run-id", r) for r in states)):
+        code, output = warm_cli.airflow_output(args, env)  # the DAG must be in Airflow's DB to be triggered
+        assert code == 0, output[-3000:]
+    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
+        for run_id, state in states.items():
+            db.execute("UPDATE dag_run SET state = ? WHERE run_id = ?", (state, run_id))

@@ -23,8 +23,8 @@ from interlude_dev import wiring as dev
 
 from .stage_fixtures import (  # noqa: F401 - fixtures
     boots,
+    drilled_stages,
     final_digest,
-    held_and_resumed,
     reference,
     run_dag,
     stage_airflow_db,
@@ -96,17 +96,7 @@ def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_st
     assert boots(cloud, instance["name"]) == 3, "one boot, then one per drill"
 
     # The workload's own account of each drill, against the run report's.
-    report = dev.read_report(cloud, "interlude-faults", run_key)
-    assert report is not None and report["steps_recomputed"] == 0, report
-    by_stage: dict[str, list[dict[str, Any]]] = {}
-    for event in report["events"]:
-        by_stage.setdefault(event["stage"], []).append(event)
-    assert set(by_stage) == {"train", "finetune"}, report["events"]
-    for stage, stage_events in by_stage.items():
-        held, resumed = held_and_resumed(workload_log(cloud, run_key, stage))
-        assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
-        (event,) = stage_events
-        assert event["drill"] is True and event["kind"] == "maintenance", event
+    for event, held, resumed in drilled_stages(cloud, run_key).values():
         assert event["checkpoint_step"] == held[0] and event["resumed_from_step"] == held[0], (held, event)
         assert held[0] in resumed and event["steps_recomputed"] == 0, (held, resumed, event)
 

@@ -30,8 +30,8 @@ from interlude_dev import wiring as dev
 
 from .stage_fixtures import (  # noqa: F401 - fixtures
     BUCKET,
+    drilled_stages,
     final_digest,
-    held_and_resumed,
     reference,
     run_dag,
     stage_airflow_db,
@@ -232,17 +232,8 @@ def test_a_drill_on_gke_goes_to_the_pods_node_in_each_stage_and_resumes_where_th
         assert {"scheduled", "terminating"} <= phases, (drill, events[-30:])
     assert [e for e in events if e["kind"] == "Evicted"], events[-30:]
 
-    report = dev.read_report(cloud, BUCKET, run_key)
-    assert report is not None and report["steps_recomputed"] == 0, report
-    by_stage: dict[str, list[dict[str, Any]]] = {}
-    for event in report["events"]:
-        by_stage.setdefault(event["stage"], []).append(event)
-    assert set(by_stage) == {"train", "finetune"}, report["events"]
-    for stage, stage_events in by_stage.items():
-        held, resumed = held_and_resumed(workload_log(cloud, run_key, stage))
-        assert held, f"{stage}: the workload never held (its log says no 'holding at committed step')"
-        (event,) = stage_events
-        assert event["drill"] is True and event["kind"] == "maintenance" and event["platform"] == "gke", event
+    for event, held, resumed in drilled_stages(cloud, run_key).values():
+        assert event["platform"] == "gke", event
         assert event["node"] in {d["node"] for d in drills}, (event, drills)
         assert event["resumed_from_step"] == held[0] and held[0] in resumed, (held, resumed, event)
         assert event["steps_recomputed"] == 0 and event["downtime_s"] > 0, event

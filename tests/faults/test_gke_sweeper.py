@@ -6,7 +6,6 @@ The Container and Kubernetes APIs' own lists are what is asserted."""
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,12 @@ from interlude import naming
 from interlude.machines import gke
 from interlude.stage.jobset import short_name
 from interlude.training.spec import RunSpec
-from interlude_dev import warm_cli
-from tests.faults.support import ZONES, dags_test
+from tests.faults.support import ZONES, dags_test, runs_in_states
 
 from .stage_fixtures import BASE, DAG_ID, stage_airflow_db, stage_stack  # noqa: F401 - fixtures
 from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, LOCATION, _pools, kube, stage_scenario  # noqa: F401
 
 pytestmark = pytest.mark.e2e
-
-
-def _airflow(env: dict[str, str], *args: str) -> None:
-    code, output = warm_cli.airflow_output(args, env)
-    assert code == 0, output[-3000:]
 
 
 def test_the_sweeper_deletes_a_finished_runs_node_pool_and_jobset_and_keeps_a_running_runs(
@@ -38,12 +31,7 @@ def test_the_sweeper_deletes_a_finished_runs_node_pool_and_jobset_and_keeps_a_ru
 ) -> None:
     _, env = stage_stack
     hook, api = kube
-    _airflow(env, "dags", "reserialize")  # the DAG must be in Airflow's DB to be triggered
-    for run_id in ("gke-finished", "gke-running"):
-        _airflow(env, "dags", "trigger", DAG_ID, "--run-id", run_id)
-    with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
-        db.execute("UPDATE dag_run SET state = 'failed' WHERE run_id = 'gke-finished'")
-        db.execute("UPDATE dag_run SET state = 'running' WHERE run_id = 'gke-running'")
+    runs_in_states(env, DAG_ID, {"gke-finished": "failed", "gke-running": "running"})
     specs = {
         run_id: RunSpec.from_params(
             {**BASE, **GKE_CONF}, dag_id=DAG_ID, run_id=run_id, run_key=naming.run_key(DAG_ID, run_id)

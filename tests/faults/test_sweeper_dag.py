@@ -9,22 +9,15 @@ execution API. The cloud's machine list is what is asserted.
 from __future__ import annotations
 
 import os
-import sqlite3
 from pathlib import Path
 
 import pytest
 
 from interlude import naming
 from interlude.machines import provisioning, teardown
-from interlude_dev import warm_cli
-from tests.faults.support import BUCKET, DAG_ID, ZONES, dags_test, left_in_cloud
+from tests.faults.support import BUCKET, DAG_ID, ZONES, dags_test, left_in_cloud, runs_in_states
 
 pytestmark = pytest.mark.e2e
-
-
-def _airflow(env: dict[str, str], *args: str) -> None:
-    code, output = warm_cli.airflow_output(args, env)
-    assert code == 0, output[-3000:]
 
 
 def _machine_of(run_id: str, zone: str) -> dict:
@@ -42,12 +35,7 @@ def _machine_of(run_id: str, zone: str) -> dict:
 def test_sweeper_deletes_a_finished_runs_orphan_and_keeps_a_running_runs_machine(
     cloud, airflow_env, tmp_path: Path
 ) -> None:
-    _airflow(airflow_env, "dags", "reserialize")  # the DAG must be in Airflow's DB to be triggered
-    for run_id in ("sweep-finished", "sweep-running"):
-        _airflow(airflow_env, "dags", "trigger", DAG_ID, "--run-id", run_id)
-    with sqlite3.connect(Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db") as db:
-        db.execute("UPDATE dag_run SET state = 'failed' WHERE run_id = 'sweep-finished'")
-        db.execute("UPDATE dag_run SET state = 'running' WHERE run_id = 'sweep-running'")
+    runs_in_states(airflow_env, DAG_ID, {"sweep-finished": "failed", "sweep-running": "running"})
     os.environ["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"] = airflow_env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"]
     orphan, live = _machine_of("sweep-finished", ZONES[0]), _machine_of("sweep-running", ZONES[1])
     try:

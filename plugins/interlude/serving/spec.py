@@ -21,7 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlude.params import CONTROL, ParamsError, coerce_params, form_schema, param, param_names, shown
+from interlude.params import (
+    CONTROL,
+    ParamsError,
+    coerce_params,
+    form_schema,
+    param,
+    param_names,
+    schema_problems,
+    shown,
+)
 from interlude.serving.images import parse_image
 from interlude.serving.tables import ServingTable, TpuShape, load_table
 from interlude.training.spec_checks import bucket_problem
@@ -268,16 +277,7 @@ def checkpoint_problem(uri: str) -> str | None:
 
 
 def _range_problems(spec: ServeSpec) -> list[str]:
-    out: list[str] = []
-    for f in dataclasses.fields(spec):
-        schema = f.metadata["param"]
-        value = getattr(spec, f.name)
-        if "enum" in schema and value not in schema["enum"]:
-            out.append(f"{f.name}: {shown(value)} is not one of {', '.join(schema['enum'])}")
-        if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
-        if "maximum" in schema and value > schema["maximum"]:
-            out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
+    out = schema_problems(spec)
     if 0 < spec.max_model_len < 16:
         out.append(f"max_model_len: must be 0 (the model's own) or at least 16 (got {spec.max_model_len})")
     if spec.replicas_min > spec.replicas_max:

@@ -11,13 +11,12 @@ top and nothing imports back.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import ipaddress
 import re
 from typing import Any, ClassVar, Protocol
 
-from interlude.params import shown
+from interlude.params import schema_problems, shown
 
 #: Where a run may train (interlude.capacity.platforms): the params' enum (spec.py) and the check here.
 PLATFORMS = ("tpu_api", "compute", "gke")
@@ -157,16 +156,7 @@ def _shape_problems(spec: SpecFields) -> list[str]:
 
 
 def _range_problems(spec: SpecFields) -> list[str]:
-    out: list[str] = []
-    for f in dataclasses.fields(spec):
-        schema = f.metadata.get("param") or {}
-        value = getattr(spec, f.name)
-        if "enum" in schema and value not in schema["enum"]:
-            out.append(f"{f.name}: {shown(value)} is not one of {', '.join(schema['enum'])}")
-        if "minimum" in schema and value < schema["minimum"]:
-            out.append(f"{f.name}: must be at least {schema['minimum']} (got {shown(value)})")
-        if "maximum" in schema and value > schema["maximum"]:
-            out.append(f"{f.name}: must be at most {schema['maximum']} (got {shown(value)})")
+    out = schema_problems(spec)
     if not spec.zones:
         out.append("zones: list at least one zone")
     if spec.checkpoint_every > spec.train_steps:
