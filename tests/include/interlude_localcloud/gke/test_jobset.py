@@ -203,14 +203,17 @@ def test_a_failing_pod_makes_the_jobset_recreate_all_its_jobs(api: client.ApiCli
     )
     wait_for("JobSet Completed", lambda: _condition(api, "flaky", "Completed"))
     st = _status(api, "flaky")
-    assert st["restarts"] == 1 and st["restartsCountTowardsMax"] == 1
+    # One restart for the failed attempt 0. A full suite's load once failed an attempt-1 pod as well (restarts 2,
+    # the JobSet still Completed within maxRestarts): each restart is then one more attempt, all Jobs recreated.
+    restarts = st["restarts"]
+    assert 1 <= restarts <= 2 and st["restartsCountTowardsMax"] == restarts, st
     jobs = [j for j in batch.list_namespaced_job(NS).items if j.metadata.name.startswith("flaky-")]
     assert sorted(j.metadata.name for j in jobs) == ["flaky-slice-0", "flaky-slice-1"]
-    assert {j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] for j in jobs} == {"1"}
-    pods = _pods(api, "flaky")  # the first attempt's pods went with their Jobs
+    assert {j.metadata.labels["jobset.sigs.k8s.io/restart-attempt"] for j in jobs} == {str(restarts)}, st
+    pods = _pods(api, "flaky")  # the earlier attempts' pods went with their Jobs
     assert len(pods) == 2 and {p.status.phase for p in pods} == {"Succeeded"}
     for p in pods:
-        assert "attempt=1" in _log(api, p.metadata.name)
+        assert f"attempt={restarts}" in _log(api, p.metadata.name), (st, _log(api, p.metadata.name))
 
 
 @pytest.mark.parametrize("policy", ["Foreground", "Background"])
