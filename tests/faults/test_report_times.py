@@ -49,11 +49,15 @@ def _after(lines: list[tuple[float, str]], since: float, pattern: str) -> tuple[
     return next((at, text) for at, text in lines if at >= since and re.search(pattern, text))
 
 
-def _log_facts(log: str, boots: list[float]) -> dict[str, float]:
+def _log_facts(log: str, boots: list[float]) -> dict[str, Any]:
     """One drill's times in the workload's own words (and the cloud's boot after its stop)."""
     lines = _lines(log)
     stopped, _ = _after(lines, 0.0, r"^stopped by SIGTERM")
-    answered = max(at for at, text in lines if at <= stopped and re.search(r"^control request \S+ answered", text))
+    # None: the machine went down before the workload answered our request (a poll that saw the 2 s notice late,
+    # on a loaded machine; CI of 8de6fb0): the event then claims no answer time.
+    answered = max(
+        (at for at, text in lines if at <= stopped and re.search(r"^control request \S+ answered", text)), default=None
+    )
     resumed, _ = _after(lines, stopped, r"^resume point: step")
     stepping, _ = _after(lines, resumed, r"^training \S+ steps \d+\.\.")
     committed, _ = _after(lines, stepping, r"^checkpoint step \d+ committed")
@@ -68,14 +72,17 @@ def _log_facts(log: str, boots: list[float]) -> dict[str, float]:
     }
 
 
-def _check(event: dict[str, Any], facts: dict[str, float]) -> None:
+def _check(event: dict[str, Any], facts: dict[str, Any]) -> None:
     times = ("checkpoint_committed_at", "down_at", "up_at", "restored_at", "resumed_at", "downtime_s")
     shown = {**facts, **{k: event.get(k) for k in times}}
     # The checkpoint our request got: when the workload answered it, not when a poll read the answer.
     # The workload stamps its answer before it uploads it and logs the line after; a poll can only read it after the
     # upload: so the answer's time is at most the line's (both to the millisecond), a poll's time after it.
-    assert event["checkpoint_committed_at"] == pytest.approx(facts["answered"], abs=TOLERANCE), shown
-    assert event["checkpoint_committed_at"] <= facts["answered"], shown
+    if facts["answered"] is None:
+        assert event.get("checkpoint_committed_at") is None, shown
+    else:
+        assert event["checkpoint_committed_at"] == pytest.approx(facts["answered"], abs=TOLERANCE), shown
+        assert event["checkpoint_committed_at"] <= facts["answered"], shown
     assert event["down_at"] == pytest.approx(facts["stopped"], abs=TOLERANCE), shown
     assert event["downtime_s"] == pytest.approx(facts["booted"] - facts["stopped"], abs=TOLERANCE), shown
     assert event["restored_at"] == pytest.approx(facts["restored"], abs=TOLERANCE), shown
