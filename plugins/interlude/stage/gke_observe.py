@@ -35,15 +35,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from interlude.stage.model import Drill
+
 LABEL_SCHEDULED = "cloud.google.com/scheduled-maintenance-time"
 LABEL_ACTIVE = "cloud.google.com/active-node-maintenance"
 TAINT_TERMINATION = "cloud.google.com/impending-node-termination"
 RUNNING, NOTICED, DRAINING = "running", "noticed", "draining"
 REQUEST_CHECKPOINT, RECORD_EVENT, COMPLETE, FAIL = "request_checkpoint", "record_event", "complete", "fail"
 MOVE, DRILL = "move", "drill"
-#: A drill's states, as interlude.stage.model.Drill's values: asked for; sent (simulateMaintenanceEvent); its
-#: maintenance event opened.
-DRILL_PENDING, DRILL_SENT, DRILL_DONE = "pending", "sent", "done"
+#: A drill's states are the VM stage's (interlude.stage.model.Drill), as the plain strings the state travels in.
+DRILL_PENDING, DRILL_SENT, DRILL_DONE = Drill.PENDING.value, Drill.SENT.value, Drill.DONE.value
 ZONE_LABEL = "topology.kubernetes.io/zone"
 #: The cluster autoscaler's pod Event when a scale-up failed for lack of capacity (the zone's stockout).
 OUT_OF_RESOURCES = ("FailedScaleUp", "out of resources")
