@@ -47,7 +47,7 @@ from interlude_workload.plan import StagePlan, read_plans
 if TYPE_CHECKING:
     from interlude_workload.job import UserJob
 
-USAGE_ERROR = 2  # the trainer's exit code for bad arguments or missing data: deterministic
+USAGE_ERROR = 2  # the trainer's exit code for bad arguments, missing data or an export that fails: deterministic
 MAX_FAILURES = 3
 MAX_BACKOFF = 60.0
 GCS_CALL_SECONDS = 15.0  # the storage library's own retries per call, before the agent says so and backs off

@@ -25,6 +25,14 @@ from interlude_workload import layout
 
 MARKER = "interlude_export.json"
 MARKER_FORMAT = "interlude-export/1"
+EXPORT_STAGES = ("finetune",)  # the reference trainer's stages that end in an export (its --export auto)
+STAGE_MARKER = f"{layout.EXPORT_DIR}{MARKER}"  # the marker's name relative to the stage's prefix
+
+
+def exports(stage: str, command: object = None) -> bool:
+    """Whether the stage is done only once its export is committed: the reference trainer's fine-tune. A user's own
+    job (``command``) writes no export; its stage is done at its final committed step."""
+    return not command and stage in EXPORT_STAGES
 
 
 class ExportConflict(RuntimeError):

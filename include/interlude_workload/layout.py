@@ -89,9 +89,12 @@ def preflight_object(run_key: str) -> str:
     return f"{run_prefix(run_key)}_preflight"
 
 
+EXPORT_DIR = "export/"
+
+
 def export_prefix(run_key: str, stage: str) -> str:
-    """The stage's Hugging Face export (what vLLM serves), written at its final step (interlude_workload.hf_export)."""
-    return f"{stage_prefix(run_key, stage)}export/"
+    """The stage's Hugging Face export (what vLLM serves), written after its final step (hf_export)."""
+    return f"{stage_prefix(run_key, stage)}{EXPORT_DIR}"
 
 
 def control_prefix(run_key: str, stage: str) -> str:

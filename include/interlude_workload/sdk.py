@@ -252,6 +252,17 @@ class Checkpointer(ProgressReporting, Holding, Workers):
         self.log(f"{which}: step {restored.step} ({restored.checkpoint.uri})")
         return restored
 
+    def fail(self, error: str) -> None:
+        """Say why this stage cannot finish, in the log and where the control plane looks (progress ``failed`` with
+        ``error``), then close. Also after a final step committed by an earlier boot: its record is kept, with the
+        failure added (an export that fails after the final commit)."""
+        self.log(f"error: {error}")
+        if self._finished_before:
+            self._progress = {**(self.store.read_progress() or {}), **self._progress}
+            self._finished_before = False
+        self._set_progress(state="failed", error=error)
+        self.close("failed")
+
     def close(self, final_state: str | None = None) -> None:
         """Stop background threads and flush progress and log (idempotent)."""
         if self._closing.is_set():

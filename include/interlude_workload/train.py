@@ -6,10 +6,12 @@ any user's code would: resume from the latest committed Orbax checkpoint, checkp
 maintenance notices and control requests, hold before a maintenance window. The state is one pytree (params,
 AdamW state, data key, step; :mod:`interlude_workload.model`) saved and restored as is, so resume is
 bit-identical to an uninterrupted run; the final digest (sha256 of the final weights) is printed and stored with
-the final step (its Orbax step metadata: ``metrics.digest``). At its final step a fine-tune also writes the Hugging
-Face model directory vLLM serves (:mod:`interlude_workload.hf_export`), verified against the JAX model, and prints
-its URI. Exit codes: 0 done (also at once when the final step and its export are already committed), 143 stopped
-by SIGTERM after committing, 2 bad input, 1 other failure.
+the final step (its Orbax step metadata: ``metrics.digest``). Once its final step is committed a fine-tune also
+writes the Hugging Face model directory vLLM serves (:mod:`interlude_workload.hf_export`), verified against the JAX
+model, and prints its URI: the commit first, so an export that fails costs no training (a retry restores the final
+step and exports again). Exit codes: 0 done (also at once when the final step and its export are already
+committed), 143 stopped by SIGTERM after committing, 2 bad input or an export that does not reproduce the model
+(said in the stage's progress, where the control plane reads it), 1 other failure (an upload: the agent retries).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from dataclasses import dataclass, field  # noqa: E402
 from typing import Any  # noqa: E402
 
 from interlude_workload import data, distributed, hf_export, model  # noqa: E402
+from interlude_workload.agent import USAGE_ERROR  # noqa: E402
 from interlude_workload.gcs import skip_bucket_metadata_lookups  # noqa: E402
 from interlude_workload.llm.train_step import DEFAULT_SIZE, SIZES  # noqa: E402
 from interlude_workload.sdk import EXIT_SIGTERM, Checkpointer  # noqa: E402
 
-EXPORT_STAGES = ("finetune",)
 MODEL_SIZE_ENV = "INTERLUDE_MODEL_SIZE"
 
 
@@ -176,8 +178,8 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
         if restored is not None and restored.step >= args.steps:
             digest = model.digest(restored.state)
             ckpt.log(f"final step {restored.step} already committed; nothing to do")
-            if workers.primary:
-                _export(ckpt, args, restored.step, restored.state)
+            if workers.primary and not _export(ckpt, args, restored.step, restored.state):
+                return USAGE_ERROR
             ckpt.log(f"final digest {digest}")
             ckpt.close("done")
             return 0
@@ -217,7 +219,9 @@ def run(args: argparse.Namespace) -> int:  # noqa: C901 - one loop read top to b
             ckpt.wait_while_held()
             if ckpt.stop_requested:
                 return _stop(ckpt, training, step, loss, held=True)
-        ckpt.log(f"final digest {model.digest(training.state)}")  # the export came with the final commit
+        if training.primary and not _export(ckpt, args, args.steps, training.state):
+            return USAGE_ERROR
+        ckpt.log(f"final digest {model.digest(training.state)}")
         ckpt.close("done")
     return 0
 
@@ -236,37 +240,44 @@ class _Run:
 def _commit(ckpt: Checkpointer, run: _Run, step: int, loss: float, reason: str) -> None:
     """Commit ``step`` (the whole state, as Orbax saves a pytree); the final step also carries the weights' digest.
 
-    The final step's export is written first: the control plane takes "final step committed" as the stage done and
-    names the export in the run's Asset event at once, so it must be in GCS by then (a stage that finished in the
-    second between the commit and a later export sent serving an event without it)."""
+    The export comes after the final commit (:func:`_export`): a stage that exports is done for the control plane
+    only once the export's marker is in GCS too (``hf_export.exports``), so no Asset event goes out without it."""
     extra: dict[str, object] = {"seed": run.args.seed, "data_date": run.args.data_date, "reason": reason}
     if step >= run.args.steps:
-        if run.primary:
-            _export(ckpt, run.args, step, run.state)
         extra["weights_sha256"] = model.digest(run.state)
     metrics = {"loss": loss, **({"digest": extra["weights_sha256"]} if "weights_sha256" in extra else {})}
     ckpt.commit(step, run.state, {}, metrics=metrics, extra=extra, reason=reason)
 
 
-def _export(ckpt: Checkpointer, args: argparse.Namespace, step: int, state: Any) -> None:
-    """The final step's Hugging Face directory, once (a retry finds it committed and does nothing)."""
-    if args.export == "no" or (args.export == "auto" and args.stage not in EXPORT_STAGES):
-        return
+def _export(ckpt: Checkpointer, args: argparse.Namespace, step: int, state: Any) -> bool:
+    """The committed final step's Hugging Face directory, once (a retry finds it committed and does nothing).
+
+    False when it does not reproduce the model: said in the log and the stage's progress (the control plane fails
+    the stage with these words), nothing of it marked. An upload that fails raises: the agent retries the trainer,
+    which restores the committed final step and comes back here."""
+    if args.export == "no" or (args.export == "auto" and args.stage not in hf_export.EXPORT_STAGES):
+        return True
     from interlude_workload.gcs import storage_client
+    from interlude_workload.llm.export import ExportError
 
     started = time.monotonic()
-    result = hf_export.publish(
-        storage_client(),
-        args.bucket,
-        args.run_key,
-        args.stage,
-        step=step,
-        digest=model.digest(state),
-        params=model.params_only(state),
-        size=args.model_size,
-    )
+    try:
+        result = hf_export.publish(
+            storage_client(),
+            args.bucket,
+            args.run_key,
+            args.stage,
+            step=step,
+            digest=model.digest(state),
+            params=model.params_only(state),
+            size=args.model_size,
+        )
+    except ExportError as exc:
+        ckpt.fail(f"the Hugging Face export of committed step {step} failed its verification: {exc}")
+        return False
     how = f"written and verified in {time.monotonic() - started:.1f}s" if result.written else "already committed"
     ckpt.log(f"export {result.uri} ({result.files} files) {how}")
+    return True
 
 
 def _stop(ckpt: Checkpointer, run: _Run, step: int, loss: float, *, held: bool) -> int:

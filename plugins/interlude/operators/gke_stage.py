@@ -77,6 +77,7 @@ class GkeStage:
             target_step=self.steps,  # type: ignore[attr-defined]
             drill=DRILL_PENDING if drill_step else None,
             drill_step=drill_step,
+            awaits_export=self.awaits_export,  # type: ignore[attr-defined]
         )
         if not self.deferrable:  # type: ignore[attr-defined]
             return self._gke_sync(context, state)

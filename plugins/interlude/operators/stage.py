@@ -248,6 +248,13 @@ class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
             notice_policy=self._policy(),
         )
 
+    @property
+    def awaits_export(self) -> bool:
+        """Whether this stage is done only with its Hugging Face export in (the reference trainer's fine-tune)."""
+        from interlude_workload import hf_export
+
+        return hf_export.exports(self.stage, self.run_spec.workload_command)
+
     def _summary(self) -> dict[str, Any]:
         latest = self._store.latest().checkpoint
         if latest is None or latest.step < self.steps:
@@ -339,7 +346,12 @@ class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
             uri,
             f" (maintenance drill at step {drill_step})" if drill_step else "",
         )
-        state = StageState(target_step=self.steps, drill=Drill.PENDING if drill_step else None, drill_step=drill_step)
+        state = StageState(
+            target_step=self.steps,
+            drill=Drill.PENDING if drill_step else None,
+            drill_step=drill_step,
+            awaits_export=self.awaits_export,
+        )
         if not self.deferrable:
             return self._run_sync(context, state)
         self.defer(trigger=self._trigger(state), method_name="execute_complete")
@@ -395,7 +407,9 @@ class TrainingStageOperator(GkeStage, StageActions, BaseOperator):
     ) -> tuple[Observation, dict[str, Any]]:
         try:
             resource = get()
-            facts = read_stage_facts(self.bucket, self.run_key, self.stage, state.request_id)
+            facts = read_stage_facts(
+                self.bucket, self.run_key, self.stage, state.request_id, self.steps if state.awaits_export else None
+            )
             machine, _ = machine_view(self.machine["kind"], resource)
             failure = serial.failure() if serial and trigger.suspect(state, machine, time.time()) else None
             return observation(self.machine["kind"], resource, facts, failure=failure), facts.progress

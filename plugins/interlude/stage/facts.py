@@ -33,13 +33,14 @@ from typing import Any, NamedTuple
 
 from interlude.hooks.gcs_json import GcsJson, shared_gcs
 from interlude.stage.observe import NO_ACK, Ack, StageFacts, ack_of
-from interlude_workload.layout import PROGRESS_METADATA_KEY, ROOT
+from interlude_workload.hf_export import STAGE_MARKER
+from interlude_workload.layout import EXPORT_DIR, PROGRESS_METADATA_KEY, ROOT
 from interlude_workload.orbax_layout import CHECKPOINTS, COMMIT_SUCCESS, STEP_METADATA, check_finalised, step_statuses
 
 # GCS forbids "/" and "**" inside braces, hence two globs: Orbax's markers and step metadata (not the arrays' many
 # objects) and the control objects, then progress.
 GLOBS = (
-    f"{ROOT}/*/*/{{{CHECKPOINTS},control}}/**{{{COMMIT_SUCCESS},{STEP_METADATA},.json}}",
+    f"{ROOT}/*/*/{{{CHECKPOINTS},control,{EXPORT_DIR.rstrip('/')}}}/**{{{COMMIT_SUCCESS},{STEP_METADATA},.json}}",
     f"{ROOT}/*/*/progress.json",
 )
 # What each glob's listing returns (a partial response): progress.json's also its custom metadata (the copy).
@@ -184,7 +185,7 @@ class StageFactsReader:
         """The facts; downloads (blocking) only new progress, new acks and committed steps not yet verified."""
         committed = self._committed(objects, verify=True) or 0
         step, answered_at = self._read_ack(objects, request_id)
-        return StageFacts(committed, self._read_progress(objects), step, answered_at)
+        return StageFacts(committed, self._read_progress(objects), step, answered_at, STAGE_MARKER in objects)
 
     def _download(self, name: str) -> bytes | None:
         """Blocking: one object by its full name (None: absent). Counted: the benchmark and tests read it."""
@@ -278,7 +279,7 @@ def with_progress(facts: StageFacts, progress: Mapping[str, Any] | None) -> Stag
     committed, held = facts.committed_step, progress.get("held_at")
     if progress.get("state") == "holding" and isinstance(held, int) and not isinstance(held, bool):
         committed = max(committed, held)
-    return StageFacts(committed, dict(progress), facts.request_ack_step, facts.request_ack_at)
+    return StageFacts(committed, dict(progress), facts.request_ack_step, facts.request_ack_at, facts.export_committed)
 
 
 def _parse(raw: str | bytes) -> tuple[bool, dict[str, Any] | None]:

@@ -87,6 +87,7 @@ class GkeObservation:
     ack_step: int | None = None  # the workload's answer to the open checkpoint request
     jobset_failure: str | None = None  # the JobSet's Failed condition, said
     scale_up_failure: str | None = None  # the autoscaler's out-of-resources Event on a pending pod of the JobSet
+    export_committed: bool = False  # the stage's Hugging Face export is in GCS (interlude_workload.hf_export)
 
     @property
     def boot_id(self) -> str | None:
@@ -113,6 +114,7 @@ class GkeStageState:
     drill_sent_at: float | None = None
     drill_node: str | None = None  # the node (its Compute Engine instance) the drill went to, and its zone
     drill_zone: str | None = None
+    awaits_export: bool = False  # done only once the export is in too (interlude_workload.hf_export.exports)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -210,10 +212,9 @@ def next_gke_step(
     new_boot = obs.boot_id is not None and state.boot_id is not None and obs.boot_id != state.boot_id
     if state.phase == DRAINING or (state.phase == NOTICED and new_boot):
         return _after_drain(state, obs, pod, new_boot, down_timeout)
-    if obs.committed_step >= state.target_step:
-        if state.drill in (DRILL_PENDING, DRILL_SENT):
-            return GkeStep(replace(state), (FAIL,), None, _drill_missed(state))
-        return GkeStep(replace(state, event=None), (COMPLETE,), None, f"final step {obs.committed_step} committed")
+    ended = _ended(state, obs)
+    if ended is not None:
+        return ended
     moved = obs.step != state.last_step_seen or obs.boot_id != state.boot_id
     seen = replace(
         state,
@@ -239,6 +240,18 @@ def next_gke_step(
     if seen.last_change_at is not None and obs.now - seen.last_change_at > stall_timeout:
         return GkeStep(seen, (FAIL,), None, f"no progress for {obs.now - seen.last_change_at:.0f}s (stall)")
     return GkeStep(seen, (), None, f"running: step {obs.step}, committed {obs.committed_step}")
+
+
+def _ended(state: GkeStageState, obs: GkeObservation) -> GkeStep | None:
+    """Done (the final step committed, and the export with it for a stage that exports), or failed by the workload's
+    own word (its progress ``failed``: bad input, or an export that does not reproduce the model); None: neither."""
+    if obs.committed_step >= state.target_step and (obs.export_committed or not state.awaits_export):
+        if state.drill in (DRILL_PENDING, DRILL_SENT):
+            return GkeStep(replace(state), (FAIL,), None, _drill_missed(state))
+        return GkeStep(replace(state, event=None), (COMPLETE,), None, f"final step {obs.committed_step} committed")
+    if obs.progress.get("state") == "failed" and obs.progress.get("error"):
+        return GkeStep(replace(state), (FAIL,), None, f"the workload failed: {obs.progress['error']}")
+    return None
 
 
 def _drill(state: GkeStageState, obs: GkeObservation, pod: PodSeen | None, drill_timeout: float) -> GkeStep | None:
@@ -323,6 +336,8 @@ def observation_from(
     ack_step: int | None,
     jobset: Mapping[str, Any] | None,
     pod_events: Sequence[Mapping[str, Any]] = (),
+    *,
+    export_committed: bool = False,
 ) -> GkeObservation:
     """Kubernetes objects (as dicts) and GCS facts -> an observation. ``pod_events``: core/v1 Events of the pods."""
     seen_pods = tuple(
@@ -360,6 +375,7 @@ def observation_from(
         ack_step,
         jobset_failure(jobset),
         failed[0] if failed else None,
+        export_committed,
     )
 
 

@@ -9,6 +9,8 @@ same answer instead of trusting memory.
 
     RUNNING --notice--> [NOTICED --checkpoint due-->] CHECKPOINT_REQUESTED --committed--> AWAITING_RESTART
     --machine back--> RESUMING --progress past the checkpoint--> RUNNING ... --final step committed--> DONE
+    (a stage that exports: --final step and its export committed--> DONE; its export failing after the final
+    commit is the workload's error: FAILED with the final step kept)
     RUNNING --machine down, no notice--> RECOVERING (restart or re-provision) --> RESUMING
     any --no progress on a READY machine / startup script failed--> restart once, then FAILED
     any --control plane silent--> (same phase) until the outage budget is spent, then FAILED
@@ -68,10 +70,10 @@ def next_step(state: StageState, obs: Observation, limits: Limits) -> Transition
     if obs.machine is Machine.UNKNOWN:
         return watchdog.outage(state, obs, limits)
     state = watchdog.answered(state)
-    if obs.workload_error and obs.committed_step < state.target_step:
-        return fail(state, f"the workload failed: {obs.workload_error}")
-    if obs.committed_step >= state.target_step:
+    if state.finished(obs.committed_step, obs.export_committed):
         return _finish(state, obs, limits)
+    if obs.workload_error:
+        return fail(state, f"the workload failed: {obs.workload_error}")
     state = watchdog.track_progress(_track(state, obs), obs)
     guarded = watchdog.guard(state, obs, limits)
     if guarded is not None:

@@ -77,6 +77,7 @@ class Observation:
     progress_at: float | None = None  # when the workload wrote the progress seen (its own clock)
     stepping_at: float | None = None  # when the current boot's workload began stepping (its own clock)
     mean_step_seconds: float | None = None  # its mean step time on this boot, by its own clock
+    export_committed: bool = False  # the stage's Hugging Face export is in GCS, its marker last
 
 
 @dataclass(frozen=True)
@@ -98,9 +99,14 @@ class StageState:
     drill: Drill | None = None
     drill_step: int | None = None
     drill_sent_at: float | None = None
+    awaits_export: bool = False  # done only once the export is in too (interlude_workload.hf_export.exports)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def finished(self, committed_step: int, export_committed: bool) -> bool:
+        """The final step committed and, for a stage that exports, its export with it."""
+        return committed_step >= self.target_step and (export_committed or not self.awaits_export)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StageState:

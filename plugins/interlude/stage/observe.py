@@ -104,6 +104,7 @@ class StageFacts:
     progress: dict[str, Any]
     request_ack_step: int | None
     request_ack_at: float | None = None  # when the workload answered the request (its own clock)
+    export_committed: bool = False  # the stage's Hugging Face export marker is in GCS (hf_export.STAGE_MARKER)
 
 
 Ack = tuple[int | None, float | None]
@@ -142,8 +143,11 @@ def _shared_client() -> Any:
         return client
 
 
-def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | None) -> StageFacts:
-    """Blocking GCS reads; triggers call this through asyncio.to_thread."""
+def read_stage_facts(
+    bucket: str, run_key: str, stage: str, request_id: str | None, final_step: int | None = None
+) -> StageFacts:
+    """Blocking GCS reads; triggers call this through asyncio.to_thread. ``final_step``: the stage's last step, for
+    a stage that exports (whether its export is in is asked once that step is committed)."""
     from interlude_workload.checkpoints import CheckpointStore
 
     store = CheckpointStore(bucket, run_key, stage, client=_shared_client())
@@ -151,7 +155,16 @@ def read_stage_facts(bucket: str, run_key: str, stage: str, request_id: str | No
     committed = latest.checkpoint.step if latest.checkpoint else 0
     progress = store.read_progress() or {}
     step, answered_at = ack_of(store._get_json(f"control/ack-{request_id}.json")) if request_id else NO_ACK
-    return StageFacts(committed, progress, step, answered_at)
+    return StageFacts(committed, progress, step, answered_at, _export_listed(store, final_step, committed))
+
+
+def _export_listed(store: Any, final_step: int | None, committed: int) -> bool:
+    """Whether the export's marker is in GCS; asked (one GET) only once the final step is committed."""
+    from interlude_workload import hf_export
+
+    if final_step is None or committed < final_step:
+        return False
+    return bool(store.bucket.blob(store.base + hf_export.STAGE_MARKER).exists())
 
 
 def _epoch(value: Any) -> float | None:
@@ -224,6 +237,7 @@ def observation(
         boot_id=progress.get("boot_id"),
         request_ack_step=facts.request_ack_step,
         request_ack_at=facts.request_ack_at,
+        export_committed=facts.export_committed,
         workload_error=str(progress.get("error")) if progress.get("state") == "failed" else None,
         workload_state=progress.get("state"),
         boot_started_at=_epoch(progress.get("boot_started_at")),

@@ -101,7 +101,10 @@ class GkeStageTrigger(BaseTrigger):
         if any((p.get("status") or {}).get("phase") == "Pending" for p in raw_pods):  # the autoscaler's word on it
             listed = await core.list_namespaced_event(m["namespace"], field_selector="involvedObject.kind=Pod")
             pod_events = [api.sanitize_for_serialization(e) for e in listed.items]
-        facts = await asyncio.to_thread(read_stage_facts, kw["bucket"], kw["run_key"], kw["stage"], state.request_id)
+        final = state.target_step if state.awaits_export else None
+        facts = await asyncio.to_thread(
+            read_stage_facts, kw["bucket"], kw["run_key"], kw["stage"], state.request_id, final
+        )
         return observation_from(
             time.time(),
             raw_pods,
@@ -111,6 +114,7 @@ class GkeStageTrigger(BaseTrigger):
             facts.request_ack_step,
             jobset,
             pod_events,
+            export_committed=facts.export_committed,
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:

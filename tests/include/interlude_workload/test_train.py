@@ -186,8 +186,8 @@ def test_finetune_starts_from_train_and_uses_its_date_slice(bucket: str) -> None
         assert "latest of stage train: step 20" in ft.stdout and f"tokens dated {day}" in ft.stdout
         digests.append(digest_of(ft.stdout))
         assert f"export gs://{bucket}/interlude/ft/finetune/export (6 files) written and verified" in ft.stdout
-        # ... before the final step is committed: the control plane takes that commit as the stage done
-        assert ft.stdout.index("export gs://") < ft.stdout.index("checkpoint step 10 committed"), ft.stdout
+        # ... after the final step is committed: an export that fails costs no training
+        assert ft.stdout.index("checkpoint step 10 committed") < ft.stdout.index("export gs://"), ft.stdout
     assert digests[0] != digests[1]
 
 
@@ -238,3 +238,64 @@ def test_async_periodic_saves_resume_bit_identically(bucket: str) -> None:
     more = run_trainer(trainer_cmd(bucket, "async", "--async-saves", steps=30, every=5))
     assert more.returncode == 0 and "resume point: step 20" in more.stdout, more.stdout + more.stderr
     assert digest_of(more.stdout) == reference
+
+
+BROKEN_EXPORT = """
+# A broken exporter (the test's fault, not the product's): one row of the output head written as the next row's.
+import interlude_workload.llm.export as export
+
+_real = export.to_hf_tensors
+
+
+def _off_by_one_row(params):
+    tensors = _real(params)
+    head = tensors["lm_head.weight"].copy()
+    head[5] = head[6]
+    tensors["lm_head.weight"] = head
+    return tensors
+
+
+export.to_hf_tensors = _off_by_one_row
+"""
+
+
+def test_an_export_that_fails_keeps_the_final_step_committed_and_marks_nothing(bucket: str, tmp_path: Path) -> None:
+    """The commit comes first: a fine-tune whose export does not reproduce the model exits 2 (the agent's "retrying
+    cannot help") with its final step committed, nothing of the export marked, and the prompt and the figures in
+    its log and progress (where the control plane reads them). The same command with a sound exporter then only
+    exports: it trains nothing again."""
+    from interlude_workload import hf_export
+    from interlude_workload.gcs import storage_client
+
+    assert run_trainer(trainer_cmd(bucket, "ftx", steps=20, every=10)).returncode == 0
+    (tmp_path / "sitecustomize.py").write_text(BROKEN_EXPORT)
+    cmd = trainer_cmd(
+        bucket, "ftx", "--init-from-stage", "train", "--data-date", "2024-01-05", stage="finetune", steps=10, every=5
+    )
+    broken = run_trainer(cmd, PYTHONPATH=str(tmp_path))
+    out = broken.stdout + broken.stderr
+    assert broken.returncode == 2, out
+    assert out.index("checkpoint step 10 committed") < out.index("export of committed step 10 failed"), out
+    assert "prompt 'Today is': numpy logits differ from JAX by" in out and "the largest |logit|" in out, out
+    store = CheckpointStore(bucket, "ftx", "finetune")
+    latest = store.latest(verify="full").checkpoint
+    assert latest is not None and latest.step == 10
+    progress = store.read_progress()
+    assert progress["state"] == "failed" and "numpy logits differ from JAX" in progress["error"], progress
+    client = storage_client()
+    assert hf_export.read_marker(client, bucket, "ftx", "finetune") is None
+    listed = [b.name for b in client.list_blobs(bucket, prefix=layout_export("ftx"))]
+    assert listed == [], listed  # verified before any upload: nothing of it in GCS at all
+
+    retry = run_trainer(cmd)
+    assert retry.returncode == 0, retry.stdout + retry.stderr
+    assert "final step 10 already committed" in retry.stdout and "checkpoint step" not in retry.stdout
+    assert "written and verified" in retry.stdout
+    marker = hf_export.read_marker(client, bucket, "ftx", "finetune")
+    assert marker is not None and marker["step"] == 10 and marker["params_sha256"] == latest.extra["weights_sha256"]
+
+
+def layout_export(run_key: str) -> str:
+    from interlude_workload import layout
+
+    return layout.export_prefix(run_key, "finetune")
