@@ -14,9 +14,9 @@ vLLM (``--load-format safetensors``/``auto`` from a directory or a Cloud Storage
 
 It writes to a local directory: the caller uploads it to Cloud Storage and commits it with its marker.
 Then it verifies what it wrote by reading it back as a loader would (tensor names, shapes and dtypes
-against ``config.json``, the tokenizer's ids) and comparing the numpy forward over the written
-safetensors with the JAX forward over ``params`` on fixed prompts: logits within :func:`logit_bound` and
-equal greedy completions, or :class:`ExportError`.
+against ``config.json``, every tensor bit for bit against the weights, the tokenizer's ids) and comparing the
+numpy forward over the written safetensors with the JAX forward over ``params`` on fixed prompts: logits within
+:func:`logit_bound` and equal greedy completions, or :class:`ExportError`.
 
 The bound is relative to the logits' scale. Both forwards are correct float32 programs that round differently (sums
 in another order, fused operations), so their difference grows with the logits, and the logits grow as a model
@@ -128,6 +128,16 @@ def _check_config(export_dir: Path, config: LlamaConfig) -> None:
         raise ExportError(f"config.json describes {written}, the model is {config}")
 
 
+def _check_bits(weights: dict[str, np.ndarray], params: Any) -> None:
+    """Every written tensor is the model's, bit for bit (float32 in, float32 out): a corruption too small for any
+    logit bound to see (one weight off by 1e-3) is refused here; the logits then check how a loader reads them."""
+    for name, want in to_hf_tensors(params).items():
+        got = weights[name]
+        if got.dtype != want.dtype or got.shape != want.shape or not np.array_equal(got, want):
+            count = int(np.sum(got != want)) if got.shape == want.shape else got.size
+            raise ExportError(f"{name} is not the model's weights ({count} of {want.size} values differ)")
+
+
 def _check_tokenizer(export_dir: Path, config: LlamaConfig) -> Any:
     tok = load_tokenizer(export_dir)
     if tok.get_vocab_size() != config.vocab_size:
@@ -202,6 +212,7 @@ def verify_export(
         weights, _ = numpy_forward.load_export(root)
     except (OSError, ValueError, SafetensorError) as exc:
         raise ExportError(f"model.safetensors does not load as this model: {exc}") from exc
+    _check_bits(weights, params)
     tok = _check_tokenizer(root, config)
     records, worst = [], 0.0
     for text in prompts:

@@ -183,3 +183,27 @@ def test_a_drill_that_never_shows_or_never_ran_fails_the_stage_saying_so() -> No
     assert finished.actions == (FAIL,) and "finished without a maintenance" in finished.reason
     ok = step(GkeStageState(target_step=60, drill=DRILL_DONE, drill_step=10), obs(T0, step=60, committed=60))
     assert ok.actions == (COMPLETE,)
+
+
+@pytest.mark.parametrize("awaits", [False, True])
+@pytest.mark.parametrize("exported", [False, True])
+@pytest.mark.parametrize("failed", [False, True])
+def test_a_stage_that_exports_is_done_only_with_its_export_on_gke_too(
+    awaits: bool, exported: bool, failed: bool
+) -> None:
+    """The same rule as the VM stage's (interlude.stage.machine): at the committed final step, done when no export is
+    awaited or it is in; a workload that said it failed (its export did not reproduce the model) fails the stage
+    with its words; else the look goes on."""
+    from dataclasses import replace
+
+    state = GkeStageState(target_step=10, awaits_export=awaits)
+    words = {"state": "failed", "error": "the Hugging Face export of committed step 10 failed"} if failed else {}
+    seen = replace(obs(T0, step=10, committed=10, **words), export_committed=exported)
+    out = step(state, seen)
+    if not awaits or exported:
+        assert out.actions == (COMPLETE,), out
+    elif failed:
+        assert out.actions == (FAIL,) and "export of committed step 10 failed" in out.reason, out
+    else:
+        assert out.actions == (), out
+    assert GkeStageState.from_dict(state.to_dict()) == state

@@ -179,3 +179,23 @@ def test_the_checkpoint_time_is_when_the_workload_answered_not_the_poll() -> Non
     for o, expected in ((answered, 3.2), (late, 4.0)):
         s, _, _ = walk(StageState(target_step=100), [obs(1, step=40, committed=40), obs(2, step=50, notice=PENDING), o])
         assert s.phase is Phase.AWAITING_RESTART and (s.event or {})["checkpoint_committed_at"] == expected
+
+
+@pytest.mark.parametrize("awaits", [False, True])
+@pytest.mark.parametrize("exported", [False, True])
+@pytest.mark.parametrize("error", [None, "prompt 'Today is': numpy logits differ from JAX by 0.4 > 0.0002"])
+def test_a_stage_that_exports_is_done_only_with_its_export_and_fails_with_its_words(
+    awaits: bool, exported: bool, error: str | None
+) -> None:
+    """Every combination at the committed final step: done when no export is awaited or it is in; else the
+    workload's error (an export that failed after the final commit) fails the stage naming it; else keep watching."""
+    state = StageState(target_step=10, awaits_export=awaits)
+    seen = replace(obs(5, step=10, committed=10), export_committed=exported, workload_error=error)
+    t = next_step(state, seen, LIMITS)
+    if not awaits or exported:
+        assert t.state.phase is Phase.DONE and t.actions == (Action.COMPLETE,)
+    elif error:
+        assert t.state.phase is Phase.FAILED and error in (t.state.failure or ""), t
+    else:
+        assert t.state.phase is Phase.RUNNING and t.actions == (), t
+    assert StageState.from_dict(state.to_dict()) == state  # the flag travels in the trigger's arguments
