@@ -122,7 +122,8 @@ class _Start:
     computed: list[int] = field(default_factory=list)
     saved: int = 0
     stop: tuple[int, int] | None = None  # (step it stopped after, latest step saved), as it says
-    traceback: bool = False
+    traceback_after: int | None = None  # the last step it had computed when its log shows a traceback
+    lines: list[str] = field(default_factory=list)  # its own output
 
 
 def _job_runs(stage: str, steps: int, log: str) -> JobRuns:
@@ -132,9 +133,9 @@ def _job_runs(stage: str, steps: int, log: str) -> JobRuns:
 
     * it stopped on SIGTERM (a checkpoint asked for, or the machine going down): its log says ``stopped on SIGTERM
       after step N, latest saved step N`` for the last step it computed, and it exited 143. Nothing is lost.
-    * it crashed on its own: its traceback is in its log and it exited with a code of its own (> 0, not 143), e.g.
-      an Orbax save of the job's that failed. What it had not saved is lost (as on Google), so the steps after
-      its last save may be computed again, and only then.
+    * it crashed on its own: its log shows its traceback after the last step it computed (whatever its exit code:
+      a SIGTERM may still reach it while it exits), e.g. an Orbax save of the job's that failed. What it had not
+      saved is lost (as on Google), so the steps after its last save may be computed again, and only then.
 
     A SIGTERM the job could not handle (its handler not yet set, or its interpreter shutting down after its last
     step: exit -15 or 143 with no stop in its log) passes only when its last computed step was saved.
@@ -146,13 +147,15 @@ def _job_runs(stage: str, steps: int, log: str) -> JobRuns:
     expect_next: int | None = None
     start = _Start(resumed=0)
     for line in log.splitlines():
+        if AGENT not in line:
+            start.lines.append(line)
         if AGENT in line:
             if m := re.search(r"resume point: step (\d+)", line):
                 start = _Start(resumed=int(m.group(1)), saved=int(m.group(1)))
                 expect_next = start.resumed + 1
                 allowed, lost = {s for s in lost if s > start.resumed}, set()
             elif m := re.search(r"job exited (-?\d+)", line):
-                lost = _judge_exit(stage, int(m.group(1)), start, out, log)
+                lost = _judge_exit(stage, int(m.group(1)), start, out)
         elif m := re.search(r"computed step (\d+)", line):
             step = int(m.group(1))
             assert expect_next is None or step == expect_next, f"{stage}: resumed at {step}, not {expect_next}"
@@ -165,12 +168,12 @@ def _job_runs(stage: str, steps: int, log: str) -> JobRuns:
         elif m := re.search(r"saved step (\d+)", line):
             start.saved = int(m.group(1))
         elif line.startswith("Traceback (most recent call last)"):
-            start.traceback = True
+            start.traceback_after = start.computed[-1] if start.computed else start.resumed
     assert sorted(set(out.computed)) == list(range(1, steps + 1)), f"{stage}: a step never computed\n{log[-3000:]}"
     return out
 
 
-def _judge_exit(stage: str, rc: int, start: _Start, out: JobRuns, log: str) -> set[int]:
+def _judge_exit(stage: str, rc: int, start: _Start, out: JobRuns) -> set[int]:
     """How a start of the job ended, from its own log and its exit code; the steps it lost (only by a crash)."""
     last = start.computed[-1] if start.computed else start.resumed
     said = f"{stage}: the job exited {rc} having computed up to step {last}, saved step {start.saved}"
@@ -180,7 +183,7 @@ def _judge_exit(stage: str, rc: int, start: _Start, out: JobRuns, log: str) -> s
         assert rc == 143 and start.stop == (last, last), f"{said}, after its SIGTERM stop {start.stop}"
         out.sigterm_stops.append(last)
         return set()
-    if start.traceback and rc > 0:
+    if start.traceback_after is not None and start.traceback_after == last:  # it stepped no further after it
         out.crashes += 1
         return {s for s in start.computed if s > start.saved}
     if rc in (143, -15) and last == start.saved:
@@ -189,7 +192,7 @@ def _judge_exit(stage: str, rc: int, start: _Start, out: JobRuns, log: str) -> s
         return set()
     raise AssertionError(
         f"{said}, and its log shows neither a stop on SIGTERM nor a crash of its own: it was stopped without "
-        f"being asked for a checkpoint\n{log[-3000:]}"
+        f"being asked for a checkpoint; its own output since it started:\n" + "\n".join(start.lines[-40:])
     )
 
 
