@@ -3,7 +3,8 @@
 It checkpoints with ``ocp.CheckpointManager`` into the directory it is given, resumes from the latest step there
 (or starts from another directory's latest, the previous stage's), and on SIGTERM saves the step it is at and exits
 (what MaxText does on a preemption). Its log is the test's independent account: every step it computed
-(``computed step N``), every restore and save, and the digest of its final weights.
+(``computed step N``), every restore and save, each stop on SIGTERM (``stopped on SIGTERM after step N``: only a
+SIGTERM it received writes it), any crash of its own (Python's traceback) and the digest of its final weights.
 
 Run by tests/faults/test_user_job.py through ``workload_command``; :func:`advance` is also the test's uninterrupted
 reference.
@@ -83,10 +84,12 @@ def main() -> int:
             if step == args.steps:  # said before the stage can see the commit and tear the machine down
                 print(f"final digest {digest(w)}", flush=True)
         time.sleep(max(0.0, args.step_seconds - (time.monotonic() - began)))
-    if stop["requested"] and mgr.latest_step() != step:
-        mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": w})), force=True)
-        mgr.wait_until_finished()
-        print(f"saved step {step} on SIGTERM", flush=True)
+    if stop["requested"]:
+        if mgr.latest_step() != step:
+            mgr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave({"w": w})), force=True)
+            mgr.wait_until_finished()
+            print(f"saved step {step} on SIGTERM", flush=True)
+        print(f"stopped on SIGTERM after step {step}, latest saved step {mgr.latest_step()}", flush=True)
     mgr.close()
     return 143 if stop["requested"] else 0
 
