@@ -177,7 +177,7 @@ class Mesh:
     GPU each) with a batch they divide is plain data parallelism; a TPU slice with more chips than rows (a
     v5litepod-16's 16 chips, the small model's 8 rows) still runs, two chips to a row group."""
 
-    def __init__(self, batch_size: int) -> None:
+    def __init__(self, batch_size: int, devices: list[Any] | None = None) -> None:
         import math
 
         import jax
@@ -185,7 +185,7 @@ class Mesh:
         from jax.sharding import Mesh as JaxMesh
         from jax.sharding import NamedSharding, PartitionSpec
 
-        devices = jax.devices()
+        devices = jax.devices() if devices is None else devices  # a subset: a test's layouts of a few workers
         self.devices = len(devices)
         self.data = math.gcd(batch_size, self.devices)
         grid = np.asarray(devices, dtype=object).reshape(self.data, self.devices // self.data)

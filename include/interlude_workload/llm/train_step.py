@@ -164,15 +164,24 @@ def sharded_train_step(
     state: State, data: Data, config: LlamaConfig, hparams: TrainHParams, rows: jax.sharding.Sharding
 ) -> tuple[State, jax.Array]:
     """:func:`train_step` data-parallel: the same global batch, its rows split over ``rows``' devices (each worker
-    computes its slice; XLA all-reduces the gradients: a mean over the whole batch, as the loss is), the state
-    replicated. The batch and the update are the one-device step's; the sums over the batch are split, so the
-    weights equal one device's to float32 rounding, not bit for bit (tests/include/interlude_workload/
+    computes its slice, :func:`sharded_batch`; XLA all-reduces the gradients: a mean over the whole batch, as the
+    loss is), the state replicated. The batch and the update are the one-device step's; the sums over the batch are
+    split, so the weights equal one device's to float32 rounding, not bit for bit (tests/include/interlude_workload/
     test_multihost_train.py states the tolerance), and equal any other run on the same number of devices bit for
     bit."""
-    inputs, targets = batch_for(state, data, hparams)
-    inputs = jax.lax.with_sharding_constraint(inputs, rows)
-    targets = jax.lax.with_sharding_constraint(targets, rows)
+    inputs, targets = sharded_batch(state, data, hparams, rows)
     return _update(state, inputs, targets, config, hparams)
+
+
+def sharded_batch(
+    state: State, data: Data, hparams: TrainHParams, rows: jax.sharding.Sharding
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`batch_for`'s global batch laid out over ``rows``' devices: each device holds the rows its slot on the
+    mesh's ``data`` axis names (:class:`interlude_workload.distributed.Mesh`; the slots' rows a partition of the
+    batch, a slot's devices the same rows). Traced inside :func:`sharded_train_step`; tests/include/
+    interlude_workload/test_data_parallel_rows.py holds every device's rows to the one-device batch's."""
+    inputs, targets = batch_for(state, data, hparams)
+    return jax.lax.with_sharding_constraint(inputs, rows), jax.lax.with_sharding_constraint(targets, rows)
 
 
 def state_arrays(state: State) -> dict[str, np.ndarray]:
