@@ -247,12 +247,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--time-scale", type=float, default=600.0, help="the local cloud's clock (Google s per s)")
     parser.add_argument("--poll-seconds", type=float, default=0.5, help="the DAG rows' trigger poll")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"which rows, in order (of {','.join(ROWS)})")
-    parser.add_argument("--timeout", type=float, default=600.0, help="per row")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="per row, real seconds (default 600 + 0.5 per step of --steps and --finetune-steps: a 2,000-step row of "
+        "the small model took 515 s at load 10, so a fixed 600 s failed every --steps 5000 run)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (logs, local cloud state)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON (a RESULT line) too")
     args = parser.parse_args(argv)
     steps = args.event_steps or f"{int(args.steps * 0.15)},{int(args.steps * 0.55)}"
     args.event_steps = [int(s) for s in steps.split(",") if s.strip()]
+    if args.timeout is None:
+        args.timeout = 600.0 + 0.5 * (args.steps + args.finetune_steps)
     args.rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(args.rows) - set(ROWS)
     if unknown:
