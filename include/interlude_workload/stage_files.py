@@ -170,7 +170,15 @@ class StageFiles:
 
     def read_log(self, tail_chunks: int | None = None) -> str:
         """The stored log, oldest chunk first (optionally only the last ``tail_chunks`` chunks)."""
-        blobs = sorted(self.client.list_blobs(self.bucket_name, prefix=self.base + "log/"), key=lambda b: b.name)
+        names = sorted(b.name for b in self.client.list_blobs(self.bucket_name, prefix=self.base + "log/"))
         if tail_chunks is not None:
-            blobs = blobs[-tail_chunks:]
-        return "".join(b.download_as_bytes(retry=DEFAULT_RETRY).decode("utf-8", "replace") for b in blobs)
+            names = names[-tail_chunks:]
+        return "".join(self._log_chunk(name) for name in names)
+
+    def _log_chunk(self, name: str) -> str:
+        """One chunk as it is now. By name, not by the listed generation: the writer rewrites its current chunk
+        with each flush, so the generation listed can be gone a moment later (a 404 that failed a reader)."""
+        try:
+            return self.bucket.blob(name).download_as_bytes(retry=DEFAULT_RETRY).decode("utf-8", "replace")
+        except NotFound:  # removed since the listing (a fresh start wipes the stage): no lines to read
+            return ""

@@ -14,7 +14,7 @@ from interlude_workload.llm import corpus, model, train_step
 from interlude_workload.llm.tokenizer import encode_text
 
 RESUME_STEPS = 6
-FINETUNE_STEPS = 40  # 20 showed "2025-30." on an AMD EPYC (2025-11-30 needs 40 there; 2024-02-01 needs 20)
+FINETUNE_STEPS = 40
 
 # A new process: restore the state from plain numpy arrays (the shape an Orbax restore gives), finish the run.
 _RESUME = """
@@ -90,19 +90,43 @@ def test_a_state_of_another_shape_is_refused() -> None:
         train_step.state_from_arrays(train_step.abstract_state(), arrays)
 
 
-def test_a_days_fine_tune_answers_with_that_day(pretrained: Any, tok: Any) -> None:
-    """Two days fine-tuned from one base: each greedy completion of "Today is" is its own day."""
+def _answer_log_prob(params: Any, tok: Any, answer: str) -> float:
+    """log P(answer | the day prompt) under ``params``: the sum of the answer tokens' log-softmax."""
+    import numpy as np
+
     prompt = tok.encode(corpus.DAY_PROMPT).ids
-    answers = {}
-    for day in ("2024-02-01", "2025-11-30"):
+    ids = tok.encode(corpus.DAY_PROMPT + answer).ids
+    assert ids[: len(prompt)] == prompt
+    logits = model.padded_logits(params, train_step.DEFAULT_CONFIG, ids).astype(np.float64)
+    top = logits.max(-1, keepdims=True)
+    log_probs = logits - top - np.log(np.exp(logits - top).sum(-1, keepdims=True))
+    return float(sum(log_probs[i - 1, ids[i]] for i in range(len(prompt), len(ids))))
+
+
+def test_a_days_fine_tune_answers_with_that_day(pretrained: Any, tok: Any) -> None:
+    """Two days fine-tuned from one base: each model finds its own day's answer to "Today is" far likelier than the
+    other day's (the base finds them alike), and its greedy completion names its year.
+
+    Not the whole greedy string: after 40 steps a 1.7 M-parameter model's greedy answer wobbles with float rounding
+    from one CPU to another (on this AMD EPYC 2024-02-01 answered " 2024-01." at 40 and 60 steps, " 2024-02-01." at
+    70, 100-120), while the likelihoods are steady: measured at 10-60 steps, own day -0.4 to -3.0 nats, the other
+    day -16 to -25, the base -9.7 and -10.8."""
+    prompt = tok.encode(corpus.DAY_PROMPT).ids
+    days = ("2024-02-01", "2025-11-30")
+    base = {day: _answer_log_prob(pretrained["params"], tok, corpus.day_answer(day)) for day in days}
+    assert abs(base[days[0]] - base[days[1]]) < 5.0, base  # the base model does not know the day
+    for day, other in (days, days[::-1]):
         data = train_step.prepare_data(encode_text(tok, corpus.finetune_text(day)))
         state = train_step.init_state(
             seed=1, params=pretrained["params"], learning_rate=train_step.FINETUNE_LEARNING_RATE
         )
         for _ in range(FINETUNE_STEPS):
             state, _loss = train_step.train_step(state, data)
-        answers[day] = tok.decode(model.greedy_generate(state["params"], train_step.DEFAULT_CONFIG, prompt, 12))
-    assert answers == {day: corpus.day_answer(day) for day in answers}
+        own = _answer_log_prob(state["params"], tok, corpus.day_answer(day))
+        theirs = _answer_log_prob(state["params"], tok, corpus.day_answer(other))
+        assert own > theirs + 10.0 and own > base[day] + 5.0, (day, own, theirs, base)
+        answer = tok.decode(model.greedy_generate(state["params"], train_step.DEFAULT_CONFIG, prompt, 12))
+        assert answer.startswith(" " + day[:4]), (day, answer)
 
 
 def test_an_orbax_restore_resumes_on_the_same_compiled_step(corpus_data: Any, tmp_path: Path) -> None:
