@@ -8,7 +8,7 @@ and where it resumed ("resume point: step R"). That S is the progress file the p
 held to the preempted boot's own console as the machine's serial log kept it (the cloud's copy of the process's
 stdout, complete up to the SIGKILL): the steps that boot printed computing and committing, with its own clock. It
 computed past PREEMPT_AT, last committed R, and its console agrees with "at T, step S" (every step it printed before
-T is at most S, every one after is above it). The run report's count must be that S - R, and the run's timeline,
+T is at most S, every one after is at least S). The run report's count must be that S - R, and the run's timeline,
 built and drawn by interlude.ui from the report and the bucket's committed checkpoints (what the Timeline page
 serves), must draw those steps as recomputed on train's lane. The page is opened in headless chromium (screenshot
 in var/artefacts/browser/interlude-preemption/); the final weights equal an uninterrupted run's.
@@ -138,9 +138,10 @@ def test_a_preemption_without_time_to_save_shows_its_lost_steps_as_recomputed(
     assert computed and committed, kept.get("console", "")[-3000:]
     assert max(n for n, _ in computed) >= PREEMPT_AT, computed
     assert resumed == EVERY == max(committed), (resumed, committed)
+    # (a step's line is printed just after its progress is recorded: the reported step's own line may come later)
     said_before = [n for n, t in computed if t < reported_at]
     said_after = [n for n, t in computed if t > reported_at]
-    assert all(n <= reported for n in said_before) and all(n > reported for n in said_after), (
+    assert all(n <= reported for n in said_before) and all(n >= reported for n in said_after), (
         f"the console's steps disagree with the report's step {reported} at {reported_at}: {computed}"
     )
     assert reported <= max(n for n, _ in computed) + 10, (reported, computed)  # it prints every 10th step
