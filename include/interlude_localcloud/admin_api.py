@@ -30,6 +30,7 @@ class AdminApi:
     def register(self, r: Router) -> None:
         r.add("GET", "/_localcloud/health", lambda req: Response({"ok": True}))
         r.add("GET", "/_localcloud/events", self.events)
+        r.add("GET", "/_localcloud/requests", self.requests)
         r.add("GET", "/_localcloud/machines", self.machines)
         r.add("GET", "/_localcloud/lifetimes", self.lifetimes)
         r.add("GET", "/_localcloud/violations", self.violations)
@@ -59,6 +60,12 @@ class AdminApi:
         since = float(req.query.get("since", "0") or 0)
         with self.cloud.lock:
             return Response({"events": [e for e in self.cloud.events if e["t"] >= since]})
+
+    def requests(self, req: Request) -> Response:
+        """The Google API requests the cloud received at or after `since` (epoch seconds): {t, method, path}."""
+        since = float(req.query.get("since", "0") or 0)
+        with self.cloud.lock:
+            return Response({"requests": [r for r in self.cloud.requests if r["t"] >= since]})
 
     def lifetimes(self, req: Request) -> Response:
         """Every machine alive at or after `since`: created and deleted times (deleted null while it lives)."""

@@ -24,6 +24,8 @@ from interlude_localcloud.scenario import Fault, Scenario
 from interlude_localcloud.slices import Worker, free_ports, slice_env, worker_id
 from interlude_localcloud.timefmt import rfc3339
 
+REQUESTS_KEPT = 100_000  # the request log keeps the newest this many (a long demo must not grow without end)
+
 __all__ = ["Cloud", "Machine", "rfc3339"]
 
 
@@ -95,6 +97,8 @@ class Cloud(Maintenance):
         self.faults: list[Fault] = list(scenario.faults)
         self.next_maintenance: dict[str, dict[str, Any]] = {}
         self.events: list[dict[str, Any]] = []
+        # every Google API request answered or refused (not the admin API): {t, method, path}, oldest first
+        self.requests: list[dict[str, Any]] = []
         # Strict-mode schema violations and server bugs (filled by the HTTP front, read by tests).
         self.violations: list[str] = []
         self._timers: list[tuple[float, int, Callable[[], None]]] = []
@@ -163,6 +167,12 @@ class Cloud(Maintenance):
     def log(self, kind: str, **fields: Any) -> None:
         self.events.append({"time": rfc3339(), "t": time.time(), "event": kind, **fields})
         self.changed.notify_all()
+
+    def log_request(self, method: str, path: str) -> None:
+        """What the cloud was asked (method and path, at arrival): the request log tests read beside the event log."""
+        with self.lock:
+            self.requests.append({"t": time.time(), "method": method, "path": path})
+            del self.requests[:-REQUESTS_KEPT]
 
     def take_fault(self, method: str, path: str) -> Fault | None:
         with self.lock:

@@ -207,6 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
         """Injected fault, route, request check, handler, response check: Google's order of refusals."""
         fault = None
         if not path.startswith(("/_localcloud", "/_machines")):
+            self.server.cloud.log_request(method, path)
             fault = self.server.cloud.take_fault(method, path)
         if fault is not None:
             raise injected_fault(fault.status, method, path, self.server.cloud.scenario.project)

@@ -32,6 +32,10 @@ class Admin:
         """The event log: every create/delete/boot/maintenance/preemption/fault with timestamps."""
         return self._call("GET", f"/events?since={since}")["events"]
 
+    def requests(self, since: float = 0.0) -> list[dict[str, Any]]:
+        """The request log: every Google API request the cloud received ({t, method, path}; admin calls not)."""
+        return self._call("GET", f"/requests?since={since}")["requests"]
+
     def violations(self) -> list[str]:
         """Strict-mode schema violations and internal errors seen so far."""
         return self._call("GET", "/violations")["violations"]

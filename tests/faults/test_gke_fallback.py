@@ -12,11 +12,13 @@ first, then GPUs) and ``tpu_types [v6e-4]`` on the local GKE. Two ways the TPU p
   resources`` on the pending pod), the stage moves the run to a GPU pool and the workload resumes there from the
   step the TPU pod committed.
 
-Judged from independent facts: the local cloud's Container API log (the failed create) and GKE event log, the
-workload's own log in GCS (where each start resumed, the last step each process computed), the final weights'
-digest against an uninterrupted reference run (the reference trainer is bit-for-bit on either family here, as
-test_failover's TPU -> GPU move asserts), and, counted in the local Kubernetes and Container APIs after the run,
-no JobSet, pod or node pool of the run left.
+Judged from independent facts: the local cloud's Container API log (the failed create), its GKE event log and
+request log (in order: GKE evicted the run's pod from the run's TPU node, the autoscaler's scale-up of the TPU pool
+failed and no node of it came back, and only then was the GPU pool asked for and the JobSet's new pod placed on it;
+names from the cloud's own listings), the workload's own log in GCS (where each start resumed, the last step each
+process computed), the final weights' digest against an uninterrupted reference run (the reference trainer is
+bit-for-bit on either family here, as test_failover's TPU -> GPU move asserts), and, counted in the local
+Kubernetes and Container APIs after the run, no JobSet, pod or node pool of the run left.
 """
 
 from __future__ import annotations
@@ -98,9 +100,13 @@ def _nothing_left(hook: Any, api: k8s.ApiClient, run_key: str) -> None:
     ]
 
 
-def _accelerators_run_on(api: k8s.ApiClient, seen: dict[str, set[str]], stop: threading.Event) -> threading.Thread:
-    """Record the accelerator label of every node a pod of a JobSet ran on (GKE's own node labels)."""
+def _accelerators_run_on(
+    api: k8s.ApiClient, seen: dict[str, set[str]], stop: threading.Event, pools: dict[str, str] | None = None
+) -> threading.Thread:
+    """Record the accelerator label of every node a pod of a JobSet ran on (GKE's own node labels), and in `pools`
+    each such node's node pool (its ``cloud.google.com/gke-nodepool`` label)."""
     core = k8s.CoreV1Api(api)
+    pools = {} if pools is None else pools
 
     def loop() -> None:
         while not stop.is_set():
@@ -114,6 +120,7 @@ def _accelerators_run_on(api: k8s.ApiClient, seen: dict[str, set[str]], stop: th
                         "cloud.google.com/gke-accelerator"
                     )
                     seen.setdefault(pod.metadata.name, set()).add(str(accel))
+                    pools[pod.spec.node_name] = str(labels.get("cloud.google.com/gke-nodepool"))
             stop.wait(0.3)
 
     thread = threading.Thread(target=loop, daemon=True)
@@ -182,6 +189,57 @@ def _lose_the_tpu_node_for_good(cloud: dev.LocalCloud, api: k8s.ApiClient, seen:
     return thread
 
 
+def _evicted_then_scale_up_failed_then_gpu_pool(
+    cloud: dev.LocalCloud, api: k8s.ApiClient, run_key: str, seen: dict[str, Any], node_pools: dict[str, str]
+) -> None:
+    """In the local cloud's own logs, in this order (GKE's event log: its list order and wall clock ``at``; the
+    cloud's request and event logs: the same clock):
+
+    1. GKE evicted the run's pod from the run's TPU node (both names as the Kubernetes API listed them);
+    2. the cluster autoscaler's scale-up of the run's TPU pool failed (GCE_STOCKOUT; the pending pod's
+       ``FailedScaleUp`` Event) and no node of that pool was added after the eviction;
+    3. only after that failure was any node pool asked for (Container API create) - the run's GPU pool, created
+       without error - and the JobSet's new pod placed on a node of it.
+    """
+    tpu_pool = short_name(run_key)
+    assert node_pools.get(seen["node"]) == tpu_pool, (seen, node_pools)
+    events = cloud.admin.gke_events(CLUSTER)["events"]
+    evictions = [
+        i
+        for i, e in enumerate(events)
+        if e["kind"] == "Evicted" and e.get("pod") == seen["pod"] and e.get("node") == seen["node"]
+    ]
+    assert evictions, f"GKE never evicted the run's pod {seen['pod']} from {seen['node']}: {events[-30:]}"
+    evicted_at = events[evictions[0]]["at"]
+    after = events[evictions[0] + 1 :]
+    failed = [e for e in after if e["kind"] == "ScaleUpFailed" and e.get("pool") == tpu_pool]
+    assert failed and "GCE_STOCKOUT" in failed[0]["reason"], f"no failed scale-up of {tpu_pool}: {after[-30:]}"
+    assert not [e for e in after if e["kind"] == "ScaleUp" and e.get("pool") == tpu_pool], after
+    failed_at = failed[0]["at"]
+    core = k8s.CoreV1Api(api)
+    notes = [ev for ev in core.list_namespaced_event("default").items if ev.reason == "FailedScaleUp"]
+    assert [ev for ev in notes if ev.involved_object.name.startswith(tpu_pool)], notes
+
+    creates = [
+        r
+        for r in cloud.admin.requests(evicted_at)
+        if r["method"] == "POST" and r["path"].endswith(f"/clusters/{CLUSTER}/nodePools")
+    ]
+    assert creates, "no node pool was asked for after the eviction"
+    early = [r for r in creates if r["t"] <= failed_at]
+    assert not early, f"a node pool was asked for before the autoscaler's scale-up failed: {early} vs {failed[0]}"
+    made = [
+        e
+        for e in cloud.admin.events(evicted_at)
+        if e["event"] == "gke_operation_done" and e["type"] == "CREATE_NODE_POOL"
+    ]
+    assert len(made) == 1 and made[0]["error"] is None, made
+    gpu_pool = made[0]["target"].rsplit("/", 1)[-1]
+    assert gpu_pool != tpu_pool and gpu_pool.startswith(tpu_pool), made
+    placed = [e for e in after if e["kind"] == "Scheduled" and node_pools.get(e.get("node", "")) == gpu_pool]
+    assert placed and placed[0]["at"] > failed_at, (placed, failed[0])
+
+
 def test_a_tpu_pool_that_cannot_get_its_node_back_moves_to_a_gpu_pool_and_resumes_from_the_tpu_checkpoint(
     stage_stack: Any,  # noqa: F811
     kube: tuple[Any, k8s.ApiClient],  # noqa: F811
@@ -191,9 +249,10 @@ def test_a_tpu_pool_that_cannot_get_its_node_back_moves_to_a_gpu_pool_and_resume
     hook, api = kube
     seen: dict[str, Any] = {}
     ran: dict[str, set[str]] = {}
+    node_pools: dict[str, str] = {}
     stop = threading.Event()
     loser = _lose_the_tpu_node_for_good(cloud, api, seen)
-    watcher = _accelerators_run_on(api, ran, stop)
+    watcher = _accelerators_run_on(api, ran, stop, node_pools)
     result, run_key = run_dag(stage_stack, tmp_path, timeout=900, **FALLBACK_CONF)
     stop.set()
     loser.join(timeout=5)
@@ -201,10 +260,9 @@ def test_a_tpu_pool_that_cannot_get_its_node_back_moves_to_a_gpu_pool_and_resume
     assert result.succeeded, result.log[-6000:]
     assert seen.get("run_key") == run_key, f"the TPU node was never lost under the run: {seen}"
 
-    # the cluster autoscaler could not get the TPU node back (GKE's event log), and the run moved across families
-    gke_events = cloud.admin.gke_events(CLUSTER)["events"]
-    assert [e for e in gke_events if e["kind"] == "Evicted" and e.get("pod") == seen["pod"]], gke_events[-30:]
-    moves = _moves(cloud, run_key)
+    # the cloud's own logs: the autoscaler could not get the TPU node back, and only then did the run go to a GPU pool
+    _evicted_then_scale_up_failed_then_gpu_pool(cloud, api, run_key, seen, node_pools)
+    moves = _moves(cloud, run_key)  # and the run's own trail says the same
     assert len(moves) == 1 and moves[0]["cross_family"] is True, moves
     assert moves[0]["from_type"] == "v6e-4" and moves[0]["to"].startswith("nvidia-"), moves
 

@@ -136,6 +136,63 @@ def _maintain_when_training(cloud: dev.LocalCloud, api: k8s.ApiClient, seen: dic
     return thread
 
 
+def _listed(api: k8s.ApiClient, pods: dict[str, dict[str, str]], stop: threading.Event) -> threading.Thread:
+    """Record, as the Kubernetes API lists them, every JobSet pod bound to a node (its run label and node) and that
+    node's node pool label: the names the cloud's event log is then read against."""
+    core = k8s.CoreV1Api(api)
+
+    def loop() -> None:
+        while not stop.is_set():
+            try:
+                listed = core.list_namespaced_pod("default", label_selector="jobset.sigs.k8s.io/jobset-name").items
+                for pod in listed:
+                    if pod.spec.node_name and pod.metadata.name not in pods:
+                        labels = core.read_node(pod.spec.node_name).metadata.labels or {}
+                        pods[pod.metadata.name] = {
+                            "run_key": (pod.metadata.labels or {}).get("interlude-run", ""),
+                            "node": pod.spec.node_name,
+                            "pool": labels.get("cloud.google.com/gke-nodepool", ""),
+                        }
+            except k8s.ApiException:  # a pod or node went away between the two reads: the next pass sees the rest
+                pass
+            stop.wait(0.2)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    return thread
+
+
+def _drill_evicted_the_runs_pod(
+    drill: dict[str, Any], events: list[dict[str, Any]], pods: dict[str, dict[str, str]], run_key: str
+) -> str:
+    """The drilled node is a node of the run's own pool, and GKE evicted from it the run's pod that was running
+    there when the drill was sent, in this order: the drill (the cloud's event log), the node's maintenance
+    scheduled, then the eviction of that pod from that node by the maintenance's drain. Names and pools as
+    the Kubernetes API listed them; GKE's event log in its own order and wall clock (``at``). The pod's name."""
+    node = drill["node"]
+    ours = {name for name, p in pods.items() if p["run_key"] == run_key and p["node"] == node}
+    assert ours and {pods[n]["pool"] for n in ours} == {short_name(run_key)}, (drill, pods)
+    placed = [e for e in events if e["kind"] == "Scheduled" and e.get("node") == node and e["at"] < drill["t"]]
+    assert placed and placed[-1]["pod"] in ours, f"no pod of the run on {node} at the drill: {placed}, {ours}"
+    pod = placed[-1]["pod"]
+
+    def first(kind: str, after: int, **match: Any) -> int:
+        found = [
+            i
+            for i, e in enumerate(events)
+            if i > after and e["kind"] == kind and all(e.get(k) == v for k, v in match.items())
+        ]
+        assert found, f"no {kind} {match} after #{after}: {events[after + 1 :][-30:]}"
+        return found[0]
+
+    drilled = sum(1 for e in events if e["at"] < drill["t"]) - 1  # the last GKE event before the drill
+    scheduled = first("NodeMaintenance", drilled, node=node, phase="scheduled")
+    # the drain's eviction carries its phase's reason (GKE's log keeps a repeated "terminating" of the same node once)
+    evicted = events[first("Evicted", scheduled, node=node, pod=pod)]
+    assert evicted["reason"] == "maintenance started: draining pods", evicted
+    return pod
+
+
 def _segments(log: str, stage: str, steps: int) -> list[tuple[int, int]]:
     """Each start of the stage's trainer in its own log: (first step it computed, last step it computed)."""
     out = []
@@ -218,19 +275,23 @@ def test_a_drill_on_gke_goes_to_the_pods_node_in_each_stage_and_resumes_where_th
     """``drill_maintenance`` on GKE: the workload holds at the drill step, Interlude has Compute Engine simulate a
     host maintenance on the VM under the pod's node, GKE labels the node, drains it at the window and the JobSet's
     new pod resumes at the held step. Judged from the cloud's own logs (a Compute simulateMaintenanceEvent on a
-    node of the run's pool per stage, the node's maintenance, the pod's eviction) and the workload's own log."""
+    node of the run's pool per stage, the node's maintenance, then GKE's eviction of the run's pod that ran on that
+    node, in that order; pod, node and pool names as the Kubernetes API listed them) and the workload's own log."""
     cloud, _ = stage_stack
     hook, api = kube
+    pods: dict[str, dict[str, str]] = {}
+    stop = threading.Event()
+    lister = _listed(api, pods, stop)
     result, run_key = run_dag(stage_stack, tmp_path, timeout=900, drill_maintenance=True, **GKE_CONF)
+    stop.set()
+    lister.join(timeout=5)
     assert result.succeeded, result.log[-6000:]
 
     drills = [e for e in cloud.admin.events() if e["event"] == "gke_node_maintenance"]
     assert len(drills) == 2, f"one simulated maintenance per stage: {drills}"
     events = cloud.admin.gke_events(CLUSTER)["events"]
-    for drill in drills:
-        phases = {e.get("phase") for e in events if e["kind"] == "NodeMaintenance" and e.get("node") == drill["node"]}
-        assert {"scheduled", "terminating"} <= phases, (drill, events[-30:])
-    assert [e for e in events if e["kind"] == "Evicted"], events[-30:]
+    evicted = [_drill_evicted_the_runs_pod(drill, events, pods, run_key) for drill in drills]
+    assert len(set(evicted)) == 2, f"each drill evicted a pod of its own stage: {evicted}"
 
     for event, held, resumed in drilled_stages(cloud, run_key).values():
         assert event["platform"] == "gke", event

@@ -62,12 +62,14 @@ class ControlState:
     events: list[dict[str, Any]] = field(default_factory=list)
 
     def event(self, t: float, kind: str, **detail: Any) -> None:
+        """``t``: scenario time; ``at``: the wall clock (epoch seconds), the clock of the cloud's own event and
+        request logs, so an autoscaler decision can be ordered against a Container API call."""
         if any(
-            e["kind"] == kind and {k: v for k, v in e.items() if k != "t"} == {"kind": kind, **detail}
+            e["kind"] == kind and {k: v for k, v in e.items() if k not in ("t", "at")} == {"kind": kind, **detail}
             for e in self.events[-20:]
         ):
             return  # the same news again (a pod still pending): once is enough
-        self.events.append({"t": t, "kind": kind, **detail})
+        self.events.append({"t": t, "at": time.time(), "kind": kind, **detail})
         del self.events[:-EVENTS_KEPT]
 
 

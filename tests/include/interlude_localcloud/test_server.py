@@ -158,3 +158,18 @@ def test_admin_capacity_change_makes_the_next_create_a_stockout() -> None:
         op = client.create_node(parent=f"projects/{lc.project}/locations/us-central1-a", node_id="n1", node=node)
         with pytest.raises(gexc.GoogleAPICallError):
             op.result(timeout=60)
+
+
+def test_the_request_log_holds_what_the_cloud_was_asked_and_not_the_admin_calls(
+    lc: RunningLocalCloud, tpu: tpu_v2.TpuClient
+) -> None:
+    """Tests judge "what was the cloud asked" from this log (e.g. a plan-only run's calls), not from the caller."""
+    since = lc.admin.requests()[-1]["t"] if lc.admin.requests() else 0.0
+    lc.admin.inject_fault(r"/nodes$", status=503, count=1, method="GET")
+    with pytest.raises(exceptions.ServiceUnavailable):
+        tpu.list_nodes(parent=f"projects/{lc.project}/locations/{ZONE}", retry=None)
+    list(tpu.list_nodes(parent=f"projects/{lc.project}/locations/{ZONE}"))
+    asked = [(r["method"], r["path"]) for r in lc.admin.requests(since) if r["t"] > since]
+    path = f"/v2/projects/{lc.project}/locations/{ZONE}/nodes"
+    assert asked == [("GET", path), ("GET", path)], asked  # the refused request too; no /_localcloud call
+    assert all(a["t"] <= b["t"] for a, b in zip(lc.admin.requests(), lc.admin.requests()[1:], strict=False))
