@@ -123,7 +123,7 @@ def test_training_stages_rewriting_their_progress_cost_the_shared_design_no_down
         *("--machines", "20", "--seconds", "8", "--poll-interval", "2", "--idle-seconds", "2", "--settle", "1"),
         *("--gcs-state", "training", "--startup-timeout", "60", "--design", "before,after"),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT "))
     before, after = json.loads(line.removeprefix("RESULT "))["designs"]

@@ -44,7 +44,7 @@ def test_script_runs_trainer_logs_and_exits_zero(bucket: str, tmp_path: Path) ->
         env={"EXTRA": "$(touch pwned)"},
     )
     done = subprocess.run(
-        ["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=60
+        ["bash", str(script)], env=_env(tmp_path), cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout + done.stderr
     log = (tmp_path / "logs" / "interlude-boot-train.log").read_text()

@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 import uuid
 
 import numpy as np
@@ -129,10 +128,11 @@ def test_sync_sensor_waits_for_a_real_trainer(store: CheckpointStore) -> None:
     ]
     proc = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        started = time.monotonic()
-        result = _sensor(store, 20, False, stall_timeout=30).execute(context={})
-        assert result["step"] >= 20 and time.monotonic() - started < 30
-        assert proc.wait(timeout=30) == 0
+        # The trainer's start (JAX's import and compile) took over 30 s at load 13-17 in a full run: the stall rule
+        # is test_stall's business (0.5 s), here the sensor only has to wait for the real trainer's commit.
+        result = _sensor(store, 20, False, stall_timeout=300).execute(context={})
+        assert result["step"] >= 20
+        assert proc.wait(timeout=300) == 0
     finally:
         if proc.poll() is None:
             proc.kill()
