@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
-
-from kubernetes import client
+from typing import TYPE_CHECKING, Any
 
 from interlude.serving.loadgen import served_completions
 from interlude.serving.observe import accelerator_of
 from interlude.serving.observed import PodChange, Served, pod_change
+
+if TYPE_CHECKING:  # the client costs ~0.5 CPU-s to import: the tasks pay it, not every parse of the DAG
+    from kubernetes import client
 
 #: The report's own resumed watch: the server replays what changed since the resourceVersion at once; this
 #: bounds how long it waits for more (seconds).
@@ -33,7 +34,7 @@ def read_served(core: client.CoreV1Api, namespace: str, pod: dict[str, Any]) -> 
     for container in (pod.get("spec") or {}).get("containers") or []:
         try:
             text = core.read_namespaced_pod_log(pod["metadata"]["name"], namespace, container=container["name"])
-        except client.ApiException:
+        except _api_exception():
             continue
         count = Served(*served_completions(str(text)))
         best = count if best is None or count.ok + count.failed > best.ok + best.failed else best
@@ -49,7 +50,9 @@ def list_pods(core: client.CoreV1Api, namespace: str, name: str) -> tuple[str, l
 
 def snapshot(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     """Before the apply: the pods (as changes), the list's resourceVersion and what each pod's log held."""
-    core = client.CoreV1Api(api_client)
+    from kubernetes import client as kube_client
+
+    core = kube_client.CoreV1Api(api_client)
     rv, pods = list_pods(core, namespace, name)
     now = time.time()
     served = {p["metadata"]["name"]: read_served(core, namespace, p) for p in pods}
@@ -76,7 +79,7 @@ def replay(core: client.CoreV1Api, namespace: str, name: str, since: str) -> tup
         ):
             if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                 changes.append(pod_change(event["type"], event["object"], time.time()))
-    except client.ApiException as exc:
+    except _api_exception() as exc:
         if exc.status != 410:
             raise
         return changes, [f"pod changes after resourceVersion {since} not counted: the API answered 410 Gone"]
@@ -91,6 +94,13 @@ def node_kinds(core: client.CoreV1Api, known: dict[str, str | None], wanted: set
     for node in wanted - set(kinds):
         try:
             kinds[node] = accelerator_of(core.read_node(node).metadata.labels or {})
-        except client.ApiException:
+        except _api_exception():
             kinds[node] = None
     return kinds
+
+
+def _api_exception() -> type[client.ApiException]:
+    """The client's ApiException, imported when a task first needs it (not at parse time)."""
+    from kubernetes.client import ApiException
+
+    return ApiException
