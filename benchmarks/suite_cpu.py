@@ -43,6 +43,10 @@ KINDS: tuple[tuple[str, str], ...] = (
     ("stack: triggerer", r"triggerer"),
     ("stack: celery worker", r"celery"),
     ("airflow (other: CLI calls, task supervisors)", r"airflow"),
+    ("local cloud: fork server (imports the workload once)", r"^\[il-zygote\]"),
+    ("local cloud: machine roots (fork server)", r"^\[il-root\]"),
+    ("workload: agent", r"^\[il-agent\]"),
+    ("workload: trainer", r"^\[il-train\]"),
     ("local cloud: GCS emulator", r"gcs_emulator"),
     ("local cloud", r"interlude_localcloud"),
     ("workload: agent", r"interlude_workload\.agent"),
@@ -98,9 +102,12 @@ def _parents() -> dict[int, list[int]]:
 def _read(pid: int) -> tuple[str, float] | None:
     try:
         with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
+            comm, rest = f.read().split("(", 1)[1].rsplit(")", 1)
+            fields = rest.split()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        # a fork of the local cloud's fork server keeps the zygote's command line; its name says what it runs
+        cmdline = f"[{comm}] {cmdline}"
     except (OSError, IndexError):
         return None
     return cmdline, (int(fields[11]) + int(fields[12])) / TICKS

@@ -38,8 +38,23 @@ def pytest_configure(config: pytest.Config) -> None:
         if warm_cli.enabled() and not os.environ.get(warm_cli.SOCKET_ENV):
             warm_cli.share_server(dict(os.environ))
 
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly:
+        # One fork server for the run (include/interlude_localcloud/forkserver): every local cloud the tests start,
+        # in process or as a process, boots its machines as forks of one zygote that imported the workload once,
+        # instead of one zygote each (~2.7 CPU-s apiece). Not waited for: until it serves, machines boot cold.
+        from interlude_localcloud.forkserver.client import ForkServer, enabled
+
+        if enabled():
+            config.stash[_ZYGOTE] = ForkServer.share()
+
+
+_ZYGOTE = pytest.StashKey[Any]()
+
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    zygote = config.stash.get(_ZYGOTE, None)
+    if zygote is not None:
+        zygote.close()
     if _is_xdist_controller(config):
         from interlude_dev import warm_cli
 

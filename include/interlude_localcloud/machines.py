@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from interlude_localcloud.forkserver.client import Forked, ForkServer
+
 
 @dataclass(frozen=True)
 class Devices:
@@ -57,7 +59,7 @@ class MachineProcess:
         self.disk_dir = disk_dir
         self.env = env
         self.devices = devices
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: subprocess.Popen[bytes] | Forked | None = None
         self._lock = threading.Lock()
         self.boots = 0
 
@@ -90,15 +92,17 @@ class MachineProcess:
                     env["PATH"] = bindir + os.pathsep + env["PATH"]
             log = self.serial_log.open("ab")
             try:
-                self._proc = subprocess.Popen(
-                    ["bash", str(path)],
-                    cwd=self.disk_dir,
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                    start_new_session=True,
-                )
+                self._proc = _forked_root(str(path), str(self.disk_dir), env, log.fileno())
+                if self._proc is None:
+                    self._proc = subprocess.Popen(
+                        ["bash", str(path)],
+                        cwd=self.disk_dir,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
             finally:
                 log.close()
 
@@ -148,7 +152,19 @@ class MachineProcess:
         shutil.rmtree(self.disk_dir, ignore_errors=True)
 
 
-def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def _forked_root(script: str, cwd: str, env: dict[str, str], log_fd: int) -> Forked | None:
+    """The machine's root forked by the fork server, which imported the workload once (forkserver/); None when
+    there is none serving (the script then runs as a new process)."""
+    zygote = ForkServer.shared()
+    if zygote is None:
+        return None
+    try:
+        return zygote.machine(script, cwd, env, log_fd)
+    except (OSError, EOFError, KeyError, ValueError):
+        return None  # it went away: boot the way a machine always could
+
+
+def _signal_group(proc: subprocess.Popen[bytes] | Forked, sig: signal.Signals) -> None:
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):

@@ -11,6 +11,7 @@ import pytest
 from benchmarks.suite_cpu import OTHER, kind_of, main
 
 VENV_BIN = str(Path(sys.executable).parent)
+ZYGOTE = "interlude_localcloud.forkserver.server"
 
 
 @pytest.mark.parametrize(
@@ -34,6 +35,18 @@ VENV_BIN = str(Path(sys.executable).parent)
         ("python3 -m interlude_workload.agent --bucket b --run-key k", "workload: agent"),
         (f"{VENV_BIN}/python -m interlude_workload.train --bucket b", "workload: trainer"),
         ("/usr/lib/chromium/chromium --headless", "chromium"),
+        # forks of the local cloud's fork server keep its command line; their names (/proc/PID/stat) tell them apart
+        (
+            f"[il-zygote] {VENV_BIN}/python -m {ZYGOTE} /tmp/ilfs-1/zygote.sock",
+            "local cloud: fork server (imports the workload once)",
+        ),
+        (
+            f"[il-root] {VENV_BIN}/python -m {ZYGOTE} /tmp/ilfs-1/zygote.sock",
+            "local cloud: machine roots (fork server)",
+        ),
+        (f"[il-agent] {VENV_BIN}/python -m {ZYGOTE} /tmp/ilfs-1/zygote.sock", "workload: agent"),
+        (f"[il-train] {VENV_BIN}/python -m {ZYGOTE} /tmp/ilfs-1/zygote.sock", "workload: trainer"),
+        (f"[python] {VENV_BIN}/python -m interlude_localcloud --port 0", "local cloud"),
         (
             "[pytest-xdist running] tests/faults/test_failover.py::test_x",
             "pytest (workers, collection, the tests' own code)",

@@ -24,6 +24,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from typing import Any
 
 import requests
 
+from interlude_localcloud.forkserver.client import Forked, ForkServer
 from interlude_localcloud.gke import gcsfuse
 from interlude_localcloud.gke.containers import (
     NodeHost,
@@ -65,7 +67,7 @@ class PodEnv:
 @dataclass
 class _Proc:
     name: str
-    popen: subprocess.Popen[bytes] | None = None
+    popen: subprocess.Popen[bytes] | Forked | None = None
     restarts: int = 0
     ready: bool = False
     live_failures: int = 0
@@ -231,31 +233,46 @@ class PodRunner:
         env["PATH"] = os.pathsep.join([str(bindir), *self.node.path, "/usr/local/bin", "/usr/bin", "/bin"])
         return env
 
-    def _spawn(self, c: dict[str, Any]) -> subprocess.Popen[bytes]:
+    def _spawn(self, c: dict[str, Any]) -> subprocess.Popen[bytes] | Forked:
         env = self._container_env(c)
         argv = [expand(a, env) for a in (c.get("command") or []) + (c.get("args") or [])]
         argv = rewrite_ports([rewrite_paths(a, self.mounts) for a in argv], self.ports)
-        if argv and "/" not in argv[0]:
-            for d in env["PATH"].split(os.pathsep):
-                if os.access(os.path.join(d, argv[0]), os.X_OK):
-                    argv[0] = os.path.join(d, argv[0])
-                    break
-        popen = subprocess.Popen(
-            argv,
-            cwd=self.dir,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        popen = self._forked(c, argv, env)
+        if popen is None:
+            if argv and "/" not in argv[0]:
+                for d in env["PATH"].split(os.pathsep):
+                    if os.access(os.path.join(d, argv[0]), os.X_OK):
+                        argv[0] = os.path.join(d, argv[0])
+                        break
+            popen = subprocess.Popen(
+                argv,
+                cwd=self.dir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.spawned.append(popen.pid)
         pump = threading.Thread(target=self._pump, args=(popen, c["name"]), daemon=True)
         self.pumps.append(pump)
         pump.start()
         return popen
 
-    def _pump(self, popen: subprocess.Popen[bytes], container: str) -> None:
+    def _forked(self, c: dict[str, Any], argv: list[str], env: dict[str, str]) -> Forked | None:
+        """``python -m interlude_workload.agent ...`` where the image's ``python`` is this interpreter: a fork of
+        the local cloud's fork server (its own session and group, as a container's process; forkserver/), else
+        None (the command runs as it is)."""
+        python = image_commands(self.env.images, c.get("image", "")).get(argv[0] if argv else "")
+        zygote = ForkServer.shared() if python == [sys.executable] else None
+        if zygote is None:
+            return None
+        try:
+            return zygote.module(argv[1:], str(self.dir), env)
+        except (OSError, EOFError, KeyError, ValueError):
+            return None  # it went away: the command runs as it is
+
+    def _pump(self, popen: subprocess.Popen[bytes] | Forked, container: str) -> None:
         assert popen.stdout is not None
         with open(self.dir / f"{container}.log", "ab") as f:
             for raw in popen.stdout:
@@ -409,7 +426,7 @@ def _period(c: dict[str, Any]) -> float:
     return min(float((c.get("readinessProbe") or {}).get("periodSeconds", 1)), 1.0)
 
 
-def _signal_group(popen: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+def _signal_group(popen: subprocess.Popen[bytes] | Forked, sig: signal.Signals) -> None:
     try:
         os.killpg(popen.pid, sig)
     except (ProcessLookupError, PermissionError):
