@@ -103,11 +103,14 @@ def _kill_workload(pgid: int) -> int:
     killed = 0
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            comm, rest = stat.read_text().split("(", 1)[1].rsplit(")", 1)
+            fields = rest.split()
             cmdline = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[2]) == pgid and b"interlude_workload" in cmdline:
+        # an interpreter's command line names the module; a fork of the local cloud's fork server is named for it
+        workload = b"interlude_workload" in cmdline or comm in ("il-agent", "il-train")
+        if int(fields[2]) == pgid and workload:
             os.kill(int(stat.parent.name), signal.SIGKILL)
             killed += 1
     return killed
