@@ -1,7 +1,8 @@
 """Admin endpoints under `/_localcloud/` (not Google's API): what tests and demos need to play God.
 
 Preempt, crash or put a machine (or one worker of a multi-host TPU slice: body `{"worker": N}`) into
-maintenance, pick the next simulated maintenance, inject error
+maintenance (its window on the scenario's clock, or held for the test to open: `:open-window`), pick the next
+simulated maintenance, inject error
 bursts, read the event log, list machines with their process ids, and list every machine's lifetime (when
 it entered and left the cloud's machine table: how many were alive at once, without sampling).
 """
@@ -40,6 +41,7 @@ class AdminApi:
         r.add("POST", M + ":preempt", self.preempt)
         r.add("POST", M + ":crash", self.crash)
         r.add("POST", M + ":maintenance", self.maintenance)
+        r.add("POST", M + ":open-window", self.open_window)
 
     def _machine(self, req: Request) -> Machine:
         m = self.cloud.machines.get((req.params["kind"], req.params["zone"], req.params["name"]))
@@ -162,15 +164,33 @@ class AdminApi:
             )
         return Response({"ok": True})
 
+    def _window(self, b: dict[str, Any], kinds: list[str]) -> tuple[bool, float | None]:
+        """The body's `held` and `latest_start_after` (simulated seconds), checked for every kind it may apply to."""
+        held = b.get("held", False)
+        latest = b.get("latest_start_after")
+        if not isinstance(held, bool) or (latest is not None and not isinstance(latest, int | float)):
+            raise invalid("held must be a boolean and latest_start_after a number of simulated seconds")
+        try:
+            for kind in kinds:
+                self.cloud.latest_start_after(kind, held, None if latest is None else float(latest))
+        except ValueError as e:
+            raise invalid(str(e)) from e
+        return held, None if latest is None else float(latest)
+
     def next_maintenance(self, req: Request) -> Response:
+        """The next simulateMaintenanceEvent's type and notice, and whether its window is held for the test."""
         b = req.body or {}
         mtype = b.get("type", "SCHEDULED")
         if mtype not in ("SCHEDULED", "UNSCHEDULED"):
             raise invalid("type must be SCHEDULED or UNSCHEDULED")
+        kind = b.get("kind") or "*"
+        held, latest = self._window(b, [kind] if kind != "*" else list(self.cloud.scenario.maintenance))
         with self.cloud.lock:
-            self.cloud.next_maintenance[b.get("kind") or "*"] = {
+            self.cloud.next_maintenance[kind] = {
                 "type": mtype,
                 "notice_seconds": b.get("notice_seconds"),
+                "held": held,
+                "latest_start_after": latest,
             }
         return Response({"ok": True})
 
@@ -196,15 +216,29 @@ class AdminApi:
 
     def maintenance(self, req: Request) -> Response:
         """Host maintenance Google starts on its own (default UNSCHEDULED with the short notice); on a slice,
-        one worker's host (the slice goes down when its window opens)."""
+        one worker's host (the slice goes down when its window opens). `held: true` (with `latest_start_after`
+        simulated seconds, or the scenario's) keeps the window for the test to open (`:open-window`)."""
         b = req.body or {}
         with self.cloud.lock:
             m = self._machine(req)
             worker = self._worker(m, req)
+            held, latest = self._window(b, [m.kind])
             mtype = b.get("type", "UNSCHEDULED")
             notice = b.get("notice_seconds")
             if notice is None:
                 key = "unscheduled_notice" if mtype == "UNSCHEDULED" else "scheduled_notice"
                 notice = self.cloud.scenario.maintenance[m.kind][key]
-            self.cloud.schedule_maintenance(m, mtype, float(notice), host=m.hosts()[worker])
+            self.cloud.schedule_maintenance(
+                m, mtype, float(notice), host=m.hosts()[worker], held=held, latest_after=latest
+            )
         return Response({"ok": True})
+
+    def open_window(self, req: Request) -> Response:
+        """The test opens a held window: now, or at its windowStartTime if that is still ahead. 400 when the machine
+        (worker) has no held PENDING notice. Answers {opens_at, window_start, latest_start} (epoch seconds)."""
+        with self.cloud.lock:
+            m = self._machine(req)
+            try:
+                return Response(self.cloud.open_window(m, self._worker(m, req)))
+            except ValueError as e:
+                raise ApiError(400, str(e), "FAILED_PRECONDITION") from e

@@ -279,10 +279,12 @@ class ComputeApi(ComputeBase):
             op = self.new_op(m.zone, "simulateMaintenanceEvent", m, m.name)
             policy = (m.resource.get("scheduling") or {}).get("onHostMaintenance", "MIGRATE")
             if extended:  # the notice first, as before real maintenance
-                mtype, notice = self.cloud.choose_maintenance("gce")
-                self.cloud.schedule_maintenance(m, mtype, notice)
+                choice = self.cloud.choose_maintenance_window("gce")
+                self.cloud.schedule_maintenance(
+                    m, choice.type, choice.notice, held=choice.held, latest_after=choice.latest_start_after
+                )
             elif policy == "TERMINATE":  # no notice: terminated now, restarted per automaticRestart
-                self.cloud.begin_maintenance(m)
+                self.cloud.begin_maintenance(m, cause="simulated")
             else:  # live migration: the VM keeps running
                 self.cloud.log("live_migrated", machine=m.machine_id)
             self.finish_op(op)
@@ -299,7 +301,7 @@ class ComputeApi(ComputeBase):
                 )
             op = self.new_op(m.zone, "performMaintenance", m, m.name)
             self.cloud.log("perform_maintenance", machine=m.machine_id)
-            self.cloud.begin_maintenance(m)
+            self.cloud.begin_maintenance(m, cause="performMaintenance")
             self.finish_op(op)
             return Response(dict(op), "Operation")
 

@@ -11,6 +11,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from interlude_localcloud.scenario import Scenario
@@ -19,6 +20,16 @@ from interlude_localcloud.timefmt import rfc3339
 
 if TYPE_CHECKING:
     from interlude_localcloud.cloud import Machine
+
+
+@dataclass(frozen=True)
+class MaintenanceChoice:
+    """The next simulated maintenance of a kind (:meth:`Maintenance.choose_maintenance_window`)."""
+
+    type: str  # SCHEDULED | UNSCHEDULED
+    notice: float  # simulated seconds to windowStartTime
+    held: bool = False  # the window waits for the test (Maintenance.schedule_maintenance)
+    latest_start_after: float | None = None  # simulated seconds to latestWindowStartTime (None: the scenario's)
 
 
 class Maintenance:
@@ -36,13 +47,22 @@ class Maintenance:
 
     def choose_maintenance(self, kind: str) -> tuple[str, float]:
         """Type and simulated notice seconds of the next simulated maintenance for this kind."""
-        override = self.next_maintenance.pop(kind, None) or self.next_maintenance.pop("*", None)
+        choice = self.choose_maintenance_window(kind)
+        return choice.type, choice.notice
+
+    def choose_maintenance_window(self, kind: str) -> MaintenanceChoice:
+        """The next simulated maintenance for this kind: its type and notice, and how its window opens (admin
+        `next-maintenance` may hold it for the test; see :meth:`schedule_maintenance`)."""
+        override = self.next_maintenance.pop(kind, None) or self.next_maintenance.pop("*", None) or {}
         mt = self.scenario.maintenance[kind]
-        mtype = (override or {}).get("type", "SCHEDULED")
-        notice = (override or {}).get("notice_seconds")
+        mtype = override.get("type", "SCHEDULED")
+        notice = override.get("notice_seconds")
         if notice is None:
             notice = mt["unscheduled_notice"] if mtype == "UNSCHEDULED" else mt["scheduled_notice"]
-        return mtype, float(notice)
+        latest = override.get("latest_start_after")
+        return MaintenanceChoice(
+            mtype, float(notice), bool(override.get("held", False)), None if latest is None else float(latest)
+        )
 
     def can_start_early(self, m: Machine, mtype: str) -> bool:
         """canReschedule as Google sets it: SCHEDULED only, and on TPUs only where manual start exists
@@ -57,47 +77,99 @@ class Maintenance:
         family, size = m_type[1], int(m_type[2])
         return family in ("v4", "v5p") or (family in ("v5litepod", "v6e") and size >= 8)
 
-    def schedule_maintenance(self, m: Machine, mtype: str, notice: float, host: Machine | Worker | None = None) -> None:
+    def latest_start_after(self, kind: str, held: bool, latest_after: float | None) -> float:
+        """Simulated seconds from windowStartTime to latestWindowStartTime: the caller's, else the scenario's
+        `maintenance.<kind>.latest_start_after` (0: the window opens at its start). A held window needs some."""
+        spread = float(
+            self.scenario.maintenance[kind].get("latest_start_after", 0.0) if latest_after is None else latest_after
+        )
+        if spread < 0:
+            raise ValueError(f"latest_start_after must be >= 0, not {spread}")
+        if held and spread <= 0:
+            raise ValueError(
+                "a held window needs latest_start_after > 0 (simulated seconds from windowStartTime to "
+                "latestWindowStartTime: it opens in between, when the test says, at its latest start at the latest)"
+            )
+        return spread
+
+    def schedule_maintenance(
+        self,
+        m: Machine,
+        mtype: str,
+        notice: float,
+        host: Machine | Worker | None = None,
+        held: bool = False,
+        latest_after: float | None = None,
+    ) -> None:
         """Notice: upcomingMaintenance PENDING now, window opens after notice/time_scale seconds.
 
-        Google orders the times windowStartTime <= latestWindowStartTime <= windowEndTime: the window
-        starts no later than latestWindowStartTime and the disruption is over by windowEndTime. Here the
-        window opens at its start, so the latest start is the start.
+        Google orders the times windowStartTime <= latestWindowStartTime <= windowEndTime: "the latest time for the
+        planned maintenance window to start" and "the time by which the maintenance disruption will be completed"
+        (the discovery documents' words). By default the window opens at its start, and the latest start is the
+        start. `latest_after` (simulated seconds; default the scenario's `latest_start_after`) puts the latest start
+        that much later and the end after it.
+
+        A `held` window is the test's clock: it does not open at windowStartTime on the wall clock but when the test
+        says (:meth:`open_window`, admin `:open-window`), never before its start, and at its latest start at the
+        latest; ``performMaintenance`` still opens it at once, as on Google. What the control plane reads is the same
+        as for any notice (PENDING, the three times, canReschedule), and the window opens within them: so a loaded
+        machine, where the control plane or a commit is slow, cannot make the window arrive before what the test
+        waits for.
 
         On a multi-host slice the notice is one worker's (`host`): only its metadata server shows it, the
         node shows it, and other workers' notices keep their own windows."""
         ts = self.scenario.time_scale
         duration = self.scenario.maintenance[m.kind]["duration"]
+        spread = self.latest_start_after(m.kind, held, latest_after)
         start = time.time() + notice / ts
+        latest = start + spread / ts
         h = host or m
         if m.extra_workers:
-            self._schedule_worker_maintenance(m, h, mtype, notice, start, start + duration / ts)
+            self._schedule_worker_maintenance(m, h, mtype, notice, start, latest + duration / ts, latest, held)
             return
         m.maintenance = {
             "type": mtype,
             "status": "PENDING",
             "start": start,
-            "end": start + duration / ts,
-            "latest": start,
+            "end": latest + duration / ts,
+            "latest": latest,
             "can_reschedule": self.can_start_early(m, mtype),
+            **({"held": True} if held else {}),
         }
         m.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
         m.generation += 1
         self.log(
-            "maintenance_notice", machine=m.machine_id, type=mtype, notice_seconds=notice, window_start=rfc3339(start)
+            "maintenance_notice",
+            machine=m.machine_id,
+            type=mtype,
+            notice_seconds=notice,
+            window_start=rfc3339(start),
+            **({"held": True, "latest_start": rfc3339(latest)} if held else {}),
         )
+        if held:
+            self._hold_window(m, m, m.maintenance)
+            return
         self.after_for(m, notice / ts, lambda: self.begin_maintenance(m))
 
     def _schedule_worker_maintenance(
-        self, m: Machine, h: Machine | Worker, mtype: str, notice: float, start: float, end: float
+        self,
+        m: Machine,
+        h: Machine | Worker,
+        mtype: str,
+        notice: float,
+        start: float,
+        end: float,
+        latest: float,
+        held: bool,
     ) -> None:
         mt = {
             "type": mtype,
             "status": "PENDING",
             "start": start,
             "end": end,
-            "latest": start,
+            "latest": latest,
             "can_reschedule": self.can_start_early(m, mtype),
+            **({"held": True} if held else {}),
         }
         h.maintenance = mt
         h.maintenance_event = "TERMINATE_ON_HOST_MAINTENANCE"
@@ -110,7 +182,11 @@ class Maintenance:
             type=mtype,
             notice_seconds=notice,
             window_start=rfc3339(start),
+            **({"held": True, "latest_start": rfc3339(latest)} if held else {}),
         )
+        if held:
+            self._hold_window(m, h, mt)
+            return
 
         def due() -> None:  # not after_for: another worker's notice must not cancel this one
             if (
@@ -123,12 +199,52 @@ class Maintenance:
 
         self.after(start - time.time(), due)
 
-    def begin_maintenance(self, m: Machine, mtype: str = "SCHEDULED", host: Machine | Worker | None = None) -> None:
+    # held windows: the test's clock ------------------------------------------------------------
+    def _window_may_open(self, m: Machine, h: Machine | Worker, mt: dict[str, Any]) -> bool:
+        """The notice `mt` is still host `h`'s, PENDING, on a machine that is up (a stop, delete or preemption
+        cleared it, or the machine is down for another reason)."""
+        if m.deleted or h.maintenance is not mt or mt["status"] != "PENDING":
+            return False
+        return m.resource.get("state") == "READY" if m.kind == "tpu" else m.resource.get("status") == "RUNNING"
+
+    def _hold_window(self, m: Machine, h: Machine | Worker, mt: dict[str, Any]) -> None:
+        """A held window opens at its latest start unless the test (or performMaintenance) opened it before."""
+
+        def latest() -> None:
+            if self._window_may_open(m, h, mt):
+                self.begin_maintenance(m, host=h if m.extra_workers else None, cause="latest_start")
+
+        self.after(mt["latest"] - time.time(), latest)
+
+    def open_window(self, m: Machine, worker: int = 0) -> dict[str, Any]:
+        """The test's word on a held window: it opens now, or at its windowStartTime if that is still ahead (never
+        before what the control plane was told). Answers {opens_at, window_start, latest_start} in epoch seconds.
+        A notice that is not held, or not PENDING, is a ValueError: its window keeps Google's clock."""
+        h = m.hosts()[worker]
+        mt = h.maintenance
+        if mt is None or mt["status"] != "PENDING" or not mt.get("held"):
+            raise ValueError(f"{h.machine_id} has no held PENDING maintenance (its window keeps its own clock)")
+        now = time.time()
+        opens_at = max(now, float(mt["start"]))
+        self.log("maintenance_window_released", machine=h.machine_id, opens_at=rfc3339(opens_at))
+
+        def release() -> None:
+            if self._window_may_open(m, h, mt):
+                self.begin_maintenance(m, host=h if m.extra_workers else None, cause="released")
+
+        self.after(opens_at - now, release)
+        return {"opens_at": opens_at, "window_start": float(mt["start"]), "latest_start": float(mt["latest"])}
+
+    def begin_maintenance(
+        self, m: Machine, mtype: str = "SCHEDULED", host: Machine | Worker | None = None, cause: str = "window_start"
+    ) -> None:
         """Window opens: the machine goes down (status per kind) until the restart duration passes.
 
         With no notice before (a drill without extended notifications) the maintenance starts ONGOING.
         Once ONGOING it cannot be moved: canReschedule is false. A Compute VM passes STOPPING on its
-        way to TERMINATED, as on Google.
+        way to TERMINATED, as on Google. `cause` goes into the event log's ``maintenance_start`` (what opened it:
+        ``window_start``, ``performMaintenance``, ``simulated``, or for a held window ``released`` by the test or
+        ``latest_start``), for tests to tell who started a window.
 
         On a multi-host slice one worker's maintenance is the slice's: the node goes REPAIRING and every
         worker's processes stop, and all restart together ("starting maintenance on a Cloud TPU slice
@@ -159,7 +275,7 @@ class Maintenance:
             self.after_for(m, min(self.scenario.delay("gce_stop"), duration / ts / 2), stopped)
         self.take_down(m, "maintenance")
         where = {"worker": m.hosts().index(h)} if m.extra_workers else {}
-        self.log("maintenance_start", machine=m.machine_id, type=h.maintenance["type"], **where)
+        self.log("maintenance_start", machine=m.machine_id, type=h.maintenance["type"], cause=cause, **where)
         self.after_for(m, duration / ts, lambda: self.end_maintenance(m))
 
     def end_maintenance(self, m: Machine) -> None:

@@ -55,10 +55,17 @@ class Admin:
         self._call("POST", "/faults", {"path_regex": path_regex, "status": status, "count": count, "method": method})
 
     def next_maintenance(
-        self, type: str = "SCHEDULED", notice_seconds: float | None = None, kind: str | None = None
+        self,
+        type: str = "SCHEDULED",
+        notice_seconds: float | None = None,
+        kind: str | None = None,
+        held: bool = False,
+        latest_start_after: float | None = None,
     ) -> None:
-        """Type/notice (simulated seconds) of the next simulateMaintenanceEvent (kind tpu|gce|None=any)."""
-        self._call("POST", "/next-maintenance", {"type": type, "notice_seconds": notice_seconds, "kind": kind})
+        """Type/notice (simulated seconds) of the next simulateMaintenanceEvent (kind tpu|gce|None=any); `held`:
+        its window waits for :meth:`open_window` (see :meth:`maintenance`)."""
+        body: dict[str, Any] = {"type": type, "notice_seconds": notice_seconds, "kind": kind}
+        self._call("POST", "/next-maintenance", _window(body, held, latest_start_after))
 
     def set_capacity(self, zone: str, kind: str, accelerator_type: str, on_demand: int = 0, spot: int = 0) -> None:
         """Change what a zone can still create of a type (0/0: every further create is a stockout)."""
@@ -84,11 +91,24 @@ class Admin:
         type: str = "UNSCHEDULED",
         notice_seconds: float | None = None,
         worker: int | None = None,
+        held: bool = False,
+        latest_start_after: float | None = None,
     ) -> None:
         """Google-initiated maintenance on a machine (one worker's host of a slice; default: unscheduled,
-        short notice)."""
+        short notice).
+
+        The window opens at windowStartTime on the scenario's clock, unless `held`: then the test owns that moment.
+        The notice reads as any other (PENDING, windowStartTime = now + notice, latestWindowStartTime
+        `latest_start_after` simulated seconds later (default: the scenario's `maintenance.<kind>.latest_start_after`),
+        windowEndTime after that), and the window opens when the test calls :meth:`open_window` (not before
+        windowStartTime), on ``performMaintenance``, or at latestWindowStartTime at the latest."""
         body = _worker({"type": type, "notice_seconds": notice_seconds}, worker)
-        self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance", body)
+        self._call("POST", f"/machines/{kind}/{zone}/{name}:maintenance", _window(body, held, latest_start_after))
+
+    def open_window(self, kind: str, zone: str, name: str, worker: int | None = None) -> dict[str, float]:
+        """Open a held maintenance window: now, or at its windowStartTime if that is still ahead (the control plane
+        was told it would not open before). Returns {opens_at, window_start, latest_start}, epoch seconds."""
+        return dict(self._call("POST", f"/machines/{kind}/{zone}/{name}:open-window", _worker({}, worker)))
 
     def gke_stockout(self, zone: str, machine_type: str, stockout: bool = True) -> None:
         """GKE scale-ups of `machine_type` pools in `zone` fail (ZONE_RESOURCE_POOL_EXHAUSTED) until cleared."""
@@ -112,12 +132,24 @@ class Admin:
         self._call("POST", f"/gke/clusters/{cluster}/nodes/{node}:preempt", {})
 
     def gke_events(self, cluster: str) -> dict[str, Any]:
-        """{now, events}: the cluster's scheduler/autoscaler/maintenance decisions (scenario time)."""
+        """{now, events}: the cluster's scheduler/autoscaler/maintenance decisions (scenario time `t`, wall `at`)."""
         return self._call("GET", f"/gke/clusters/{cluster}/events")
+
+    def gke_requests(self, cluster: str, since: float = 0.0) -> list[dict[str, Any]]:
+        """Every request the cluster's Kubernetes API server got at or after `since` (wall clock):
+        {t, method, path, query}, oldest first."""
+        return self._call("GET", f"/gke/clusters/{cluster}/requests?since={since}")["requests"]
 
 
 def _worker(body: dict[str, Any], worker: int | None) -> dict[str, Any]:
     return body if worker is None else {**body, "worker": worker}
+
+
+def _window(body: dict[str, Any], held: bool, latest_start_after: float | None) -> dict[str, Any]:
+    """A maintenance body with a held window's fields (none for a window on the scenario's clock)."""
+    if held:
+        body = {**body, "held": True}
+    return body if latest_start_after is None else {**body, "latest_start_after": latest_start_after}
 
 
 def most_alive_at_once(lifetimes: list[dict[str, Any]]) -> tuple[int, list[str]]:

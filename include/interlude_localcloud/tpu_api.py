@@ -430,8 +430,10 @@ class TpuApi(QueuedResources):
                 raise ApiError(400, "Maintenance can only be simulated on a READY node", "FAILED_PRECONDITION")
             op = self._operation(m.zone, "simulateMaintenanceEvent", m.resource["name"])
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
-            mtype, notice = self.cloud.choose_maintenance("tpu")
-            self.cloud.schedule_maintenance(m, mtype, notice, host=hosts[0])
+            choice = self.cloud.choose_maintenance_window("tpu")
+            self.cloud.schedule_maintenance(
+                m, choice.type, choice.notice, host=hosts[0], held=choice.held, latest_after=choice.latest_start_after
+            )
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 
@@ -454,7 +456,7 @@ class TpuApi(QueuedResources):
             op = self._operation(m.zone, "performMaintenance", m.resource["name"])
             op["metadata"]["@type"] = op["metadata"]["@type"].replace(".v2.", ".v2alpha1.")
             self.cloud.log("perform_maintenance", machine=m.machine_id)
-            self.cloud.begin_maintenance(m, host=host)
+            self.cloud.begin_maintenance(m, host=host, cause="performMaintenance")
             self._finish(op, {"@type": TYPE_URL.replace(".v2.", ".v2alpha1.") + "Node", **self.render_node(m, True)})
             return self._op_response(op, req)
 

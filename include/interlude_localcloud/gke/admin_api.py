@@ -27,6 +27,7 @@ class GkeAdminApi:
     def register(self, r: Router) -> None:
         r.add("POST", r"/_localcloud/gke/stockouts", self.stockout)
         r.add("GET", C + r"/events", self.events)
+        r.add("GET", C + r"/requests", self.requests)
         r.add("POST", N + r":maintenance", self.maintenance)
         r.add("POST", N + r":preempt", self.preempt)
 
@@ -70,6 +71,15 @@ class GkeAdminApi:
         _, rt = self._cluster(req.params["cluster"])
         with rt.lock:
             return Response({"now": rt.now(), "events": list(rt.controllers.state.events)})
+
+    def requests(self, req: Request) -> Response:
+        """What the cluster's Kubernetes API server was asked at or after `since` (wall clock, epoch seconds):
+        {t, method, path, query}, the clock of the events' ``at``."""
+        c = next((c for c in self.gke.clusters.values() if c.spec.name == req.params["cluster"]), None)
+        if c is None:  # with or without a runtime (pods as processes): the API server keeps the log
+            raise not_found(f"cluster {req.params['cluster']}")
+        since = float(req.query.get("since", "0") or 0)
+        return Response({"requests": c.kube.requests.since(since)})
 
     def maintenance(self, req: Request) -> Response:
         """{notice_in, window_in, drain_seconds, duration_seconds, replaces_node}: a scheduled maintenance."""

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +38,27 @@ from interlude_localcloud.gke.validation import CUSTOM_SCHEMAS, Admission
 
 WATCH_TIMEOUT = 1800.0
 _RETURNS_OBJECT_ON_DELETE = {"pods", "namespaces", "computeclasses"}
+
+
+class RequestLog:
+    """What the cluster's API server was asked, at arrival: {t (wall clock, epoch seconds), method, path, query},
+    oldest first, the newest REQUESTS_KEPT. The cloud's own record of a client's looks and writes (a controller's
+    polls, an apply), for tests to order them against the cluster's events (whose ``at`` is the same clock)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._items: deque[dict[str, Any]] = deque(maxlen=REQUESTS_KEPT)
+
+    def add(self, method: str, path: str, query: str) -> None:
+        with self._lock:
+            self._items.append({"t": time.time(), "method": method, "path": path, "query": query})
+
+    def since(self, t: float) -> list[dict[str, Any]]:
+        with self._lock:
+            return [r for r in self._items if r["t"] >= t]
+
+
+REQUESTS_KEPT = 100_000
 
 
 @dataclass(frozen=True)
@@ -349,11 +373,14 @@ def _discovery_routes(app: FastAPI, k8s_version: str, server_address: str) -> No
     app.add_api_route("/apis/{group}/{version}", group_resources, methods=["GET"])
 
 
-def build_app(api: KubeApi, server_address: str) -> FastAPI:
+def build_app(api: KubeApi, server_address: str, requests: RequestLog | None = None) -> FastAPI:
+    """The API server's app; `requests` (when given) records every request as it arrives (RequestLog)."""
     app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
 
     @app.middleware("http")
     async def authenticate(request: Request, call_next: Any) -> Response:
+        if requests is not None:
+            requests.add(request.method, request.url.path, request.url.query)
         auth = request.headers.get("authorization", "")
         if not auth.startswith("Bearer ") or not auth[7:].strip():
             return JSONResponse(KubeError(401, "Unauthorized", "Unauthorized").status(), status_code=401)

@@ -12,7 +12,7 @@ import uvicorn
 
 from interlude_localcloud.gke import pki
 from interlude_localcloud.gke.config import ClusterSpec
-from interlude_localcloud.gke.kube_api import KubeApi, build_app
+from interlude_localcloud.gke.kube_api import KubeApi, RequestLog, build_app
 from interlude_localcloud.gke.store import Store
 from interlude_localcloud.gke.validation import Admission
 
@@ -25,6 +25,7 @@ class KubeApiServer:
         self.admission = Admission(spec.minor_version)
         self.store = Store(self.admission, self.admission.check_update)
         self.tls = pki.issue(state_dir / "gke" / spec.name, spec.name)
+        self.requests = RequestLog()  # every request the API server got (admin `.../requests`)
         self._sock: socket.socket | None = None
         self._port = 0
         self._server: uvicorn.Server | None = None
@@ -45,7 +46,7 @@ class KubeApiServer:
         self._sock.listen(128)
         self._port = int(self._sock.getsockname()[1])
         self._sock.set_inheritable(False)
-        app = build_app(KubeApi(self.store, self.admission, self.spec.kubernetes_version), self.endpoint)
+        app = build_app(KubeApi(self.store, self.admission, self.spec.kubernetes_version), self.endpoint, self.requests)
         config = uvicorn.Config(
             app,
             log_level="warning",

@@ -268,3 +268,21 @@ def test_every_stored_object_passes_kubernetes_validate(gke_lc: RunningLocalClou
             kubernetes_validate.validate(data, "1.33", strict=True)
             seen += 1
     assert seen >= 7
+
+
+def test_the_api_server_keeps_a_request_log(gke_lc: RunningLocalCloud, api: client.ApiClient) -> None:
+    """Every request the cluster's API server got, at arrival, in order (admin `.../requests`): the cloud's own
+    record of a client's looks and writes, on the clock of the cluster events' `at`."""
+    import time
+
+    since = time.time()
+    core = client.CoreV1Api(api)
+    core.list_namespaced_event(NS)
+    core.list_namespaced_pod(NS, label_selector="app=logged")
+    got = [(r["method"], r["path"], r["query"]) for r in gke_lc.admin.gke_requests(CLUSTER, since=since)]
+    assert got[:2] == [
+        ("GET", f"/api/v1/namespaces/{NS}/events", ""),
+        ("GET", f"/api/v1/namespaces/{NS}/pods", "labelSelector=app%3Dlogged"),
+    ], got
+    times = [r["t"] for r in gke_lc.admin.gke_requests(CLUSTER, since=since)]
+    assert times == sorted(times) and times[0] >= since
