@@ -13,6 +13,10 @@ import pytest
 
 from interlude_workload.testing import GcsEmulator, running_gcs_emulator
 
+# Fixtures that tests in more than one directory use, found here so that no test imports a fixture: the local GKE
+# cloud (`gke_lc`, `gke_conn`) of the local cloud's GKE tests and the serving triggers' tests.
+pytest_plugins = ["tests.include.interlude_localcloud.gke.cluster"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Cache bytecode in this session and every process it starts, whatever the environment says; run

@@ -25,14 +25,7 @@ from interlude_dev.notice_runs import (
     write_scenario,
 )
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BASE,
-    BUCKET,
-    final_digest,
-    stage_airflow_db,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import BASE, BUCKET, final_digest, workload_log
 
 pytestmark = pytest.mark.e2e
 # At 300x, not the module's 600x: the hour is 12 s, so that the margin the policy keeps (three measured commits)
@@ -49,7 +42,7 @@ def stage_scenario(tmp_path: Path) -> Path:
 
 
 def test_long_notice_trains_on_commits_before_the_window_and_idles_less_than_checkpoint_at_notice(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     cloud, env = stage_stack
