@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo demo-serve test check lint e2e constraints stack-up stack-down clean
+.PHONY: demo demo-serve test test-quick check lint e2e constraints stack-up stack-down clean
 
 # Let Python cache bytecode (__pycache__) even where the environment says not to: with
 # PYTHONDONTWRITEBYTECODE=1 every `airflow dags test`, component, local cloud and trainer process compiles
@@ -43,6 +43,15 @@ LONG_TESTS := tests/include/interlude_workload/test_real_length.py
 test: check
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --ignore=$(LONG_TESTS) $(PYTEST_ARGS)
 	$(PY) -m pytest $(LONG_TESTS) $(PYTEST_ARGS) || [ $$? -eq 5 ]
+
+# The loop while editing: the tests that start no real process (Airflow, the stack, a local cloud process, trainers,
+# agents, Chromium) and train no model; tests/quick.py decides from what each test and its fixtures call. No checks
+# first; `make test` (the whole suite) is what CI runs. 3,448 tests, 199 CPU-s (three workers' collection ~40 of them),
+# so 100 s at the least on two idle cores; 6 min 24 s beside a full suite (load 11). Three workers, not two: many of
+# these tests wait on the local cloud's clock or on GCS, and another worker's CPU fills the wait (two: 9 min 13 s).
+QUICK_WORKERS ?= 3
+test-quick: $(STAMP)
+	$(PY) -m pytest --quick -n $(QUICK_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Format, lint (incl. blind excepts, stale noqa, complexity <= 10) and types: seconds, before the suite.
 check: $(STAMP)

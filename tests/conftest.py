@@ -13,6 +13,11 @@ import pytest
 
 from interlude_workload.testing import GcsEmulator, running_gcs_emulator
 
+# The quick loop's selection (`--quick`, the `processes` and `model` marks: tests/quick.py), and fixtures that tests
+# in more than one directory use, found here so that no test imports a fixture: the local GKE cloud (`gke_lc`,
+# `gke_conn`) of the local cloud's GKE tests and the serving triggers' tests; pytester for the selection's own test.
+pytest_plugins = ["tests.quick", "tests.include.interlude_localcloud.gke.cluster", "pytester"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Cache bytecode in this session and every process it starts, whatever the environment says; run
@@ -29,7 +34,8 @@ def pytest_configure(config: pytest.Config) -> None:
     # Every reference trainer the suite starts directly (and every one a local cloud's machine starts) trains the
     # tiny reference model unless told otherwise: dozens train at once on two cores (interlude_workload.train).
     os.environ.setdefault("INTERLUDE_MODEL_SIZE", "tiny")
-    if _is_xdist_controller(config) and not config.option.collectonly:
+    # `--quick` (make test-quick) runs no Airflow: no warm server for it (~8 CPU-s).
+    if _is_xdist_controller(config) and not config.option.collectonly and not config.getoption("quick"):
         # One warm server for the whole run, started by the controller while its workers start and collect; the
         from interlude_dev import warm_cli
 

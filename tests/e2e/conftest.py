@@ -1,5 +1,6 @@
-"""Shared pieces for end-to-end tests: a migrated Airflow DB per session, a local cloud per test, and a
-runner that does `airflow dags test` with --conf and reads back what happened from the Airflow DB.
+"""Shared pieces for end-to-end tests: a migrated Airflow DB per session, a local cloud per test, a runner that
+does `airflow dags test` with --conf and reads back what happened from the Airflow DB, and the stack tests' one
+production-shaped stack (`stack`; its pieces in stack_fixtures.py).
 
 Why the DB and not the exit code alone: the exit code says "something failed"; which branch of the
 `choose` group was taken, and that provisioning never started, are task instance states.
@@ -19,16 +20,29 @@ from typing import Any, Protocol
 import pytest
 
 from interlude_dev import wiring as dev
-from tests.e2e.stack_fixtures import (  # noqa: F401 - one `stack` for test_stack, test_zz_browser, test_zz_schedule
-    stack_fixture,
-    stack_session,
-    stop_stack_unless_next_needs_it,
-)
+from tests.e2e.stack_fixtures import STACK_SESSION, Stack, StackSession, stop_stack_unless_next_needs_it
 
 DAG_ID = "interlude_training"
 # The shipped fine-tuning sample covers 2024-01-01..2024-03-31; a run "today" must name a day in it.
 DATA_DATE = "2024-01-15"
 BUCKET = "interlude-e2e"
+
+
+@pytest.fixture(scope="session")
+def stack_session(request: pytest.FixtureRequest) -> Iterator[StackSession]:
+    """The holder of the session's stack; whatever still runs at the end of the session is stopped."""
+    holder = StackSession()
+    request.config.stash[STACK_SESSION] = holder
+    try:
+        yield holder
+    finally:
+        holder.stop()
+
+
+@pytest.fixture(name="stack")
+def stack_fixture(stack_session: StackSession) -> Stack:
+    """The running stack (started by the first test that asks; shared by the tests that follow)."""
+    return stack_session.up()
 
 
 @pytest.hookimpl(wrapper=True)

@@ -1,4 +1,5 @@
-"""One production-shaped Airflow (include/scripts/stack.py) for the stack tests, and a REST client for it.
+"""One production-shaped Airflow (include/scripts/stack.py) for the stack tests, and a REST client for it (the
+`stack` fixture that hands it out is in tests/e2e/conftest.py).
 
 The tests talk to Airflow the way the UI does: a token from SimpleAuthManager (`POST /auth/token`),
 then `/api/v2`. Nothing reads the metadata database directly, so what passes here works for a user.
@@ -10,7 +11,7 @@ import importlib.util
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -228,23 +229,6 @@ def _start_stack() -> tuple[Stack, Callable[[], None]]:
 
 
 STACK_SESSION = pytest.StashKey[StackSession]()
-
-
-@pytest.fixture(scope="session")
-def stack_session(request: pytest.FixtureRequest) -> Iterator[StackSession]:
-    """The holder of the session's stack; whatever still runs at the end of the session is stopped."""
-    holder = StackSession()
-    request.config.stash[STACK_SESSION] = holder
-    try:
-        yield holder
-    finally:
-        holder.stop()
-
-
-@pytest.fixture(name="stack")
-def stack_fixture(stack_session: StackSession) -> Stack:
-    """The running stack (started by the first test that asks; shared by the tests that follow)."""
-    return stack_session.up()
 
 
 def stop_stack_unless_next_needs_it(item: pytest.Item, nextitem: pytest.Item | None) -> None:

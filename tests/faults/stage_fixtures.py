@@ -1,7 +1,7 @@
-"""Shared pieces of the stage fault tests: a fast local cloud, a migrated Airflow DB, a DAG runner, and
-readers of independent facts (the workload's own log in GCS, the local cloud's event log and machines).
-
-Import the fixtures into a test module (`from .stage_fixtures import ...`); no conftest is needed.
+"""Shared pieces of the stage fault tests: a DAG runner and readers of independent facts (the workload's own log
+in GCS, the local cloud's event log and machines). Their fixtures (`stage_stack`: a fast local cloud and an Airflow
+home of the test; `stage_scenario`, which a module may override; `kube`) are in tests/faults/conftest.py, where
+pytest finds them.
 """
 
 from __future__ import annotations
@@ -9,19 +9,15 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-import yaml
-
 from interlude import naming
 from interlude_dev import wiring as dev
-from tests.faults.support import seed_earlier_run, watch_cloud
+from tests.faults.support import BUCKET
 
 DAG_ID = "interlude_training"
-BUCKET = "interlude-faults"
 BASE: dict[str, Any] = {
     "train_steps": 60,
     "finetune_steps": 30,
@@ -34,44 +30,6 @@ BASE: dict[str, Any] = {
     "model_size": "tiny",  # the reference model cut to one narrow layer: many trainers share 2 cores
 }
 Stack = tuple[dev.LocalCloud, dict[str, str]]
-
-
-@pytest.fixture(scope="module")
-def stage_airflow_db(airflow_db_template: Path) -> Path:
-    """The session's migrated DB (tests/conftest.py); each test copies its database."""
-    return airflow_db_template
-
-
-@pytest.fixture
-def stage_scenario(tmp_path: Path) -> Path:
-    """The default scenario 3x faster: a TPU's 2 h notice is 4 s, its maintenance 2 s (long enough for a poll
-    to see it down); a GPU VM's 1 h notice is 2 s and its maintenance 0.17 s (no poll sees it down)."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    path = tmp_path / "fast.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-@pytest.fixture
-def stage_stack(
-    tmp_path: Path, stage_airflow_db: Path, stage_scenario: Path, request: pytest.FixtureRequest
-) -> Iterator[Stack]:
-    """A local cloud and an Airflow home of this test. The fault suite's nothing-left-nothing-lost check
-    (tests/faults/conftest.py) reads this cloud after the test body, before it is stopped here; the cloud
-    starts with a committed checkpoint of an earlier run for that check to protect."""
-    cloud = dev.start_localcloud(stage_scenario, tmp_path / "localcloud")
-    try:
-        home = tmp_path / "airflow"
-        home.mkdir()
-        (home / "airflow.db").write_bytes(stage_airflow_db.read_bytes())
-        dev.ensure_bucket(cloud, BUCKET)
-        seed_earlier_run(cloud, BUCKET)
-        watch_cloud(request.node, cloud)
-        yield cloud, dev.airflow_env(home, cloud)
-    finally:
-        cloud.stop()
 
 
 def run_dag(

@@ -21,16 +21,7 @@ import yaml
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    boots,
-    drilled_stages,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import boots, drilled_stages, final_digest, reference, run_dag
 
 pytestmark = pytest.mark.e2e
 ZONE = "us-central1-a"
@@ -70,7 +61,7 @@ def _watch_instances(cloud: dev.LocalCloud, seen: dict[str, dict[str, Any]], sto
         stop.wait(0.5)
 
 
-def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_stack, tmp_path: Path) -> None:
     cloud, _ = stage_stack
     seen: dict[str, dict[str, Any]] = {}
     stop = threading.Event()
@@ -105,7 +96,7 @@ def test_v6e_on_a_compute_engine_tpu_machine_type_drills_in_both_stages(stage_st
 
 
 def test_a_tpu_api_runtime_as_the_compute_engine_image_is_refused_before_anything_is_created(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     """``tpu_image`` names a Cloud TPU API runtime version: the runtime check refuses it naming the param, the run
@@ -123,7 +114,7 @@ def test_a_tpu_api_runtime_as_the_compute_engine_image_is_refused_before_anythin
 
 
 @pytest.mark.parametrize("stage_scenario", [0], indirect=True, ids=["no-free-chip"])
-def test_a_compute_engine_tpu_stockout_walks_to_the_next_platform(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_a_compute_engine_tpu_stockout_walks_to_the_next_platform(stage_stack, tmp_path: Path) -> None:
     """us-central1-a lists ct6e-standard-8t but has no v6e chip free: the insert stocks out (Google's
     ZONE_RESOURCE_POOL_EXHAUSTED, seen only at create), the stockout marks v6e-8 out on Compute Engine only, and the
     tree walks on to the run's next platform, the TPU API's v6e-8 node, where the run trains to the reference

@@ -20,12 +20,7 @@ import pytest
 from interlude_dev import wiring as dev
 from interlude_dev.notice_runs import TIME_SCALE, run_with_notice, write_scenario
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-)
+from .stage_fixtures import BUCKET, run_dag
 
 pytestmark = pytest.mark.e2e
 GPU_MAINTENANCE_S = 2400  # 40 minutes on Google, inside a GPU VM's one-hour down budget: 4 s here
@@ -43,7 +38,7 @@ def _events(cloud: dev.LocalCloud, kind: str, run_key: str, field: str = "machin
 
 
 def test_a_gpu_vm_in_a_long_normal_maintenance_is_waited_for_not_recreated(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     cloud, env = stage_stack
@@ -76,7 +71,7 @@ def _delete_instance(cloud: dev.LocalCloud, zone: str, name: str) -> None:
 
 
 def test_a_gpu_vm_google_reports_gone_is_reprovisioned_without_waiting_the_budget(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     """The VM is deleted mid-training; the down budget is 10 hours (60 s here): the stage does not wait it."""

@@ -18,17 +18,7 @@ import pytest
 from interlude.training import events
 from tests.faults.support import Waiting, record_task_states, waiting_in_trigger
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    store,
-    when_training,
-    workload_log,
-)
+from .stage_fixtures import BUCKET, reference, run_dag, store, when_training, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +37,7 @@ def _resumed_steps(log: str) -> list[int]:
     return [int(s) for s in re.findall(r"resume point: step (\d+)", log)]
 
 
-def test_stockout_where_it_ran_moves_the_run_to_another_zone(stage_stack: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_stockout_where_it_ran_moves_the_run_to_another_zone(stage_stack: Any, tmp_path: Path) -> None:
     cloud, _ = stage_stack
 
     def mid_training(machine: dict[str, Any], progress: dict[str, Any]) -> bool:
@@ -72,7 +62,7 @@ def test_stockout_where_it_ran_moves_the_run_to_another_zone(stage_stack: Any, t
     assert cloud.admin.machines() == []
 
 
-def test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint(stage_stack: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint(stage_stack: Any, tmp_path: Path) -> None:
     cloud, _ = stage_stack
 
     def mid_training(machine: dict[str, Any], progress: dict[str, Any]) -> bool:
@@ -101,7 +91,7 @@ def test_all_tpu_capacity_gone_continues_on_gpu_from_the_tpu_checkpoint(stage_st
 
 
 def test_nowhere_to_go_waits_for_capacity_when_the_profile_allows_then_resumes(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
 ) -> None:
     """A TPU-only model (its profile may wait) loses every TPU mid-training: no move is possible (the other

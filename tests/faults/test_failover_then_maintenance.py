@@ -19,16 +19,7 @@ import pytest
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    store,
-    workload_log,
-)
+from .stage_fixtures import BUCKET, reference, run_dag, store, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +85,7 @@ def _acts(cloud: dev.LocalCloud, done: list[str], failover_in: str, timeout: flo
 
 @pytest.mark.parametrize("failover_in", ["train", "finetune"])
 def test_scheduled_maintenance_failover_then_maintenance_on_the_moved_machine_finishes_with_the_reference(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
     failover_in: str,
 ) -> None:

@@ -36,17 +36,8 @@ from interlude.stage.jobset import short_name
 from interlude.training import events as run_events
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    store,
-    workload_log,
-)
-from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, _pools, _segments, kube  # noqa: F401 - fixture
+from .stage_fixtures import BUCKET, final_digest, reference, run_dag, store, workload_log
+from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, _pools, _segments
 
 pytestmark = pytest.mark.e2e
 
@@ -129,8 +120,8 @@ def _accelerators_run_on(
 
 
 def test_a_stocked_out_tpu_pool_at_provisioning_walks_the_tree_to_a_gpu_pool(
-    stage_stack: Any,  # noqa: F811
-    kube: tuple[Any, k8s.ApiClient],  # noqa: F811
+    stage_stack: Any,
+    kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:
     cloud, _ = stage_stack
@@ -241,8 +232,8 @@ def _evicted_then_scale_up_failed_then_gpu_pool(
 
 
 def test_a_tpu_pool_that_cannot_get_its_node_back_moves_to_a_gpu_pool_and_resumes_from_the_tpu_checkpoint(
-    stage_stack: Any,  # noqa: F811
-    kube: tuple[Any, k8s.ApiClient],  # noqa: F811
+    stage_stack: Any,
+    kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:
     cloud, _ = stage_stack

@@ -17,7 +17,6 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,17 +27,7 @@ from kubernetes import client as k8s
 from interlude.stage.jobset import short_name
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    drilled_stages,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    store,
-    workload_log,
-)
+from .stage_fixtures import BUCKET, drilled_stages, final_digest, reference, run_dag, store, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -58,6 +47,10 @@ JS = {"group": "jobset.x-k8s.io", "version": "v1alpha2", "plural": "jobsets"}
 
 @pytest.fixture
 def stage_scenario(tmp_path: Path) -> Path:
+    return gke_scenario(tmp_path)
+
+
+def gke_scenario(tmp_path: Path) -> Path:
     """The fault suite's fast default cloud plus a GKE cluster (a CPU pool only: the run creates its TPU pool),
     its pods running the project's python for the workload's image."""
     data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
@@ -82,18 +75,6 @@ def stage_scenario(tmp_path: Path) -> Path:
     path = tmp_path / "gke.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-@pytest.fixture
-def kube(stage_stack: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, k8s.ApiClient]]:  # noqa: F811
-    """The test's own clients of the cluster: the Container API (GKEHook) and the Kubernetes API."""
-    from interlude.hooks.gke import GKEHook
-
-    _, env = stage_stack
-    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", env["AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT"])
-    hook = GKEHook(gcp_conn_id="google_cloud_default", location=LOCATION)
-    with hook.kubernetes_hook(CLUSTER).get_conn() as api:
-        yield hook, api
 
 
 def _pools(hook: Any) -> list[str]:
@@ -205,7 +186,7 @@ def _segments(log: str, stage: str, steps: int) -> list[tuple[int, int]]:
 
 @pytest.mark.parametrize("deferrable", [True, False], ids=["deferred", "on-the-worker"])
 def test_a_v6e_jobset_trains_and_fine_tunes_through_a_scheduled_node_maintenance(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
     deferrable: bool,
@@ -268,7 +249,7 @@ def test_a_v6e_jobset_trains_and_fine_tunes_through_a_scheduled_node_maintenance
 
 
 def test_a_drill_on_gke_goes_to_the_pods_node_in_each_stage_and_resumes_where_the_workload_held(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:
@@ -307,7 +288,7 @@ def test_a_drill_on_gke_goes_to_the_pods_node_in_each_stage_and_resumes_where_th
 
 
 def test_a_cluster_that_does_not_exist_is_refused_naming_the_param_before_anything_is_created(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:
@@ -321,7 +302,7 @@ def test_a_cluster_that_does_not_exist_is_refused_naming_the_param_before_anythi
 
 
 def test_a_jobset_deleted_under_the_run_fails_the_stage_and_teardown_still_leaves_nothing(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:

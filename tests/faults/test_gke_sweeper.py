@@ -18,15 +18,21 @@ from interlude.stage.jobset import short_name
 from interlude.training.spec import RunSpec
 from tests.faults.support import ZONES, dags_test, runs_in_states
 
-from .stage_fixtures import BASE, DAG_ID, stage_airflow_db, stage_stack  # noqa: F401 - fixtures
-from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, LOCATION, _pools, kube, stage_scenario  # noqa: F401
+from .stage_fixtures import BASE, DAG_ID
+from .test_gke_jobset_stage import CLUSTER, GKE_CONF, JS, LOCATION, _pools, gke_scenario
 
 pytestmark = pytest.mark.e2e
 
 
+@pytest.fixture
+def stage_scenario(tmp_path: Path) -> Path:
+    """The JobSet stage's cloud (tests/faults/test_gke_jobset_stage.py): one GKE cluster, a CPU pool only."""
+    return gke_scenario(tmp_path)
+
+
 def test_the_sweeper_deletes_a_finished_runs_node_pool_and_jobset_and_keeps_a_running_runs(
-    stage_stack: Any,  # noqa: F811
-    kube: tuple[Any, k8s.ApiClient],  # noqa: F811
+    stage_stack: Any,
+    kube: tuple[Any, k8s.ApiClient],
     tmp_path: Path,
 ) -> None:
     _, env = stage_stack

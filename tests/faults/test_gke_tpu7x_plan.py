@@ -24,11 +24,7 @@ import yaml
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-)
+from .stage_fixtures import run_dag
 
 pytestmark = pytest.mark.e2e
 
@@ -113,7 +109,7 @@ def _nothing_created(cloud: dev.LocalCloud) -> None:
 
 
 def test_a_tpu7x_run_is_planned_on_gke_and_never_on_the_tpu_api(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -138,7 +134,7 @@ def test_a_tpu7x_run_is_planned_on_gke_and_never_on_the_tpu_api(
 
 
 def test_a_cluster_older_than_ironwood_is_refused_naming_gke_cluster_before_anything_is_created(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -17,14 +17,7 @@ import yaml
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BASE,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    when_training,
-    workload_log,
-)
+from .stage_fixtures import BASE, run_dag, when_training, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -54,7 +47,7 @@ def _per_worker(log: str, pattern: str) -> dict[int, list[int]]:
 
 
 def test_one_workers_maintenance_stops_the_whole_slice_at_one_step_and_it_resumes_there(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
 ) -> None:
     cloud, _ = stage_stack

@@ -33,14 +33,7 @@ from interlude_dev.notice_runs import (
     write_scenario,
 )
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BASE,
-    BUCKET,
-    final_digest,
-    stage_airflow_db,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import BASE, BUCKET, final_digest, workload_log
 
 pytestmark = pytest.mark.e2e
 # The hour is 24 s at 150x and training long enough (300 steps of 0.1 s) for the window to fall mid-training: the
@@ -60,7 +53,7 @@ def stage_scenario(tmp_path: Path) -> Path:
 
 
 def test_long_notice_trains_on_commits_before_the_window_and_starts_it_early_unlike_checkpoint_at_notice(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     cloud, env = stage_stack

@@ -27,16 +27,7 @@ import yaml
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    when_training,
-    workload_log,
-)
+from .stage_fixtures import BUCKET, final_digest, reference, run_dag, when_training, workload_log
 
 pytestmark = pytest.mark.e2e
 TRAIN_STEPS, EVERY = 120, 30
@@ -109,7 +100,7 @@ def timeline_html(cloud: dev.LocalCloud, report: dict[str, Any], run_key: str) -
 
 
 def test_a_preemption_without_time_to_save_shows_its_lost_steps_as_recomputed(
-    stage_stack: Any,  # noqa: F811
+    stage_stack: Any,
     tmp_path: Path,
 ) -> None:
     cloud, _ = stage_stack

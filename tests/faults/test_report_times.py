@@ -32,13 +32,7 @@ import yaml
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BUCKET,
-    run_dag,
-    stage_airflow_db,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import BUCKET, run_dag, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -123,7 +117,7 @@ def _check(event: dict[str, Any], facts: dict[str, Any]) -> None:
     assert float(event["resumed_at"]) < facts["next_commit"], shown
 
 
-def test_a_gpu_drills_report_has_the_workloads_downtime_and_restore(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_a_gpu_drills_report_has_the_workloads_downtime_and_restore(stage_stack, tmp_path: Path) -> None:
     cloud, _ = stage_stack
     # The margin covers the whole notice: the checkpoint is asked for at once, the maintenance started after its answer.
     result, run_key = run_dag(

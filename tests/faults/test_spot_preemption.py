@@ -16,19 +16,7 @@ import pytest
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BASE,
-    BUCKET,
-    boots,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    when_training,
-    workload_log,
-)
+from .stage_fixtures import BASE, BUCKET, boots, final_digest, reference, run_dag, when_training, workload_log
 
 pytestmark = pytest.mark.e2e
 TRAIN_STEPS = 120
@@ -48,7 +36,7 @@ def first_boot_and_resume(log: str) -> tuple[list[int], int]:
 
 
 def test_spot_preemption_resumes_from_the_last_committed_step_with_the_reference_weights(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     cloud, _ = stage_stack

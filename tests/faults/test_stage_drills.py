@@ -15,17 +15,7 @@ import pytest
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    boots,
-    final_digest,
-    held_and_resumed,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import boots, final_digest, held_and_resumed, reference, run_dag, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -51,7 +41,7 @@ def _check_drilled_stage(cloud: dev.LocalCloud, run_key: str, stage: str, events
     assert event["downtime_s"] > 0 and event["steps_recomputed"] == 0, event
 
 
-def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_stack, tmp_path: Path) -> None:
     cloud, _ = stage_stack
     result, run_key = run_dag(stage_stack, tmp_path, drill_maintenance=True)
     assert result.succeeded, result.log[-4000:]
@@ -64,7 +54,7 @@ def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_st
     assert dev.machines(cloud) == []
 
 
-def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack, tmp_path: Path) -> None:
     """A GPU VM is TERMINATED for a moment no poll sees: the reboot is found by the workload's boot id and
     the record says what the workload's log says (not the checkpoint answered after the reboot)."""
     cloud, _ = stage_stack
@@ -80,7 +70,7 @@ def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack
     assert dev.machines(cloud) == []
 
 
-def test_non_deferrable_stages_drill_and_finish_with_the_reference_weights(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_non_deferrable_stages_drill_and_finish_with_the_reference_weights(stage_stack, tmp_path: Path) -> None:
     """deferrable=False (no triggerer): the worker watches with the same observations and decisions."""
     cloud, _ = stage_stack
     result, run_key = run_dag(

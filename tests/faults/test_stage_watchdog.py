@@ -17,23 +17,13 @@ import pytest
 
 from interlude_dev import wiring as dev
 
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    boots,
-    final_digest,
-    reference,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    when_training,
-    workload_log,
-)
+from .stage_fixtures import boots, final_digest, reference, run_dag, when_training, workload_log
 
 pytestmark = pytest.mark.e2e
 LIST_NODES = r"^/v2/projects/[^/]+/locations/[^/]+/nodes$"
 
 
-def test_api_outage_longer_than_the_hooks_retries_is_ridden_out(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_api_outage_longer_than_the_hooks_retries_is_ridden_out(stage_stack, tmp_path: Path) -> None:
     """40 answers of 503 to the trigger's list call: well past one call's 7 retries (about a minute)."""
     cloud, _ = stage_stack
     faults = 40
@@ -54,7 +44,7 @@ def test_api_outage_longer_than_the_hooks_retries_is_ridden_out(stage_stack, tmp
 
 
 def test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the_log_tail(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
 ) -> None:
     """The agent dies and the machine stays READY (nothing left to run the stage): no progress for
@@ -124,7 +114,7 @@ def _kill_workload(pgid: int) -> int:
     ],
 )
 def test_a_startup_script_that_ended_is_seen_restarted_once_then_fails(
-    stage_stack,  # noqa: F811
+    stage_stack,
     tmp_path: Path,
     profile: str,
     where: str,

@@ -18,16 +18,7 @@ import pytest
 from interlude_dev import wiring as dev
 
 from . import plain_orbax_job
-from .stage_fixtures import (  # noqa: F401 - fixtures
-    BASE,
-    boots,
-    held_and_resumed,
-    run_dag,
-    stage_airflow_db,
-    stage_scenario,
-    stage_stack,
-    workload_log,
-)
+from .stage_fixtures import BASE, boots, held_and_resumed, run_dag, workload_log
 
 pytestmark = pytest.mark.e2e
 
@@ -58,7 +49,7 @@ def _reference_digest() -> str:
     return plain_orbax_job.digest(w)
 
 
-def test_a_plain_orbax_job_is_drilled_and_resumes_with_no_step_computed_twice(stage_stack, tmp_path: Path) -> None:  # noqa: F811
+def test_a_plain_orbax_job_is_drilled_and_resumes_with_no_step_computed_twice(stage_stack, tmp_path: Path) -> None:
     cloud, _ = stage_stack
     result, run_key = run_dag(stage_stack, tmp_path, drill_maintenance=True, workload_command=COMMAND)
     assert result.succeeded, result.log[-4000:]

@@ -15,7 +15,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
 
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, K8S_VERSION, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, K8S_VERSION, LOCATION
 
 
 def until(pred: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:

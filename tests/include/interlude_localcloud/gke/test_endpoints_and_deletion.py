@@ -17,7 +17,7 @@ from kubernetes import client, watch
 
 from interlude.hooks.gke import GKEHook
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, LOCATION
 
 NS = "endpoints"
 

@@ -325,6 +325,7 @@ def test_jobs_and_jobsets_are_discovered_schema_checked_and_watched(api: client.
     assert status["replicatedJobsStatus"][0]["name"] == "slice" and status["terminalState"] == "Completed"
 
 
+@pytest.mark.processes  # the Job's pod runs the workload's agent (tests/quick.py)
 def test_a_plain_job_runs_the_workload_agent_entrypoint_to_its_completions(api: client.ApiClient) -> None:
     """batch/v1 directly (NonIndexed, 2 completions one at a time): the trainer image's `python` is the
     local interpreter, so the workload's agent entrypoint runs in the pod (here only its --help)."""

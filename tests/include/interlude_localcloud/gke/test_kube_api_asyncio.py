@@ -10,7 +10,7 @@ from kubernetes_asyncio import client, watch
 
 from interlude.hooks.gke import ANONYMOUS_BEARER_TOKEN, GKEHook
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, LOCATION
 
 
 async def _exercise(url: str, ca_file: str, token: str) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from kubernetes import client, dynamic
 
 from interlude.hooks.gke import GKEHook
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, LOCATION
 
 NS = "more"
 

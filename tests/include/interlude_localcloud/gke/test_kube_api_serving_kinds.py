@@ -19,7 +19,7 @@ from interlude.serving.plan import require_plan
 from interlude.serving.render import object_refs
 from interlude.serving.spec import ServeSpec
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, LOCATION
 
 SPEC = ServeSpec(checkpoint_uri="gs://bucket/interlude/run/finetune/", namespace="kinds", name="kinds-vllm")
 

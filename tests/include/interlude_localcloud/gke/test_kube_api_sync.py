@@ -13,7 +13,7 @@ from kubernetes import client, watch
 
 from interlude.hooks.gke import GKEHook
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, K8S_VERSION, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, K8S_VERSION, LOCATION
 
 NS = "serving"
 CC = {"group": "cloud.google.com", "version": "v1", "plural": "computeclasses"}

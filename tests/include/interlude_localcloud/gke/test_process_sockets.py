@@ -12,7 +12,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import container_v1
 
 from interlude_dev.wiring import connection_extra, start_localcloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, GKE_SCENARIO, LOCATION
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, GKE_SCENARIO, LOCATION
 
 
 def _listening(pid: int) -> list[tuple[str, int]]:

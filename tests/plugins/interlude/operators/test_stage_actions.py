@@ -31,6 +31,9 @@ from tests.plugins.interlude.operators.support import (
     training_run,
 )
 
+# The machines run their startup script, as on Google: the workload's agent and its trainer (tests/quick.py).
+pytestmark = pytest.mark.processes
+
 GPU_TYPES = ("nvidia-h100-80gb", "nvidia-l4", "nvidia-tesla-t4")
 TPU_TYPES = ("v6e-8", "v5litepod-8")
 

@@ -21,7 +21,7 @@ from interlude.serving.plan import require_plan
 from interlude.serving.spec import ServeSpec
 from interlude.triggers.serving import DeletedTrigger, RolloutTrigger
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.gke.conftest import CLUSTER, LOCATION, gke_conn, gke_lc  # noqa: F401 - fixtures
+from tests.include.interlude_localcloud.gke.cluster import CLUSTER, LOCATION
 
 SPEC = ServeSpec(checkpoint_uri="gs://bucket/interlude/run/finetune/", name="trig-vllm", cluster=CLUSTER)
 
@@ -47,7 +47,7 @@ def kwargs(lc: RunningLocalCloud, conn: str, deadline_in: float, **over: Any) ->
     }
 
 
-def test_a_rollout_that_cannot_finish_times_out_once_and_fails_loudly(gke_lc: RunningLocalCloud, gke_conn: str) -> None:  # noqa: F811
+def test_a_rollout_that_cannot_finish_times_out_once_and_fails_loudly(gke_lc: RunningLocalCloud, gke_conn: str) -> None:
     hook = GKEHook(gcp_conn_id=gke_conn, location=LOCATION).kubernetes_hook(CLUSTER, project_id=gke_lc.project)
     with hook.get_conn() as api_client:
         kube = KubeObjects(api_client)
@@ -62,12 +62,12 @@ def test_a_rollout_that_cannot_finish_times_out_once_and_fails_loudly(gke_lc: Ru
         kube.delete(("apps/v1", "Deployment", "default", SPEC.name))
 
 
-def test_a_delete_with_nothing_left_is_done_at_once(gke_lc: RunningLocalCloud, gke_conn: str) -> None:  # noqa: F811
+def test_a_delete_with_nothing_left_is_done_at_once(gke_lc: RunningLocalCloud, gke_conn: str) -> None:
     got = events(DeletedTrigger(**kwargs(gke_lc, gke_conn, 30)))
     assert got == [{"status": "done", "reason": "nothing left", "left": []}]
 
 
-def test_an_unknown_cluster_is_one_error_event(gke_lc: RunningLocalCloud, gke_conn: str) -> None:  # noqa: F811
+def test_an_unknown_cluster_is_one_error_event(gke_lc: RunningLocalCloud, gke_conn: str) -> None:
     got = events(RolloutTrigger(**kwargs(gke_lc, gke_conn, 30, cluster="no-such-cluster")))
     assert [e["status"] for e in got] == ["error"], got
     assert "no-such-cluster" in got[0]["message"] or "NotFound" in got[0]["message"], got

@@ -1,4 +1,9 @@
-"""One local cloud with a GKE cluster per module, and the Google provider's hooks pointed at it."""
+"""One local cloud with a GKE cluster per module, and the Google provider's hooks pointed at it.
+
+Used by the local GKE's tests here and by the serving triggers' tests (tests/plugins/interlude/triggers/): the
+root conftest lists this module in `pytest_plugins`, so pytest finds `gke_lc` and `gke_conn` everywhere and no
+test imports them.
+"""
 
 from __future__ import annotations
 
