@@ -44,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if warm_cli.enabled() and not os.environ.get(warm_cli.SOCKET_ENV):
             warm_cli.share_server(dict(os.environ))
 
-    if not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly:
+    if not os.environ.get("PYTEST_XDIST_WORKER") and not config.option.collectonly and not config.getoption("quick"):
         # One fork server for the run (include/interlude_localcloud/forkserver): every local cloud the tests start,
         # in process or as a process, boots its machines as forks of one zygote that imported the workload once,
         # instead of one zygote each (~2.7 CPU-s apiece). Not waited for: until it serves, machines boot cold.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from interlude_localcloud import scenario as scenario_mod
 from interlude_localcloud.app import LocalCloud
+from interlude_localcloud.forkserver.client import ForkServer
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     lc.start()
+    ForkServer.shared()  # begin importing the workload once for every machine's boot (forkserver/)
     try:
         print(
             json.dumps(

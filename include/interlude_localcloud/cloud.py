@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from interlude_localcloud.forkserver.client import ForkServer
 from interlude_localcloud.machines import Devices, MachineProcess
 from interlude_localcloud.maintenance import Maintenance
 from interlude_localcloud.scenario import Fault, Scenario
@@ -112,7 +111,6 @@ class Cloud(Maintenance):
 
     # clock ---------------------------------------------------------------------------------
     def start(self) -> None:
-        ForkServer.shared()  # begin importing the workload once for every machine's boot (forkserver/)
         self._ticker = threading.Thread(target=self._run_ticker, name="localcloud-ticker", daemon=True)
         self._ticker.start()
 

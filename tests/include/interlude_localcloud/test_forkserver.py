@@ -78,6 +78,7 @@ def _boot(tmp_path: Path, name: str) -> MachineProcess:
     return machine
 
 
+@pytest.mark.processes  # its machines run the agent (tests/quick.py cannot see that in data)
 def test_a_forked_boot_logs_what_an_interpreter_would_and_its_group_is_the_machine(
     zygote: ForkServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -108,6 +109,7 @@ def test_a_forked_boot_logs_what_an_interpreter_would_and_its_group_is_the_machi
     assert _markers(forked.serial_log) == expected, forked.serial_log.read_text()[-3000:]
 
 
+@pytest.mark.processes
 def test_a_crash_kills_every_process_of_the_forked_machine_and_a_reboot_is_a_new_root(
     zygote: ForkServer, tmp_path: Path
 ) -> None:
