@@ -46,9 +46,10 @@ test: check
 
 # The loop while editing: the tests that start no real process (Airflow, the stack, a local cloud process, trainers,
 # agents, Chromium) and train no model; tests/quick.py decides from what each test and its fixtures call. No checks
-# first; `make test` (the whole suite) is what CI runs. 3,448 tests, 199 CPU-s (three workers' collection ~40 of them),
-# so 100 s at the least on two idle cores; 6 min 24 s beside a full suite (load 11). Three workers, not two: many of
-# these tests wait on the local cloud's clock or on GCS, and another worker's CPU fills the wait (two: 9 min 13 s).
+# first; `make test` (the whole suite) is what CI runs. 3,448 tests, 187-199 CPU-s (three workers' collection ~40 of
+# them), so 95-100 s at the least on two idle cores; 3 min 29 s beside other work at load 4-7, 6 min 24 s at load 11.
+# Three workers, not two: many of these tests wait on the local cloud's clock or on GCS, and another worker's CPU
+# fills the wait (two: 9 min 13 s at load 11-17).
 QUICK_WORKERS ?= 3
 test-quick: $(STAMP)
 	$(PY) -m pytest --quick -n $(QUICK_WORKERS) --dist loadgroup $(PYTEST_ARGS)

@@ -100,6 +100,10 @@ LONG_UNITS = {
     "_budget": 35.0,
     "tests/faults/test_provision_defers.py": 30.0,
     "tests/include/interlude_localcloud/test_maintenance.py": 30.0,
+    # From `make test-quick` runs (three workers, load 10-12): collected late, these files ran on past the others.
+    "tests/plugins/interlude/triggers/test_checkpoint_trigger.py": 70.0,
+    "tests/plugins/interlude/stage/test_facts.py": 35.0,
+    "tests/plugins/interlude/triggers/test_stage_trigger_notice.py": 30.0,
 }
 
 
