@@ -64,8 +64,8 @@ LONG_UNITS = {
     "_after_and_a_git_ref": 175.0,
     "tests/include/scripts/test_demo_serve.py::test_demo_serve_falls_back_scales_out_survives_maintenance_and_leaves"
     "_nothing": 165.0,
-    "tests/faults/test_notice_policy.py::test_long_notice_trains_on_commits_before_the_window_and_idles_less_than"
-    "_checkpoint_at_notice": 85.0,
+    "tests/faults/test_notice_policy.py::test_long_notice_trains_on_commits_before_the_window_and_starts_it_early"
+    "_unlike_checkpoint_at_notice": 85.0,
     "tests/faults/test_stage_watchdog.py::test_a_stalled_workload_is_restarted_once_then_the_stage_fails_with_the"
     "_log_tail": 80.0,
     "tests/e2e/test_serving_dag.py": 80.0,
