@@ -1,4 +1,5 @@
-"""Every DAG imports cleanly, explains itself, and parses fast without touching cloud clients."""
+"""Every DAG imports cleanly, explains itself, and parses without touching cloud clients or heavy modules. What a
+parse costs is benchmarks/dag_parse.py's figure (its smoke test: tests/benchmarks/test_dag_parse_smoke.py)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,14 @@ HEAVY = [
 # Every DAG file in one interpreter (one Airflow import, not one per file), each parsed by a DagBag of its own;
 # a heavy module counts against the file whose parse first imported it.
 PROBE = r"""
-import json, sys, time
+import json, sys
 from airflow.dag_processing.dagbag import DagBag
 heavy = json.loads(sys.argv[1])
 results = {}
 for path in sys.argv[2:]:
     before = set(sys.modules)
-    t = time.process_time()  # CPU, not wall time: a busy machine must not fail the test
     bag = DagBag(path)
-    elapsed = time.process_time() - t
     results[path] = {
-        "seconds": elapsed,
         "errors": {k: str(v) for k, v in bag.import_errors.items()},
         "dags": {d.dag_id: {"doc_md": bool(d.doc_md and len(d.doc_md) > 200), "tags": sorted(d.tags or []),
                             "tasks": len(d.tasks)} for d in bag.dags.values()},
@@ -70,13 +68,11 @@ def test_there_are_dags() -> None:
 
 
 @pytest.mark.parametrize("path", DAG_FILES, ids=lambda p: p.name)
-def test_dag_file_imports_fast_and_light(parsed: dict[str, dict], path: Path) -> None:
+def test_dag_file_imports_cleanly_and_light(parsed: dict[str, dict], path: Path) -> None:
     result = parsed[str(path)]
-    print(f"{path.name}: parsed in {result['seconds'] * 1000:.0f} ms of CPU; dags {list(result['dags'])}")
     assert result["errors"] == {}
     assert result["dags"], f"{path.name} defines no DAG"
     for dag_id, info in result["dags"].items():
         assert info["doc_md"], f"{dag_id} needs a doc_md that explains it"
         assert info["tags"], f"{dag_id} needs tags"
     assert result["heavy"] == [], f"parsing imported cloud clients or heavy modules: {result['heavy']}"
-    assert result["seconds"] < 5.0, "parsing took 5 CPU-seconds or more (Airflow's parse budget is 30 s of wall time)"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -56,6 +58,22 @@ FAST: dict[str, Any] = {
         "gce": {"scheduled_notice": 3600, "unscheduled_notice": 1800, "duration": 5400},
     },
 }
+
+
+def metadata_gets_in_flight() -> int:
+    """Server threads currently inside the metadata server's GET (found by walking their stacks): a long-poll
+    that has reached the in-process local cloud and not been answered yet."""
+    from interlude_localcloud.metadata_api import MetadataApi
+
+    count = 0
+    for frame in sys._current_frames().values():
+        f: FrameType | None = frame
+        while f is not None:
+            if f.f_code is MetadataApi.get.__code__:
+                count += 1
+                break
+            f = f.f_back
+    return count
 
 
 def fast_scenario(**overrides: Any) -> Scenario:

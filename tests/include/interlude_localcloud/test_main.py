@@ -67,16 +67,16 @@ def test_cli_serves_and_stops_cleanly(tmp_path: Path) -> None:
         op = requests.post(f"{base}/nodes?nodeId=n1", json=body, timeout=5).json()
         deadline = time.time() + 10
         while not requests.get(f"{api}/v2/{op['name']}", timeout=5).json().get("done"):
-            assert time.time() < deadline
+            assert time.time() < deadline, f"the create operation never finished: {op}"
             time.sleep(0.05)
         deadline = time.time() + 10
         while not (pid := requests.get(f"{api}/_localcloud/machines", timeout=5).json()["machines"][0]["pid"]):
-            assert time.time() < deadline
+            assert time.time() < deadline, "the node's startup script never started"
             time.sleep(0.05)
         env_file = tmp_path / "machines" / "tpu-us-central2-b-n1" / "env.txt"
         deadline = time.time() + 10
         while not env_file.exists() or not env_file.read_text().strip():
-            assert time.time() < deadline
+            assert time.time() < deadline, f"the startup script never wrote {env_file}"
             time.sleep(0.05)
         assert env_file.read_text().strip() == ready["gcs_endpoint"]
         client = storage.Client(

@@ -7,6 +7,7 @@ maintenance, spot preemption. GCE: the same through compute_v1.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +20,13 @@ from google.cloud import tpu_v2
 from googleapiclient.discovery import build
 
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.conftest import ZONE, Compute, fast_scenario, gpu_instance
+from tests.include.interlude_localcloud.conftest import (
+    ZONE,
+    Compute,
+    fast_scenario,
+    gpu_instance,
+    metadata_gets_in_flight,
+)
 
 SCRIPT = "trap 'echo term >> boots.txt; exit 0' TERM\necho boot >> boots.txt\nwhile true; do sleep 0.1; done\n"
 
@@ -152,27 +159,30 @@ def test_metadata_wait_for_change(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) 
         == 403
     )
     lc.admin.next_maintenance("UNSCHEDULED", notice_seconds=3600, kind="tpu")
-    started = time.time()
-    import threading
-
-    threading.Timer(
-        0.3,
-        lambda: (
-            v2alpha1(lc)
-            .projects()
-            .locations()
-            .nodes()
-            .simulateMaintenanceEvent(name=f"projects/{lc.project}/locations/{ZONE}/nodes/w1", body={})
-            .execute()
-        ),
-    ).start()
-    changed = metadata(
-        lc,
-        "tpu",
-        "w1",
-        f"instance/maintenance-event?wait_for_change=true&timeout_sec=10&last_etag={first.headers['ETag']}",
+    # The long-poll is in the server, unanswered, before the event is asked for; it answers with the event (a
+    # long-poll that did not wait would answer NONE at once, one that missed the change would time out with NONE).
+    answers: list[requests.Response] = []
+    key = f"instance/maintenance-event?wait_for_change=true&timeout_sec=10&last_etag={first.headers['ETag']}"
+    poll = threading.Thread(target=lambda: answers.append(metadata(lc, "tpu", "w1", key)), daemon=True)
+    poll.start()
+    deadline = time.monotonic() + 30
+    while metadata_gets_in_flight() == 0:
+        assert poll.is_alive(), f"the long-poll was answered before the maintenance: {[a.text for a in answers]}"
+        assert time.monotonic() < deadline, "the long-poll never reached the metadata server"
+        time.sleep(0.02)
+    waiting_when_asked = poll.is_alive() and not answers
+    (
+        v2alpha1(lc)
+        .projects()
+        .locations()
+        .nodes()
+        .simulateMaintenanceEvent(name=f"projects/{lc.project}/locations/{ZONE}/nodes/w1", body={})
+        .execute()
     )
-    assert changed.text == "TERMINATE_ON_HOST_MAINTENANCE" and 0.2 < time.time() - started < 5
+    poll.join(timeout=30)
+    assert waiting_when_asked, answers
+    assert [a.text for a in answers] == ["TERMINATE_ON_HOST_MAINTENANCE"], answers
+    assert answers[0].headers["ETag"] != first.headers["ETag"]
 
 
 def watch_statuses(compute: Compute, name: str, until_status: str, timeout: float = 15.0) -> list[str]:

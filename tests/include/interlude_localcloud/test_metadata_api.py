@@ -13,31 +13,16 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from types import FrameType
 
 import pytest
 import requests
 from google.cloud import tpu_v2
 
-from interlude_localcloud.metadata_api import MetadataApi
 from interlude_localcloud.testing import RunningLocalCloud
-from tests.include.interlude_localcloud.conftest import ZONE
+from tests.include.interlude_localcloud.conftest import ZONE, metadata_gets_in_flight
 
 POLL_SECONDS = 5  # the long-poll's own timeout; a dropped client must free its thread well before it
 KEY = "instance/maintenance-event"
-
-
-def _long_polls() -> int:
-    """Server threads currently inside the metadata server's GET (found by walking their stacks)."""
-    count = 0
-    for frame in sys._current_frames().values():
-        f: FrameType | None = frame
-        while f is not None:
-            if f.f_code is MetadataApi.get.__code__:
-                count += 1
-                break
-            f = f.f_back
-    return count
 
 
 @pytest.fixture
@@ -60,7 +45,7 @@ def _assert_dropped_quietly(
     lc: RunningLocalCloud, started: float, caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
 ) -> None:
     deadline = started + POLL_SECONDS - 1
-    while _long_polls() > 0:
+    while metadata_gets_in_flight() > 0:
         assert time.monotonic() < deadline, "the server kept waiting for a client that is gone"
         time.sleep(0.05)
     time.sleep(0.1)  # let any late write/log of the handler happen before we look
@@ -83,8 +68,8 @@ def test_killed_long_poller_is_dropped_quietly(
     )
     try:
         deadline = time.monotonic() + 10
-        while _long_polls() == 0:  # the long-poll has reached the server
-            assert time.monotonic() < deadline and poller.poll() is None
+        while metadata_gets_in_flight() == 0:  # the long-poll has reached the server
+            assert time.monotonic() < deadline and poller.poll() is None, "the long-poll never reached the server"
             time.sleep(0.02)
         started = time.monotonic()
         poller.kill()  # SIGKILL, as a machine going down does to its workload
@@ -118,8 +103,8 @@ def test_reset_connection_is_dropped_quietly(
         ).encode()
     )
     deadline = time.monotonic() + 10
-    while _long_polls() == 0:
-        assert time.monotonic() < deadline
+    while metadata_gets_in_flight() == 0:
+        assert time.monotonic() < deadline, "the long-poll never reached the server"
         time.sleep(0.02)
     time.sleep(0.2)  # the handler is inside the long-poll now
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))

@@ -113,14 +113,14 @@ def test_queued_resource_waits_then_becomes_active(lc: RunningLocalCloud, tpu: t
     waiting = tpu_v2.QueuedResourceState.State.WAITING_FOR_RESOURCES
     deadline = time.time() + 10
     while tpu.get_queued_resource(name=name).state.state != waiting:
-        assert time.time() < deadline
+        assert time.time() < deadline, "the queued resource never waited for resources"
         time.sleep(0.05)
     time.sleep(0.5)
     assert tpu.get_queued_resource(name=name).state.state == waiting
     tpu.delete_node(name=blocker.name).result(timeout=10)
     deadline = time.time() + 10
     while tpu.get_queued_resource(name=name).state.state != tpu_v2.QueuedResourceState.State.ACTIVE:
-        assert time.time() < deadline
+        assert time.time() < deadline, "the queued resource never became ACTIVE once the blocker was deleted"
         time.sleep(0.05)
     got = tpu.get_node(name=f"{parent(lc)}/nodes/queued-node")
     assert got.state == tpu_v2.Node.State.READY and got.queued_resource == name

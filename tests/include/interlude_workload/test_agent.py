@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from interlude_workload.agent import backoff
 
 
@@ -48,20 +50,35 @@ def test_an_unreachable_gcs_is_retried_until_sigterm(tmp_path: Path) -> None:
     assert "retrying in" in text and "heartbeat not written" in text and "agent: stopping" in text
 
 
-def test_sigterm_ends_a_long_pause_without_the_handler_taking_a_lock() -> None:
+def test_sigterm_ends_a_long_pause_without_the_handler_taking_a_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     """The agent's SIGTERM handler only sets a flag (a lock taken in a handler can deadlock the main thread);
-    its pauses (idle polls, back-off) poll that flag, so a stop still ends them within a fraction of a second."""
-    import signal
-    import threading
-    import time
-
+    its pauses (idle polls, back-off) poll that flag, so a stop ends them at the next poll (0.2 s), not at the end
+    of the pause. On a clock of the test's own, the signal comes in the main thread during the third poll's sleep,
+    as a real one does: no sleep after it."""
+    import interlude_workload.agent as agent_module
     from interlude_workload.agent import Agent
 
     agent = Agent("no-bucket", "no-run", idle_poll=30.0)
-    threading.Timer(0.3, agent._on_term, args=(signal.SIGTERM, None)).start()
-    started = time.monotonic()
+    slept: list[float] = []
+
+    class Clock:
+        now = 0.0
+
+        @classmethod
+        def monotonic(cls) -> float:
+            return cls.now
+
+        @classmethod
+        def sleep(cls, seconds: float) -> None:
+            assert not agent.stopping, f"slept again after SIGTERM: {slept}"
+            slept.append(seconds)
+            cls.now += seconds
+            if len(slept) == 3:
+                agent._on_term(signal.SIGTERM, None)
+
+    monkeypatch.setattr(agent_module, "time", Clock)
     agent._pause(30.0)
-    assert agent.stopping and time.monotonic() - started < 5.0
+    assert agent.stopping and slept == [0.2, 0.2, 0.2], slept
 
 
 def _agent(bucket: str, run_key: str, log: Path, *extra: str, **env: str) -> subprocess.Popen[bytes]:

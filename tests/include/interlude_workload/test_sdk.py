@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +16,38 @@ from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.sdk import Checkpointer, weights_digest
 
 from .trainer_proc import start_trainer, trainer_cmd, wait_for_text
+
+REPORTER_NEVER = 3600.0  # progress_seconds: the reporter thread's first turn comes after the test
+
+
+class _FakeClock:
+    """The pacing's clock (``interlude_workload.sdk_holds.time``): it moves only when slept on, so the steps'
+    lengths add up exactly (binary fractions) whatever the machine's load. Every read and sleep is counted; a
+    loop that reads it without sleeping is stopped after ``spin_limit`` reads (it would never end)."""
+
+    def __init__(self, spin_limit: int = 10_000) -> None:
+        self.now, self.reads, self.spin_limit = 0.0, 0, spin_limit
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        self.reads += 1
+        if self.reads > self.spin_limit:
+            raise AssertionError(f"the clock was read {self.reads} times: a loop that does not sleep")
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    @classmethod
+    @contextlib.contextmanager
+    def installed(cls, monkeypatch: pytest.MonkeyPatch) -> Iterator[_FakeClock]:
+        import interlude_workload.sdk_holds as holds
+
+        clock = cls()
+        with monkeypatch.context() as patch:
+            patch.setattr(holds, "time", clock)
+            yield clock
 
 
 def _user_loop(
@@ -93,8 +127,10 @@ def test_control_request_is_answered_within_a_step_and_progress_is_reported(buck
         time.sleep(1.2)  # let progress.json catch up
         progress = store.read_progress()
         assert progress["total_steps"] == 500 and progress["step"] >= 10 and progress["loss"] > 0
-        # Paced at 0.1 s a step: never faster than 10 steps/s (slower on a busy machine, which must not fail this).
-        assert 0 < progress["steps_per_second"] < 12 and progress["eta_seconds"] > 0
+        # A rate, and the time left at that rate; how fast is this machine's business (the pacing has tests of its own).
+        assert progress["steps_per_second"] > 0 and progress["eta_seconds"] > 0
+        left = (progress["total_steps"] - progress["step"]) / progress["steps_per_second"]
+        assert progress["eta_seconds"] == pytest.approx(left, rel=1e-3, abs=0.1), progress
         at_request = max(int(n) for n in re.findall(r"step (\d+)/500", log.read_text()))
         requested = time.monotonic()
         store.request_checkpoint("req-1", reason="test")
@@ -148,7 +184,9 @@ def test_hold_margin_grows_with_what_a_checkpoint_really_costs(bucket: str) -> N
     assert ckpt.margin().total_seconds() == pytest.approx(3 * cost, abs=1e-3)
 
 
-def test_sigterm_while_the_main_thread_is_inside_the_wake_event_does_not_deadlock(bucket: str) -> None:
+def test_sigterm_while_the_main_thread_is_inside_the_wake_event_does_not_deadlock(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The SIGTERM handler runs in the main thread, wherever it is: also inside ``Event.wait``/``clear`` with the
     Event's (non-reentrant) lock held, as in every pacing and hold loop. A handler that took that lock hung the
     trainer until SIGKILL, losing the commit on SIGTERM (seen in benchmarks/badput.py: steps recomputed after a
@@ -165,18 +203,18 @@ def test_sigterm_while_the_main_thread_is_inside_the_wake_event_does_not_deadloc
     handler.start()
     handler.join(timeout=10)
     assert not handler.is_alive(), "the SIGTERM handler blocked on the lock its own thread holds"
-    started = time.monotonic()
-    ckpt.pace(started, step_seconds=30.0)  # a long step: SIGTERM ends the pacing within a poll
-    assert time.monotonic() - started < 5.0
     assert ckpt.stop_requested
+    with _FakeClock.installed(monkeypatch) as clock:
+        ckpt.pace(clock.monotonic(), step_seconds=30.0)  # a long step: SIGTERM ends the pacing within a poll
+    assert len(clock.sleeps) <= 1, f"paced on after SIGTERM: {len(clock.sleeps)} sleeps {clock.sleeps[:3]}..."
     ckpt.close()
 
 
 def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucket: str) -> None:
     """The control plane starts a pending maintenance early when it sees the workload hold at a commit, so the
-    hold is uploaded when it begins: here the reporter's turn is 60 s away, and GCS says "holding" (a drill
-    hold at step 3) within seconds; the hold times out after 2 s and the release is uploaded at once too. The
-    retention the hold's commit left for the hold (keep=1: step 2 goes) is asked for in it."""
+    hold is uploaded when it begins: here the reporter's first turn is an hour away, so a "holding" in GCS (a drill
+    hold at step 3) is the hold's own upload; the hold times out after 2 s and the release is uploaded at once too.
+    The retention the hold's commit left for the hold (keep=1: step 2 goes) is asked for in it."""
     import threading
 
     store = CheckpointStore(bucket, "hold-now", "train")
@@ -187,7 +225,7 @@ def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucke
         total_steps=5,
         checkpoint_every=100,
         metadata_url=None,
-        progress_seconds=60.0,
+        progress_seconds=REPORTER_NEVER,
         hold_at_step=3,
         max_hold_seconds=2.0,
         keep=1,
@@ -199,19 +237,20 @@ def test_a_hold_is_in_progress_json_at_once_not_at_the_reporters_next_turn(bucke
                 ckpt.commit(2, {"w": np.ones(3)}, {}, reason="periodic")
         assert reason == "drill-hold"
         ckpt.commit(3, {"w": np.zeros(3)}, {}, reason=reason)
+        assert store.read_progress() is None  # nothing uploaded yet: the reporter's first turn is an hour away
         holding = threading.Thread(target=ckpt.wait_while_held)
-        started = time.monotonic()
         holding.start()
         seen: dict = {}
-        while time.monotonic() - started < 30 and (seen.get("state"), seen.get("held_at")) != ("holding", 3):
+        deadline = time.monotonic() + 120  # a hang guard: with the reporter an hour away, only the hold uploads
+        while (seen.get("state"), seen.get("held_at")) != ("holding", 3):
+            assert time.monotonic() < deadline, f"the hold never reached GCS before the reporter's turn: {seen}"
             seen = store.read_progress() or {}
             time.sleep(0.05)
         assert (seen.get("state"), seen.get("step"), seen.get("held_at")) == ("holding", 3, 3), seen
-        holding.join(timeout=30)
+        holding.join(timeout=120)
         assert not holding.is_alive()
-        released = store.read_progress() or {}
+        released = store.read_progress() or {}  # still before the reporter's first turn: the release's own upload
         assert (released.get("state"), released.get("held_at")) == ("running", None), released
-        assert time.monotonic() - started < 30  # all before the reporter's first turn (60 s)
     assert [s.step for s in store.list()] == [3]  # retention runs in the background: done by close at the latest
 
 
@@ -251,21 +290,25 @@ def test_a_commit_does_not_wait_for_retention_and_close_finishes_it(
     assert [s.step for s in store.list()] == [4, 5]
 
 
-def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(bucket: str) -> None:
+def test_pacing_sleeps_through_a_maintenance_notice_instead_of_spinning(
+    bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A notice sets the Checkpointer's wake event and only a hold clears it. Pacing waited on that event, so from
     a notice to the hold each wait returned at once and a step's pacing spun a core (a maintenance notice is an
-    hour on Google). One second of paced steps under a notice must cost this thread little CPU."""
+    hour on Google). Under a notice, each paced step is sleeps that add up to the step, and the clock is read only
+    around them: on a clock that moves only when slept on, a loop that does not sleep reads it without end."""
     from interlude_workload.maintenance import Notice
 
+    step = 1 / 64
     ckpt = Checkpointer(bucket, "pace-run", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
     ckpt._on_notice(Notice(maintenance_event="TERMINATE_ON_HOST_MAINTENANCE"))
-    cpu, wall = time.thread_time(), time.monotonic()
-    for _ in range(50):
-        ckpt.pace(time.monotonic(), step_seconds=0.02)
-    cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
+    assert ckpt._wake.is_set()  # what a waiting pacer would have returned on at once
+    with _FakeClock.installed(monkeypatch) as clock:
+        for _ in range(50):
+            ckpt.pace(clock.monotonic(), step_seconds=step)
     ckpt.close()
-    assert wall >= 0.9  # the steps were paced ...
-    assert cpu < 0.2, f"... on {cpu:.2f} s of CPU in {wall:.2f} s"  # ... asleep, not busy-waiting (was ~wall)
+    assert clock.now == 50 * step and clock.sleeps == [step] * 50, clock.sleeps[:5]  # the steps were slept
+    assert clock.reads <= 4 * 50, f"{clock.reads} clock reads for 50 steps: a loop ran without sleeping"
 
 
 def test_a_late_wake_up_is_taken_off_the_next_steps_sleep(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,16 +340,18 @@ def test_a_late_wake_up_is_taken_off_the_next_steps_sleep(bucket: str, monkeypat
     assert Clock.now == 20 * step + late, f"20 steps of {step} s took {Clock.now} s"
 
 
-def test_a_step_whose_own_work_overran_is_not_made_up_later(bucket: str) -> None:
-    """Only oversleep is carried: a step whose work took 30 ms of a 20 ms budget sleeps nothing, and no later
-    step is shortened to catch up (that would hide time the workload really spent)."""
+def test_a_step_whose_own_work_overran_is_not_made_up_later(bucket: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only oversleep is carried: a step whose work took 3/64 s of a 2/64 s budget sleeps nothing, and no later
+    step is shortened to catch up (that would hide time the workload really spent). On a clock of its own: the
+    steps' lengths add up exactly."""
+    step, work = 2 / 64, 3 / 64
     ckpt = Checkpointer(bucket, "pace-overrun", "train", total_steps=100, checkpoint_every=100, metadata_url=None)
-    wall = time.monotonic()
-    for i in range(20):
-        started = time.monotonic()
-        if i % 2 == 0:
-            time.sleep(0.03)  # this step's own work
-        ckpt.pace(started, step_seconds=0.02)
-    wall = time.monotonic() - wall
+    with _FakeClock.installed(monkeypatch) as clock:
+        for i in range(20):
+            started = clock.monotonic()
+            if i % 2 == 0:
+                clock.now += work  # this step's own work
+            ckpt.pace(started, step_seconds=step)
     ckpt.close()
-    assert wall >= 10 * 0.03 + 10 * 0.02, f"{wall:.3f} s: some overrun was made up by shorter steps"
+    assert clock.sleeps == [step] * 10, f"some overrun was made up by shorter steps: {clock.sleeps}"
+    assert clock.now == 10 * work + 10 * step

@@ -5,13 +5,15 @@ applying the same manifests again is no write, as on Kubernetes; an invalid PodM
 from __future__ import annotations
 
 import copy
-import time
+import math
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.dynamic.exceptions import UnprocessibleEntityError
 
+from interlude.hooks import kube_objects
 from interlude.hooks.gke import GKEHook
 from interlude.hooks.kube_objects import KubeObjects
 from interlude.serving.entrypoints import load_scripts
@@ -62,22 +64,55 @@ def test_an_invalid_podmonitoring_is_refused(kube: KubeObjects) -> None:
         kube.apply(bad)
 
 
-def test_the_service_proxy_answers_as_the_api_server_does_without_endpoints(kube: KubeObjects) -> None:
+def test_the_service_proxy_answers_as_the_api_server_does_without_endpoints(
+    kube: KubeObjects, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No pods run in this cluster (no `gke: run`): a Service without Ready endpoints is 503, a missing one 404.
-    (The proxied answers themselves are asserted by the serving DAG's end-to-end test.)"""
+    (The proxied answers themselves are asserted by the serving DAG's end-to-end test.) The retries are counted:
+    every answer the proxy gave, and the hook's sleeps on a clock of the test's own (it moves only when slept on)."""
     service = next(o for o in require_plan(SPEC, scripts=load_scripts()).objects if o["kind"] == "Service")
     kube.apply(copy.deepcopy(service))
+    answers: list[int] = []
+    real_call = kube.api_client.call_api
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        try:
+            out = real_call(*args, **kwargs)
+        except client.ApiException as e:
+            answers.append(e.status)
+            raise
+        answers.append(200)
+        return out
+
+    class Clock:
+        now = 0.0
+        sleeps: list[float] = []
+
+        @classmethod
+        def monotonic(cls) -> float:
+            return cls.now
+
+        @classmethod
+        def sleep(cls, seconds: float) -> None:
+            cls.sleeps.append(seconds)
+            cls.now += seconds
+
+    monkeypatch.setattr(kube.api_client, "call_api", counted)
+    monkeypatch.setattr(kube_objects, "time", Clock)
     with pytest.raises(client.ApiException) as no_endpoints:
         kube.service_call(SPEC.namespace, SPEC.name, "v1/models", unavailable_for=0)
-    assert no_endpoints.value.status == 503
-    # A 503 is retried for the window (endpoints lag readiness), then raised; a 404 is never retried.
-    started = time.monotonic()
+    assert no_endpoints.value.status == 503 and answers == [503] and Clock.sleeps == []
+    # A 503 is retried for the window (endpoints lag readiness), then raised: one look at its start and one after
+    # each retry interval until the window has passed (2.5 s at 1 s a retry: three sleeps, four looks).
+    answers.clear()
     with pytest.raises(client.ApiException) as still_none:
         kube.service_call(SPEC.namespace, SPEC.name, "v1/models", unavailable_for=2.5)
     assert still_none.value.status == 503
-    assert time.monotonic() - started >= 2.5
-    started = time.monotonic()
+    retries = math.ceil(2.5 / kube_objects.UNAVAILABLE_RETRY_INTERVAL)
+    assert Clock.sleeps == [kube_objects.UNAVAILABLE_RETRY_INTERVAL] * retries and answers == [503] * (retries + 1)
+    # A 404 is never retried.
+    answers.clear()
+    Clock.sleeps.clear()
     with pytest.raises(client.ApiException) as missing:
         kube.service_call(SPEC.namespace, "no-such-service", "v1/models")
-    assert missing.value.status == 404
-    assert time.monotonic() - started < 5
+    assert missing.value.status == 404 and answers == [404] and Clock.sleeps == []

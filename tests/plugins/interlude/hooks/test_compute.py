@@ -164,7 +164,7 @@ def test_maintenance_visible_to_sync_and_async_hooks(hook: ComputeHook, localclo
     assert hook.get_instance(ZONE, "maint")["status"] in ("STOPPING", "TERMINATED")  # Google's path down
     deadline = time.monotonic() + 10
     while hook.get_instance(ZONE, "maint")["status"] != "RUNNING":
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, "the VM never came back RUNNING after its maintenance"
         time.sleep(0.1)
 
 

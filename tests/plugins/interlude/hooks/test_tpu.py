@@ -145,7 +145,7 @@ def test_maintenance_visible_to_sync_and_async_hooks(hook: TpuHook, localcloud: 
     assert down["upcomingMaintenance"]["maintenanceStatus"] == "ONGOING"
     deadline = time.monotonic() + 10
     while hook.get_node(ZONE, "maint")["state"] != "READY":
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, "the node never came back READY after its maintenance"
         time.sleep(0.1)
     assert "upcomingMaintenance" not in hook.get_node(ZONE, "maint")
 
@@ -185,7 +185,7 @@ def test_queued_resource(hook: TpuHook) -> None:
     assert hook.create_queued_resource(ZONE, "qr-1", body)["createTime"] == qr["createTime"]
     deadline = time.monotonic() + 10
     while (hook.get_queued_resource(ZONE, "qr-1") or {})["state"]["state"] != "ACTIVE":
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, "the queued resource never became ACTIVE"
         time.sleep(0.1)
     assert hook.get_node(ZONE, "qr-node")["state"] == "READY"
     assert [q["name"] for q in hook.list_queued_resources(ZONE)] == [qr["name"]]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from interlude.triggers import checkpoint
 from interlude.triggers.checkpoint import CheckpointTrigger
 from interlude_workload.checkpoints import CheckpointStore
 from interlude_workload.testing import GcsEmulator
@@ -106,13 +107,25 @@ def test_corrupt_not_counted_when_tolerated_ends_as_stall(store: CheckpointStore
     assert events[0]["latest_step"] is None
 
 
-def test_stall_detected_when_no_new_commit_appears(store: CheckpointStore) -> None:
+def test_stall_detected_when_no_new_commit_appears(store: CheckpointStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trigger looks, sees "waiting" while the quiet is shorter than the stall timeout, and ends "stalled" at
+    its first look past it. Each look is told its moment (the n-th, n/8 s into the quiet, exact in binary), so
+    which look crosses 0.8 s is a fact of the decision, not of this machine's speed."""
     store.write(10, {"w": np.frombuffer(b"ten", np.uint8)})
-    started = time.monotonic()
-    events = asyncio.run(_events(_trigger(store, 50, stall_timeout=0.8)))
+    since = time.time()  # after step 10's commit: the quiet is counted from here
+    looks: list[str] = []
+    real_check = checkpoint.check_checkpoint
+
+    def at_its_moment(**kwargs: Any) -> dict[str, Any]:
+        outcome = real_check(**kwargs, now=since + (len(looks) + 1) / 8)
+        looks.append(outcome["status"])
+        return outcome
+
+    monkeypatch.setattr(checkpoint, "check_checkpoint", at_its_moment)
+    events = asyncio.run(_events(_trigger(store, 50, stall_timeout=0.8, since=since)))
     assert events[0]["status"] == "error" and events[0]["reason"] == "stalled"
     assert events[0]["latest_step"] == 10 and "stalled" in events[0]["message"]
-    assert 0.7 <= time.monotonic() - started < 10
+    assert looks == ["waiting"] * 6 + ["error"], looks  # 6/8 s of quiet is waiting, 7/8 s a stall
 
 
 def test_new_commits_keep_a_slow_run_from_counting_as_stalled(store: CheckpointStore) -> None:
