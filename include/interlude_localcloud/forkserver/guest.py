@@ -18,7 +18,7 @@ import socket
 import subprocess
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,24 +28,33 @@ from interlude_localcloud.forkserver import wire
 STOPS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
+EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
+
+
 @dataclass(frozen=True)
 class Imports:
     """The zygote's environment before and after it imported the workload (an import may set a variable, as
-    interlude_workload.model sets XLA_FLAGS)."""
+    interlude_workload.model sets XLA_FLAGS), and what the workload derives again from each process's own
+    environment (``derived``: the GCS emulator's settings, re-made by ``refresh`` in every fork)."""
 
     before: Mapping[str, str]
     after: Mapping[str, str]
+    derived: frozenset[str] = frozenset()
+    refresh: Callable[[], object] | None = None
 
     def compatible(self, env: Mapping[str, str]) -> bool:
-        """Whether the imports would have been the same under ``env``: every import-time variable as it was
-        before the zygote's imports, or as they left it."""
-        names = {n for n in (*env, *self.before, *self.after) if wire.IMPORT_TIME_ENV.match(n)}
+        """Whether the imports would have been the same under ``env``: a machine of the local cloud (its GCS the
+        emulator: the zygote imported as such a machine's interpreter does), and every other import-time variable
+        as it was before the zygote's imports, or as they left it."""
+        if not env.get(EMULATOR_ENV):
+            return False
+        names = {n for n in (*env, *self.before, *self.after) if wire.IMPORT_TIME_ENV.match(n)} - self.derived
         return all(env.get(n) in (self.before.get(n), self.after.get(n)) for n in names)
 
     def environ(self, env: Mapping[str, str]) -> dict[str, str]:
         """``env`` with what the imports set (where ``env`` still has the value from before them)."""
         out = dict(env)
-        for name in set(self.before) | set(self.after):
+        for name in (set(self.before) | set(self.after)) - self.derived:
             if self.before.get(name) != self.after.get(name) and out.get(name) == self.before.get(name):
                 if name in self.after:
                     out[name] = self.after[name]
@@ -222,6 +231,8 @@ def fork_module(
         if new_session:
             os.setsid()
         become(fds, str(request.get("cwd") or "/"), imports.environ(env))
+        if imports.refresh is not None:
+            imports.refresh()  # the emulator's endpoint is this machine's, not the zygote's placeholder
         run_module(argv)
     for fd in fds:
         os.close(fd)

@@ -20,15 +20,24 @@ from interlude_localcloud.forkserver import guest, wire
 
 
 def preload() -> guest.Imports:
-    """Import what a machine's agent and its trainers import (the agent's own preload): once, here."""
+    """Import what a machine's agent and its trainers import (the agent's own preload): once, here, as a local
+    cloud machine's interpreter imports it, with a GCS emulator. That matters at import time: the workload points
+    gcsfs and google-auth at an emulator before they read their environment (orbax_env: gcsfs picks its file
+    system class on import). The endpoint itself is a placeholder here; each fork derives the settings again from
+    its own (``refresh``), as the workload does whenever the endpoint moves."""
     before = dict(os.environ)
+    from interlude_workload import orbax_env
+
+    os.environ.setdefault(guest.EMULATOR_ENV, f"http://{orbax_env.CLOSED_LOOPBACK}")
     from interlude_workload import agent, warm
 
     del agent
     warm.preload()
     if not warm.can_fork():
         raise SystemExit("fork server: the workload's imports started a thread; forking would not be safe")
-    return guest.Imports(before=before, after=dict(os.environ))
+    derived = frozenset(orbax_env.environment_for("http://placeholder")) | {guest.EMULATOR_ENV}
+    after = dict(os.environ)
+    return guest.Imports(before=before, after=after, derived=derived, refresh=orbax_env.configure_for_emulator)
 
 
 def same_user(conn: socket.socket) -> bool:

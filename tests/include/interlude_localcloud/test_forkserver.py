@@ -127,22 +127,25 @@ def test_a_crash_kills_every_process_of_the_forked_machine_and_a_reboot_is_a_new
 
 
 def test_only_what_the_zygote_imported_under_the_same_import_time_environment_is_forked() -> None:
+    emu = {"STORAGE_EMULATOR_HOST": "http://127.0.0.1:9"}
     imports = Imports(
-        before={"PATH": "/a", "JAX_PLATFORMS": "cpu"}, after={"PATH": "/a", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--x"}
+        before={"PATH": "/a", "JAX_PLATFORMS": "cpu"},
+        after={"PATH": "/a", "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--x", "TENSORSTORE_GCS_HTTP_URL": "http://p"},
+        derived=frozenset({"TENSORSTORE_GCS_HTTP_URL", "STORAGE_EMULATOR_HOST"}),
     )
     assert wire.module_of(["-m", "interlude_workload.agent", "--bucket", "b"]) == "interlude_workload.agent"
     assert wire.module_of(["-m", "interlude_workload.train"]) == "interlude_workload.train"
     for other in (["-m", "json.tool"], ["-c", "print(1)"], ["script.py"], ["-u", "-m", "interlude_workload.agent"]):
         assert wire.module_of(other) is None, other
-    assert imports.compatible({"PATH": "/b", "JAX_PLATFORMS": "cpu", "INTERLUDE_MACHINE_ID": "m"})  # run-time only
-    assert imports.compatible({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--x"})  # as the imports left it
-    assert not imports.compatible({"JAX_PLATFORMS": "tpu"})  # JAX would have imported for another platform
-    assert not imports.compatible({"JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--y"})
-    assert not imports.compatible({"JAX_PLATFORMS": "cpu", "PYTHONPATH": "/site"})  # another sitecustomize
-    assert not imports.compatible({})  # JAX_PLATFORMS unset: JAX would choose its platform itself
+    assert imports.compatible({**emu, "PATH": "/b", "JAX_PLATFORMS": "cpu", "INTERLUDE_MACHINE_ID": "m"})
+    assert imports.compatible({**emu, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--x"})  # as the imports left it
+    # the emulator's settings are derived again in each fork from its own endpoint: any value is fine
+    assert imports.compatible({**emu, "JAX_PLATFORMS": "cpu", "TENSORSTORE_GCS_HTTP_URL": "http://127.0.0.1:7"})
+    assert not imports.compatible({"JAX_PLATFORMS": "cpu"})  # real GCS: gcsfs and google-auth import otherwise
+    assert not imports.compatible({**emu, "JAX_PLATFORMS": "tpu"})  # JAX would have imported for another platform
+    assert not imports.compatible({**emu, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--y"})
+    assert not imports.compatible({**emu, "JAX_PLATFORMS": "cpu", "PYTHONPATH": "/site"})  # another sitecustomize
+    assert not imports.compatible(emu)  # JAX_PLATFORMS unset: JAX would choose its platform itself
     # the environment a fork gets: the request's, with what the imports set where it had the value from before
-    assert imports.environ({"JAX_PLATFORMS": "cpu", "HOME": "/h"}) == {
-        "JAX_PLATFORMS": "cpu",
-        "HOME": "/h",
-        "XLA_FLAGS": "--x",
-    }
+    got = imports.environ({**emu, "JAX_PLATFORMS": "cpu", "HOME": "/h"})
+    assert got == {**emu, "JAX_PLATFORMS": "cpu", "HOME": "/h", "XLA_FLAGS": "--x"}
