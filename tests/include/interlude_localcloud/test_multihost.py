@@ -12,6 +12,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -327,6 +328,29 @@ def test_a_window_opening_on_one_worker_interrupts_the_slice(lc: RunningLocalClo
     )
     assert all(alive(w["pid"]) for w in workers(lc, "slice"))
     assert [e.get("worker") for e in lc.admin.events(since) if e["event"] == "maintenance_start"] == [3]
+
+
+def test_a_held_window_on_one_worker_opens_for_the_whole_slice_when_the_test_says(
+    lc: RunningLocalCloud, slice16: tpu_v2.Node
+) -> None:
+    """A worker's held notice: past its windowStartTime the slice stays READY; the test opens it (admin
+    open-window for that worker) and the whole slice goes down, the cloud saying what opened it."""
+    ws = until(lambda: settled(lc, "slice"), what="no restart half done")
+    since = time.time()
+    lc.admin.maintenance("tpu", ZONE, "slice", "SCHEDULED", 1800, worker=1, held=True, latest_start_after=3600 * 50)
+    up = raw_node(lc, "slice")["upcomingMaintenance"]
+    assert up["maintenanceStatus"] == "PENDING" and up["windowStartTime"] < up["latestWindowStartTime"]
+    start = datetime.fromisoformat(up["windowStartTime"].replace("Z", "+00:00")).timestamp()
+    until(lambda: time.time() > start + 0.5, what="past windowStartTime")
+    assert raw_node(lc, "slice")["state"] == "READY"
+    assert not [e for e in lc.admin.events(since) if e["event"] == "maintenance_start"]
+    lc.admin.open_window("tpu", ZONE, "slice", worker=1)
+    until(lambda: raw_node(lc, "slice")["state"] == "REPAIRING", what="the window opening")
+    until(lambda: raw_node(lc, "slice")["state"] == "READY", what="the slice back")
+    started = [e for e in lc.admin.events(since) if e["event"] == "maintenance_start"]
+    assert [(e.get("worker"), e["cause"]) for e in started] == [(1, "released")], started
+    downs = {e["machine"] for e in lc.admin.events(since) if e["event"] == "machine_down"}
+    assert downs == {w["id"] for w in ws}
 
 
 def test_queued_resource_slice_and_preemption_of_one_worker(lc: RunningLocalCloud, tpu: tpu_v2.TpuClient) -> None:
