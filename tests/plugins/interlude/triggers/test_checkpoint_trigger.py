@@ -128,18 +128,28 @@ def test_stall_detected_when_no_new_commit_appears(store: CheckpointStore, monke
     assert looks == ["waiting"] * 6 + ["error"], looks  # 6/8 s of quiet is waiting, 7/8 s a stall
 
 
-def test_new_commits_keep_a_slow_run_from_counting_as_stalled(store: CheckpointStore) -> None:
-    async def scenario() -> list[dict[str, Any]]:
-        task = asyncio.ensure_future(_events(_trigger(store, STEPS, stall_timeout=STALL), timeout=300.0))
-        for step in range(1, STEPS + 1):
-            await asyncio.sleep(0.5)
-            await asyncio.to_thread(store.write, step, {"w": np.full(1, step)})
-        return await task
+def test_new_commits_keep_a_slow_run_from_counting_as_stalled(
+    store: CheckpointStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage that began three stall timeouts ago and commits a new step before each look is not stalled: the
+    quiet is counted from the newest commit, not from the stage's start. The test owns the clock: before each
+    look it commits the next step, and the look is told its moment, half a stall timeout after that commit's
+    GCS creation time (the storage clock the trigger reads). A trigger that counted from ``since`` (or from the
+    first commit seen) would end "stalled" at a look; none depends on how fast this machine writes."""
+    STEPS, STALL = 4, 10.0
+    since = time.time() - 3 * STALL
+    looks: list[tuple[str, int | None]] = []
+    real_check = checkpoint.check_checkpoint
 
-    # At least 12 s in total (the sleeps alone), longer than the 10 s stall timeout, but never 10 s without a new
-    # commit: each gap is 0.5 s plus one Orbax write to the emulator. Under the full suite such a write has taken
-    # over 2.5 s (a 3 s timeout with 0.5 s gaps failed once there; a 1.2 s timeout before that), so the timeout
-    # leaves a write 9.5 s, and the run is long enough that only new commits can keep it from stalling.
-    STEPS, STALL = 24, 10.0
-    events = asyncio.run(scenario())
-    assert [(e["status"], e["step"]) for e in events] == [("success", STEPS)]
+    def commit_then_look(**kwargs: Any) -> dict[str, Any]:
+        step = len(looks) + 1
+        store.write(step, {"w": np.full(1, step)})
+        marker = store.bucket.get_blob(store.step_prefix(step) + "commit_success.txt")
+        outcome = real_check(**kwargs, now=marker.time_created.timestamp() + STALL / 2)
+        looks.append((outcome["status"], outcome.get("latest_step", outcome.get("step"))))
+        return outcome
+
+    monkeypatch.setattr(checkpoint, "check_checkpoint", commit_then_look)
+    events = asyncio.run(_events(_trigger(store, STEPS, stall_timeout=STALL, since=since), timeout=300.0))
+    assert [(e["status"], e["step"]) for e in events] == [("success", STEPS)], events
+    assert looks == [("waiting", 1), ("waiting", 2), ("waiting", 3), ("success", 4)], looks
