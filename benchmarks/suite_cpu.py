@@ -106,8 +106,9 @@ def _read(pid: int) -> tuple[str, float] | None:
             fields = rest.split()
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-        # a fork of the local cloud's fork server keeps the zygote's command line; its name says what it runs
-        cmdline = f"[{comm}] {cmdline}"
+        # a fork of the local cloud's fork server keeps the zygote's command line; its name says what it runs. A
+        # zombie's command line is empty: left empty, so that sample() keeps what it read while the process lived
+        cmdline = f"[{comm}] {cmdline}" if cmdline else ""
     except (OSError, IndexError):
         return None
     return cmdline, (int(fields[11]) + int(fields[12])) / TICKS
