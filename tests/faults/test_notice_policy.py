@@ -36,14 +36,20 @@ from interlude_dev.notice_runs import (
 from .stage_fixtures import BASE, BUCKET, final_digest, workload_log
 
 pytestmark = pytest.mark.e2e
-# The hour is 24 s at 150x and training long enough (300 steps of 0.1 s) for the window to fall mid-training: the
+# The hour is 24 s at 150x and training long enough (400 steps of 0.1 s) for the window to fall mid-training: the
 # policy's margin (three measured commits) then leaves steps to train after the notice even where commits take
 # 5 s (a loaded CI machine measured 2-4.7 s). A speed only moves how many steps; the verdicts below ask for ten.
 SCALE = 150
-STEPS = {"train_steps": 300}
+STEPS = {"train_steps": 400}
 RUN = {**CONF, **STEPS}
 KEPT_TRAINING = 10  # steps past the notice's commit by_notice must train before it holds
-BOUNDARY_NOTICE_STEP = RUN["train_steps"] - 10  # a second notice, one second before training ends
+# A second notice, for the pause between the stages: announced at step 300, past where the first hour's hold can
+# fall (step 20 plus at most 24 s of 0.1 s steps), and 100 steps before training ends, so the stage has seen it
+# long before the final commit whatever the load (at step 290, with the test reading progress the workload uploads
+# every second or so, it once landed after training ended: CI). Scheduled four hours ahead (Google gives GPU VMs
+# at least an hour; 96 s here), so that even a slow machine finishes training long before by_notice would hold.
+BOUNDARY_NOTICE_STEP = RUN["train_steps"] - 100
+BOUNDARY_NOTICE_S = 4 * 3600
 
 
 @pytest.fixture
@@ -67,6 +73,7 @@ def test_long_notice_trains_on_commits_before_the_window_and_starts_it_early_unl
         "by_notice",
         tmp_path / "policy" / "dags.log",
         also_at_step=BOUNDARY_NOTICE_STEP,
+        also_notice_s=BOUNDARY_NOTICE_S,
         extra=STEPS,
         held=True,
     )
@@ -133,9 +140,9 @@ def _check_checkpoint_at_notice(f: NoticeFacts) -> None:
 
 
 def _check_boundary(cloud: dev.LocalCloud, run_key: str) -> None:
-    """The second notice came 10 steps before the end of training: the product started that maintenance itself
-    (performMaintenance), between the stages (after train's final commit, before fine-tuning's first step, by the
-    workload's own clock), and the run report records the early start."""
+    """The second notice came 100 steps before the end of training, hours ahead: the product started that
+    maintenance itself (performMaintenance), between the stages (after train's final commit, before fine-tuning's
+    first step, by the workload's own clock), and the run report records the early start."""
     started = [
         e for e in cloud.admin.events() if e["event"] == "maintenance_start" and run_key in str(e.get("machine"))
     ]

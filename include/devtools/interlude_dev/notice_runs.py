@@ -254,10 +254,17 @@ class Announced:
 
 
 def announce_when_training(
-    cloud: dev.LocalCloud, bucket: str, at_step: int = NOTICE_AT_STEP, timeout: float = 300, held: bool = False
+    cloud: dev.LocalCloud,
+    bucket: str,
+    at_step: int = NOTICE_AT_STEP,
+    timeout: float = 300,
+    held: bool = False,
+    notice_s: float = GPU_NOTICE_S,
 ) -> list[Announced]:
-    """In the background: at step ``at_step`` of the train stage, Google announces a SCHEDULED host
-    maintenance an hour ahead on the run's GPU VM (the local cloud's admin API). Returns what it announced.
+    """In the background: once the train stage's progress shows step ``at_step``, Google announces a SCHEDULED
+    host maintenance ``notice_s`` ahead (an hour by default) on the run's GPU VM (the local cloud's admin API).
+    Returns what it announced. The progress the test reads lags the trainer (the workload uploads it every
+    second or so), so the notice lands some steps past ``at_step``: leave steps to spare.
 
     ``held``: the window does not open on the scenario's clock but when the product starts it
     (performMaintenance), when the test opens it (:func:`open_when_held`), or at its latest start,
@@ -265,7 +272,7 @@ def announce_when_training(
     import threading
 
     announced: list[Announced] = []
-    latest = HELD_LATEST_NOTICES * GPU_NOTICE_S if held else None
+    latest = HELD_LATEST_NOTICES * notice_s if held else None
 
     def loop() -> None:
         deadline = time.monotonic() + timeout
@@ -276,7 +283,7 @@ def announce_when_training(
                 run_key = m["name"].rsplit("-", 1)[0]
                 if _progress(cloud, bucket, run_key).get("step", 0) >= at_step:
                     cloud.admin.maintenance(
-                        "gce", m["zone"], m["name"], "SCHEDULED", GPU_NOTICE_S, held=held, latest_start_after=latest
+                        "gce", m["zone"], m["name"], "SCHEDULED", notice_s, held=held, latest_start_after=latest
                     )
                     announced.append(Announced(time.time(), m["zone"], m["name"], run_key, held))
                     break
@@ -339,21 +346,23 @@ def run_with_notice(
     log_path: Path,
     timeout: float = 600,
     also_at_step: int | None = None,
+    also_notice_s: float = GPU_NOTICE_S,
     extra: dict[str, Any] | None = None,
     held: bool = False,
     open_on_hold: bool = False,
 ) -> tuple[dev.DagTestResult, str, NoticeFigures | None]:
-    """One lifecycle run with a notice mid-training (and another at ``also_at_step``); the figures of the
-    first maintenance of its train stage (None: no notice came). ``held``: the notices' windows are held (see
-    :func:`announce_when_training`); ``open_on_hold``: the test opens the first one once the workload holds
-    (:func:`open_when_held`), else only the product (performMaintenance) or the latest start opens it."""
+    """One lifecycle run with a notice mid-training (and another, ``also_notice_s`` ahead, at ``also_at_step``);
+    the figures of the first maintenance of its train stage (None: no notice came). ``held``: the notices' windows
+    are held (see :func:`announce_when_training`); ``open_on_hold``: the test opens the first one once the
+    workload holds (:func:`open_when_held`), else only the product (performMaintenance) or the latest start opens
+    it."""
     from interlude_workload.checkpoints import CheckpointStore
 
     announced = announce_when_training(cloud, bucket, held=held)
     if open_on_hold:
         open_when_held(cloud, bucket, announced, timeout)
     if also_at_step is not None:
-        announce_when_training(cloud, bucket, also_at_step, held=held)
+        announce_when_training(cloud, bucket, also_at_step, held=held, notice_s=also_notice_s)
     conf = {**CONF, "bucket": bucket, "maintenance_policy": policy, **(extra or {})}
     result = dev.dags_test(env, DAG_ID, conf, log_path, timeout=timeout)
     assert result.run_id, f"no run finished; log tail:\n{result.log[-3000:]}"
