@@ -95,7 +95,6 @@ LONG_UNITS = {
     "_started": 35.0,
     "tests/e2e/test_lifecycle_runs.py::test_crash_without_notice_resumes_from_the_last_periodic_checkpoint": 35.0,
     "tests/faults/test_stage_drills.py::test_drill_in_both_stages_records_the_held_step_and_a_real_downtime": 35.0,
-    "tests/e2e/test_lifecycle_runs.py::test_gpu_drill_gets_its_notice_first_and_loses_nothing": 35.0,
     "tests/faults/test_down_budget.py::test_a_gpu_vm_google_reports_gone_is_reprovisioned_without_waiting_the"
     "_budget": 35.0,
     "tests/faults/test_provision_defers.py": 30.0,

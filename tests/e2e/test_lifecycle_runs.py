@@ -79,29 +79,6 @@ def stack(
         cloud.stop()
 
 
-@pytest.fixture
-def gpu_stack(
-    tmp_path: Path, airflow_db: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[dev.LocalCloud, dict[str, str]]]:
-    """No TPUs, GPUs free: the run takes a GPU VM; a 1 h GPU notice is 2 s here."""
-    data = yaml.safe_load((dev.SCENARIOS / "tpu_short_gpu_free.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"] = {"gce": {"scheduled_notice": 3600, "unscheduled_notice": 60, "duration": 3600}}
-    path = tmp_path / "gpu.yaml"
-    path.write_text(yaml.safe_dump(data))
-    cloud = dev.start_localcloud(path, tmp_path / "localcloud")
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", cloud.gcs_endpoint)  # this test's GCS, restored after it
-    try:
-        home = tmp_path / "airflow"
-        home.mkdir()
-        (home / "airflow.db").write_bytes(airflow_db.read_bytes())
-        dev.ensure_bucket(cloud, BUCKET)
-        yield cloud, dev.airflow_env(home, cloud)
-        assert dev.machines(cloud) == [], "a run left machines in the cloud"  # after every test, whatever it was
-    finally:
-        cloud.stop()
-
-
 def _store(cloud: dev.LocalCloud, run_key: str, stage: str) -> Any:
     """This test's checkpoints (the `stack` fixtures point STORAGE_EMULATOR_HOST at `cloud` for the test only:
     a worker runs other tests after this one, against other emulators)."""
@@ -176,28 +153,6 @@ def test_scheduled_maintenance_in_both_stages_loses_nothing(stack, tmp_path: Pat
     final = _store(cloud, run_key, "finetune").latest().checkpoint
     assert final.step == BASE["finetune_steps"]
     assert final.metrics["digest"] == _reference_digest(cloud, tmp_path)
-    assert dev.machines(cloud) == []
-
-
-def test_gpu_drill_gets_its_notice_first_and_loses_nothing(gpu_stack, tmp_path: Path) -> None:
-    """Google gives a simulated GPU maintenance a notice only with withExtendedNotifications; the drill asks
-    for it, so the run checkpoints on the notice instead of losing work to a surprise termination."""
-    cloud, _ = gpu_stack
-    result, run_key = _run(gpu_stack, tmp_path, drill_maintenance=True, finetune_steps=20)
-    assert result.succeeded, result.log[-4000:]
-    report = dev.read_report(cloud, BUCKET, run_key)
-    assert report is not None
-    assert report["events"] and all(
-        e["kind"] == "maintenance" and e["notice_type"] == "SCHEDULED" for e in report["events"]
-    ), report["events"]
-    assert report["steps_recomputed"] == 0
-    # The cloud's own log: for each GPU VM, the notice came before the maintenance started.
-    events = cloud.admin.events()
-    gce = {e["machine"] for e in events if e["event"] == "maintenance_start"}
-    assert gce and all(m.startswith("gce-") for m in gce)
-    for machine in gce:
-        kinds = [e["event"] for e in events if e.get("machine") == machine]
-        assert kinds.index("maintenance_notice") < kinds.index("maintenance_start"), kinds
     assert dev.machines(cloud) == []
 
 

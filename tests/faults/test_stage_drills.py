@@ -1,4 +1,5 @@
-"""Drills that always drill, on every path: TPU and GPU, deferrable and not (issue 10.9, 11.5).
+"""Drills that always drill, on every path: TPU and GPU, deferrable and not (issue 10.9, 11.5). The GPU VM's drill
+is tests/faults/test_report_times.py's (one real run per promise and platform: issue 44).
 
 Each test runs the lifecycle DAG with `airflow dags test` on the local cloud and checks what the
 workload itself wrote (the steps it held at and resumed from, in its log in GCS), what the local cloud
@@ -50,22 +51,6 @@ def test_drill_in_both_stages_records_the_held_step_and_a_real_downtime(stage_st
     for stage, events in by_stage.items():
         _check_drilled_stage(cloud, run_key, stage, events)
     assert boots(cloud, f"{run_key}-tpu") == 3, "one boot, then one per drill"
-    assert final_digest(cloud, run_key) == reference(cloud)
-    assert dev.machines(cloud) == []
-
-
-def test_gpu_drill_records_the_step_the_workload_held_and_resumed_at(stage_stack, tmp_path: Path) -> None:
-    """A GPU VM is TERMINATED for a moment no poll sees: the reboot is found by the workload's boot id and
-    the record says what the workload's log says (not the checkpoint answered after the reboot)."""
-    cloud, _ = stage_stack
-    result, run_key = run_dag(stage_stack, tmp_path, drill_maintenance=True, model_profile="cuda-kernels-gpu-only")
-    assert result.succeeded, result.log[-4000:]
-    by_stage = _events_by_stage(cloud, run_key)
-    assert set(by_stage) == {"train", "finetune"}
-    for stage, events in by_stage.items():
-        _check_drilled_stage(cloud, run_key, stage, events)
-    booted = sum(1 for e in cloud.admin.events() if e["event"] == "machine_boot")
-    assert booted == 3, "one boot, then one per drill"
     assert final_digest(cloud, run_key) == reference(cloud)
     assert dev.machines(cloud) == []
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -290,3 +291,17 @@ def test_a_named_server_that_is_gone_means_a_server_of_its_own(tmp_path: Path) -
     assert seen["code"] == 0, seen
     assert "-m interlude_dev.warm_server" in str(seen["parent_cmdline"]), seen  # forked by a warm server...
     assert str(tmp_path) not in str(seen["parent_cmdline"])  # ...not listening on the missing socket's path
+
+
+def test_a_server_that_spends_its_cpu_budget_without_listening_is_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start is bounded by the server's own CPU, not by a wall clock a loaded machine stretches: a server
+    over its budget (here a tenth of a CPU-second, less than Airflow's imports) is stopped, and the error says
+    so; the wall bound stays far off."""
+    monkeypatch.setattr(warm_cli, "STARTUP_CPU_SECONDS", 0.1)
+    with pytest.raises(RuntimeError, match=r"not listening after \d+ CPU-s of its own") as raised:
+        warm_cli.WarmServer({**os.environ, **_airflow_env(tmp_path)})
+    assert warm_cli.STARTUP_SECONDS >= 600, "the wall bound is for a server that gets nowhere"
+    pid = int(re.search(r"server pid (\d+)", str(raised.value))[1])  # type: ignore[index]
+    assert _gone(pid), "the server over its budget was not stopped"

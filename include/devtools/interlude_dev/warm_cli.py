@@ -36,7 +36,21 @@ SWITCH_ENV = "INTERLUDE_WARM_AIRFLOW"
 SOCKET_ENV = "INTERLUDE_WARM_SOCKET"
 _AIRFLOW = str(Path(sys.executable).parent / "airflow")
 PID_FILE = "server.pid"
-STARTUP_SECONDS = 180.0
+# How long a server may take to listen, in its own CPU time: a cold start (Airflow's imports, the DAG bag) costs a
+# few CPU-seconds, whatever the load; under load its wall time stretches many-fold (a fixed 180 wall seconds
+# failed at load 15-20, the server still importing). The wall bound is for a server that is alive but gets nowhere
+# (blocked, no CPU spent).
+STARTUP_CPU_SECONDS = 120.0
+STARTUP_SECONDS = 1200.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's own CPU time (user + system), from /proc; 0.0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class WarmProcess:
@@ -127,15 +141,24 @@ class WarmServer:
             self.wait_ready()
 
     def wait_ready(self) -> None:
-        """Return once the server listens; stop it and raise if it exits or takes over STARTUP_SECONDS."""
+        """Return once the server listens; stop it and raise if it exits, spends over STARTUP_CPU_SECONDS of its
+        own CPU, or takes over STARTUP_SECONDS."""
         deadline = time.monotonic() + STARTUP_SECONDS
         while not os.path.exists(self.path):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            cpu = _cpu_seconds(self.proc.pid)
+            if self.proc.poll() is not None or cpu > STARTUP_CPU_SECONDS or time.monotonic() > deadline:
                 code = self.proc.poll()
                 log = (self.dir / "server.log").read_text(errors="replace")[-3000:]  # stop() removes the directory
                 self.stop()
-                why = f"exited {code}" if code is not None else f"not listening after {STARTUP_SECONDS:.0f} s"
-                raise RuntimeError(f"the warm Airflow server did not start ({why}); its log ends:\n{log}")
+                why = (
+                    f"exited {code}"
+                    if code is not None
+                    else f"not listening after {cpu:.0f} CPU-s of its own, "
+                    f"{STARTUP_SECONDS - (deadline - time.monotonic()):.0f} s"
+                )
+                raise RuntimeError(
+                    f"the warm Airflow server did not start ({why}; server pid {self.proc.pid}); its log ends:\n{log}"
+                )
             time.sleep(0.05)
 
     def start(self, request: Mapping[str, Any]) -> WarmProcess:
