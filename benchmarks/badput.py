@@ -37,14 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.badput_facts import RunFacts, run_facts  # noqa: E402
 from benchmarks.badput_table import figures, table  # noqa: E402
 from interlude import naming  # noqa: E402
+from interlude_dev import scenario  # noqa: E402
 from interlude_dev import wiring as dev  # noqa: E402
 
 DAG_ID = "interlude_training"
@@ -68,10 +67,7 @@ class Row:
 
 
 def write_scenario(path: Path, time_scale: float) -> Path:
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = time_scale
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(path, "default", {"time_scale": time_scale})
 
 
 def announce_at(cloud: dev.LocalCloud, steps: list[int], notice: float, stop: threading.Event) -> list[float]:

@@ -139,12 +139,9 @@ GPU_ONLY_ZONE = "us-east1-b"
 
 def _scenario(var_dir: Path) -> Path:
     """The default scenario plus a zone that offers GPUs and no TPUs (for the conversion path)."""
-    import yaml
+    from interlude_dev import scenario
 
-    from interlude_dev import wiring as dev
-
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["zones"][GPU_ONLY_ZONE] = {
+    gpu_only_zone = {
         "region": "us-east1",
         "gpu": {
             "accelerator_types": ["nvidia-h100-80gb", "nvidia-l4"],
@@ -152,16 +149,17 @@ def _scenario(var_dir: Path) -> Path:
             "capacity": {"nvidia-h100-80gb": {"on_demand": 16, "spot": 16}, "nvidia-l4": {"on_demand": 8}},
         },
     }
-    data["regions"]["us-east1"] = {"quotas": {"NVIDIA_L4_GPUS": 8, "CPUS": 1200}}
     # The serving DAG's cluster (gke_serving_run's: a TPU v6e-1 pool, an L4 pool, the vLLM stand-in), with GKE's TPU
     # fallback wait at the 10 hours the vLLM TPU/GPU recipe warns of: the zones here hold no v6e-1, so a TPU replica
     # never gets a node and what moves it to L4 is Interlude's fallback (tests/e2e/test_zz_interlude_view.py).
-    serving = yaml.safe_load((dev.SCENARIOS / "gke_serving_run.yaml").read_text())
-    data["gke"] = serving["gke"]
-    data["delays"] = {**data["delays"], **serving["delays"], "gke_tpu_fallback_wait": 36000}
-    path = var_dir / "scenario.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    serving = scenario.load("gke_serving_run")
+    changes = {
+        "zones": {GPU_ONLY_ZONE: gpu_only_zone},
+        "regions": {"us-east1": {"quotas": {"NVIDIA_L4_GPUS": 8, "CPUS": 1200}}},
+        "gke": serving["gke"],
+        "delays": {**serving["delays"], "gke_tpu_fallback_wait": 36000},
+    }
+    return scenario.build(var_dir / "scenario.yaml", "default", changes)
 
 
 class StackSession:

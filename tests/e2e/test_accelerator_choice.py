@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-import yaml
 
-from interlude_dev import wiring as dev
+from interlude_dev import scenario
 
 if TYPE_CHECKING:  # the fixtures' types; conftest is not importable as a module under importlib mode
     from tests.e2e.conftest import DagRunResult, RunDag
@@ -31,11 +30,7 @@ AFTER_PLAN = ("provision", "train", "finetune_gate", "finetune", "run_report")
 
 def scenario_variant(tmp_path: Path, base: str, edit: Callable[[dict[str, Any]], None]) -> Path:
     """A shipped scenario with ``edit`` applied, written under tmp_path (the shipped file stays as is)."""
-    raw = yaml.safe_load((dev.SCENARIOS / f"{base}.yaml").read_text())
-    edit(raw)
-    out = tmp_path / f"{base}-variant.yaml"
-    out.write_text(yaml.safe_dump(raw))
-    return out
+    return scenario.build(tmp_path / f"{base}-variant.yaml", base, edit=edit)
 
 
 def assert_branch(result: DagRunResult, leaf: str) -> None:

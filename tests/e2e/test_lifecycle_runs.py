@@ -24,7 +24,7 @@ import yaml
 
 from interlude import naming
 from interlude.training.assets import EXTRA_URI, FINETUNED_CHECKPOINT
-from interlude_dev import warm_cli
+from interlude_dev import scenario, warm_cli
 from interlude_dev import wiring as dev
 from interlude_workload import hf_export
 from tests.faults.support import record_task_states, waiting_in_trigger
@@ -54,12 +54,7 @@ def airflow_db(airflow_db_template: Path) -> Path:
 @pytest.fixture
 def fast_scenario(tmp_path: Path) -> Path:
     """The default scenario, with time running 3x faster (a 2 h TPU notice is 4 s)."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600  # 2 s here: long enough for a poll to see the machine down
-    path = tmp_path / "fast.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "fast.yaml", "default", scenario.FAST)
 
 
 @pytest.fixture

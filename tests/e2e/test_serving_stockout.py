@@ -26,10 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
-from interlude_dev import wiring as dev
+from interlude_dev import scenario
 from tests.e2e.test_serving_dag import NS, Serving, deploy_conf, pods, run, started, xcom
 
 pytestmark = pytest.mark.e2e
@@ -55,11 +54,8 @@ def serving(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
 def serving_tpu_wait(tmp_path: Path, migrated_airflow_db: Path) -> Iterator[Serving]:
     """gke_serving_run with GKE's TPU fallback delay at 10 h, at TIME_SCALE (see there): Interlude's polls and
     Kubernetes' one-second stamps stay much finer than the 2-minute goal."""
-    data = yaml.safe_load((dev.SCENARIOS / "gke_serving_run.yaml").read_text())
-    data["time_scale"] = TIME_SCALE
-    data["delays"]["gke_tpu_fallback_wait"] = GKE_TPU_WAIT
-    path = tmp_path / "gke_tpu_wait.yaml"
-    path.write_text(yaml.safe_dump(data))
+    tpu_wait = {"time_scale": TIME_SCALE, "delays": {"gke_tpu_fallback_wait": GKE_TPU_WAIT}}
+    path = scenario.build(tmp_path / "gke_tpu_wait.yaml", "gke_serving_run", tpu_wait)
     with started(tmp_path, migrated_airflow_db, path) as s:
         yield s
 

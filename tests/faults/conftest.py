@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 from tests.faults.stage_fixtures import Stack
 from tests.faults.support import BUCKET, WATCHED, left_or_lost, seed_earlier_run, watch_cloud
@@ -37,10 +38,7 @@ from tests.faults.support import BUCKET, WATCHED, left_or_lost, seed_earlier_run
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dev.LocalCloud]:
     """The default scenario with time 3x faster than the shipped one (a TPU create takes ~0.07 s)."""
     tmp = tmp_path_factory.mktemp("faults-cloud")
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    path = tmp / "faults.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = scenario.build(tmp / "faults.yaml", "default", {"time_scale": 1800})
     lc = dev.start_localcloud(path, tmp / "state")
     try:
         dev.ensure_bucket(lc, BUCKET)
@@ -97,12 +95,7 @@ def airflow_env(tmp_path: Path, airflow_db: Path, cloud: dev.LocalCloud) -> dict
 def stage_scenario(tmp_path: Path) -> Path:
     """The default scenario 3x faster: a TPU's 2 h notice is 4 s, its maintenance 2 s (long enough for a poll
     to see it down); a GPU VM's 1 h notice is 2 s and its maintenance 0.17 s (no poll sees it down)."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    path = tmp_path / "fast.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "fast.yaml", "default", scenario.FAST)
 
 
 @pytest.fixture

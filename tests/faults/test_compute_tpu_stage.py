@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import boots, drilled_stages, final_digest, reference, run_dag
@@ -34,16 +34,14 @@ def stage_scenario(tmp_path: Path, request: pytest.FixtureRequest) -> Path:
 
     A scenario of this module's own: the shipped default sells no Compute Engine TPUs, so every other test's
     decisions stay what they were."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    gpu = data["zones"][ZONE]["gpu"]
-    gpu["tpu_machine_types"] = ["ct6e-standard-4t", "ct6e-standard-8t"]
     chips = getattr(request, "param", 8)  # free v6e chips on Compute Engine; 8: one ct6e-standard-8t
-    gpu["capacity"]["tpu-v6e-slice"] = {"on_demand": chips, "spot": chips}
-    path = tmp_path / "compute-tpu.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    compute_tpus = {
+        "tpu_machine_types": ["ct6e-standard-4t", "ct6e-standard-8t"],
+        "capacity": {"tpu-v6e-slice": {"on_demand": chips, "spot": chips}},
+    }
+    return scenario.build(
+        tmp_path / "compute-tpu.yaml", "default", scenario.FAST, {"zones": {ZONE: {"gpu": compute_tpus}}}
+    )
 
 
 def _watch_instances(cloud: dev.LocalCloud, seen: dict[str, dict[str, Any]], stop: threading.Event) -> None:

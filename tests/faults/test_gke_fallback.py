@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 from interlude.stage.jobset import short_name
 from interlude.training import events as run_events
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import BUCKET, final_digest, reference, run_dag, store, workload_log
@@ -49,26 +49,12 @@ FALLBACK_CONF: dict[str, Any] = {**GKE_CONF, "model_profile": "reference-portabl
 def stage_scenario(tmp_path: Path) -> Path:
     """The GKE stage's cloud (a CPU pool only: the run creates its pools) whose zone sells ct6e-standard-4t and
     the GPU machine types the portable profile asks for."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["zones"][ZONE]["gpu"]["tpu_machine_types"] = [TPU_MACHINE]
-    data["gke"] = {
-        "run": True,
-        "images": {"*/workload:*": {"python": ["{python}"], "python3": ["{python}"]}},
-        "clusters": [
-            {
-                "name": CLUSTER,
-                "location": "us-central1",
-                "kubernetes_version": "1.33.5-gke.1080000",
-                "node_pools": [
-                    {"name": "default-pool", "machine_type": "e2-standard-4", "initial_nodes": 1, "max_nodes": 1}
-                ],
-            }
-        ],
+    changes = {
+        "time_scale": 1800,
+        "zones": {ZONE: {"gpu": {"tpu_machine_types": [TPU_MACHINE]}}},
+        "gke": scenario.gke(scenario.gke_cluster(CLUSTER, "us-central1")),
     }
-    path = tmp_path / "gke.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "gke.yaml", "default", changes)
 
 
 def _moves(cloud: dev.LocalCloud, run_key: str) -> list[dict[str, Any]]:

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 
 from interlude.stage.jobset import short_name
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import BUCKET, drilled_stages, final_digest, reference, run_dag, store, workload_log
@@ -53,28 +53,12 @@ def stage_scenario(tmp_path: Path) -> Path:
 def gke_scenario(tmp_path: Path) -> Path:
     """The fault suite's fast default cloud plus a GKE cluster (a CPU pool only: the run creates its TPU pool),
     its pods running the project's python for the workload's image."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    # the zone sells v6e-4 VMs (ct6e-standard-4t): what a GKE TPU pool of that shape is made of (the probe asks)
-    data["zones"]["us-central1-a"]["gpu"]["tpu_machine_types"] = ["ct6e-standard-4t"]
-    data["gke"] = {
-        "run": True,
-        "images": {"*/workload:*": {"python": ["{python}"], "python3": ["{python}"]}},
-        "clusters": [
-            {
-                "name": CLUSTER,
-                "location": LOCATION,
-                "kubernetes_version": "1.33.5-gke.1080000",
-                "node_pools": [
-                    {"name": "default-pool", "machine_type": "e2-standard-4", "initial_nodes": 1, "max_nodes": 1}
-                ],
-            }
-        ],
+    changes = {
+        # the zone sells v6e-4 VMs (ct6e-standard-4t): what a GKE TPU pool of that shape is made of (the probe asks)
+        "zones": {"us-central1-a": {"gpu": {"tpu_machine_types": ["ct6e-standard-4t"]}}},
+        "gke": scenario.gke(scenario.gke_cluster(CLUSTER, LOCATION)),
     }
-    path = tmp_path / "gke.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "gke.yaml", "default", scenario.FAST, changes)
 
 
 def _pools(hook: Any) -> list[str]:

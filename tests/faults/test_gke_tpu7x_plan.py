@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import run_dag
@@ -44,25 +44,13 @@ CREATES = {"gce_instance_insert", "tpu_node_create", "queued_resource_create", "
 
 @pytest.fixture
 def stage_scenario(tmp_path: Path) -> Path:
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["zones"]["us-central1-a"]["gpu"]["tpu_machine_types"] = ["tpu7x-standard-4t"]
-    data["gke"] = {
-        "clusters": [
-            {
-                "name": name,
-                "location": LOCATION,
-                "kubernetes_version": version,
-                "node_pools": [
-                    {"name": "default-pool", "machine_type": "e2-standard-4", "initial_nodes": 1, "max_nodes": 1}
-                ],
-            }
-            for name, version in CLUSTERS.items()
-        ],
+    clusters = (scenario.gke_cluster(name, LOCATION, version) for name, version in CLUSTERS.items())
+    changes = {
+        "time_scale": 1800,
+        "zones": {"us-central1-a": {"gpu": {"tpu_machine_types": ["tpu7x-standard-4t"]}}},
+        "gke": scenario.gke(*clusters, run=False),
     }
-    path = tmp_path / "tpu7x.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "tpu7x.yaml", "default", changes)
 
 
 def _pools(cloud: dev.LocalCloud, cluster: str) -> list[str]:

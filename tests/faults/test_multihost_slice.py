@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import BASE, run_dag, when_training, workload_log
@@ -28,15 +28,13 @@ WORKERS = 4
 @pytest.fixture
 def stage_scenario(tmp_path: Path) -> Path:
     """The fault suite's fast default scenario, with one v5litepod-16 slice on offer in each zone."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    for zone in data["zones"].values():
-        zone["tpu"]["accelerator_types"].append(SLICE)
-        zone["tpu"]["capacity"][SLICE] = {"on_demand": 1, "spot": 1}
-    path = tmp_path / "slice.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+
+    def sell_the_slice(data: dict[str, Any]) -> None:
+        for zone in data["zones"].values():
+            zone["tpu"]["accelerator_types"].append(SLICE)
+            zone["tpu"]["capacity"][SLICE] = {"on_demand": 1, "spot": 1}
+
+    return scenario.build(tmp_path / "slice.yaml", "default", scenario.FAST, edit=sell_the_slice)
 
 
 def _per_worker(log: str, pattern: str) -> dict[int, list[int]]:

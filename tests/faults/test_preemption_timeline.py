@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import BUCKET, final_digest, reference, run_dag, when_training, workload_log
@@ -37,13 +37,7 @@ PREEMPT_AT = 40  # 10 steps past the commit at 30, 20 before the next
 @pytest.fixture
 def stage_scenario(tmp_path: Path) -> Path:
     """stage_fixtures' fast scenario, with no grace between SIGTERM and SIGKILL when a machine goes down."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    data["maintenance"]["tpu"]["duration"] = 3600
-    data["stop_grace_seconds"] = 0.0
-    path = tmp_path / "no-grace.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    return scenario.build(tmp_path / "no-grace.yaml", "default", scenario.FAST, {"stop_grace_seconds": 0.0})
 
 
 def lost_in_the_workloads_words(log: str) -> tuple[int, int, str]:

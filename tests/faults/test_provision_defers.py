@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
-from interlude_dev import warm_cli
+from interlude_dev import scenario, warm_cli
 from interlude_dev import wiring as dev
 from tests.faults.support import (
     BASE,
@@ -41,15 +40,16 @@ QR_TRIGGER = "interlude.triggers.provision.QueuedResourceTrigger"
 def cloud(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dev.LocalCloud]:
     """One v6e-8 in the zone, nothing else a TPU-only model could use."""
     tmp = tmp_path_factory.mktemp("defer-cloud")
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = 1800
-    tpu = data["zones"][ZONE]["tpu"]
-    tpu["accelerator_types"] = ["v6e-8"]
-    tpu["capacity"] = {"v6e-8": {"on_demand": 1, "spot": 0}}
-    del data["zones"]["us-central2-b"]
-    data["regions"].pop("us-central2", None)
-    path = tmp / "one-v6e.yaml"
-    path.write_text(yaml.safe_dump(data))
+    one_v6e = {"accelerator_types": ["v6e-8"], "capacity": {"v6e-8": {"on_demand": 1, "spot": 0}}}
+    path = scenario.build(
+        tmp / "one-v6e.yaml",
+        "default",
+        {"time_scale": 1800},
+        {
+            "zones": {ZONE: {"tpu": one_v6e}, "us-central2-b": scenario.DELETE},
+            "regions": {"us-central2": scenario.DELETE},
+        },
+    )
     lc = dev.start_localcloud(path, tmp / "state")
     try:
         dev.ensure_bucket(lc, BUCKET)

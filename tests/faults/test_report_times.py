@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 from .stage_fixtures import BUCKET, final_digest, held_and_resumed, reference, run_dag, workload_log
@@ -50,13 +50,8 @@ ANSWERED = re.compile(r"^control request \S+ answered with (?:held )?step (\d+)"
 def stage_scenario(tmp_path: Path) -> Path:
     """Overrides stage_fixtures' scenario (the default 1800x faster; a TPU's maintenance 2 s, a GPU VM's 0.17 s):
     a GPU VM's notice is 48 s, far longer than a held workload takes to answer a request on any machine."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = TIME_SCALE
-    data["maintenance"]["tpu"]["duration"] = 3600
-    data["maintenance"]["gce"]["scheduled_notice"] = GPU_NOTICE
-    path = tmp_path / "long-gpu-notice.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
+    long_notice = {"time_scale": TIME_SCALE, "maintenance": {"gce": {"scheduled_notice": GPU_NOTICE}}}
+    return scenario.build(tmp_path / "long-gpu-notice.yaml", "default", scenario.FAST, long_notice)
 
 
 def _lines(log: str) -> list[tuple[float, str]]:

@@ -22,9 +22,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from interlude import naming
+from interlude_dev import scenario
 from interlude_dev import wiring as dev
 
 DAG_ID = "interlude_training"
@@ -48,11 +47,8 @@ CONF: dict[str, Any] = {
 
 def write_scenario(path: Path, gpu_maintenance_s: float = 300, time_scale: float = TIME_SCALE) -> Path:
     """The default scenario (at 600x unless told) with an hour's GPU notice and a GPU host maintenance this long."""
-    data = yaml.safe_load((dev.SCENARIOS / "default.yaml").read_text())
-    data["time_scale"] = time_scale
-    data["maintenance"]["gce"].update(scheduled_notice=GPU_NOTICE_S, duration=gpu_maintenance_s)
-    path.write_text(yaml.safe_dump(data))
-    return path
+    gce = {"scheduled_notice": GPU_NOTICE_S, "duration": gpu_maintenance_s}
+    return scenario.build(path, "default", {"time_scale": time_scale, "maintenance": {"gce": gce}})
 
 
 @dataclass(frozen=True)
