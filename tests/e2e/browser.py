@@ -101,7 +101,10 @@ def chromium(shots: Path, artefacts: str = "") -> Iterator[Browser]:
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             context.route("**/*", _only_loopback)
-            context.set_default_timeout(60_000)
+            # An action's wait, not a verdict (each test's verdicts are facts read after it): in CI, with a second
+            # suite beside it, a click on the DAG page's Trigger button was dispatched and not taken within 60 s
+            # (chromium's renderer starved while the page rendered its grid). Twice that; a broken page still fails.
+            context.set_default_timeout(120_000)
             yield Browser(context.new_page(), shots, folder)
         finally:
             browser.close()
