@@ -83,7 +83,10 @@ def _acts(cloud: dev.LocalCloud, done: list[str], failover_in: str, timeout: flo
     return thread
 
 
-@pytest.mark.parametrize("failover_in", ["train", "finetune"])
+# The failover in fine-tuning only (issue 44: one real run per promise, not per variant): a move in training, and
+# the resume from the train stage's checkpoint on the new machine, are tests/faults/test_failover.py's three runs;
+# here the moved machine must resume the fine-tuning (its own stage's checkpoint) and be maintained again.
+@pytest.mark.parametrize("failover_in", ["finetune"])
 def test_scheduled_maintenance_failover_then_maintenance_on_the_moved_machine_finishes_with_the_reference(
     stage_stack: Any,
     tmp_path: Path,
