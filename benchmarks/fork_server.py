@@ -98,7 +98,6 @@ def main(argv: list[str] | None = None) -> int:
         script = render_agent(bucket=BUCKET, run_key=RUN_KEY)
         started = time.perf_counter()
         os.environ.pop(SHARED_ENV, None)  # its own zygote, whose start it measures (not a test run's shared one)
-        os.environ[ENABLE_ENV] = "1"
         zygote = ForkServer.wait_shared()
         if zygote is None:
             raise SystemExit("the fork server did not start")

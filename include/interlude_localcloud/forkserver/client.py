@@ -1,9 +1,8 @@
 """The local cloud's side of the fork server: one zygote per local-cloud process, started at the first boot, and
 a handle on each process it forks with the part of ``subprocess.Popen`` the machines and the kubelet use.
 
-``INTERLUDE_LOCALCLOUD_FORKSERVER=1`` turns it on; off (the default, until a whole suite has run green with it),
-every machine starts its interpreters as before: the baseline of ``benchmarks/fork_server.py``, and a way to tell
-the fork server apart from a workload's fault.
+``INTERLUDE_LOCALCLOUD_FORKSERVER=0`` turns it off (every machine starts its interpreters as before): the
+baseline of ``benchmarks/restore_probe.py``, and a way to tell the fork server apart from a workload's fault.
 """
 
 from __future__ import annotations
@@ -26,13 +25,25 @@ from interlude_localcloud.forkserver import wire
 
 ENABLE_ENV = "INTERLUDE_LOCALCLOUD_FORKSERVER"
 SHARED_ENV = "INTERLUDE_LOCALCLOUD_ZYGOTE"  # a zygote's socket that the processes a test session starts share
-START_TIMEOUT = 120.0  # the zygote's imports: ~3 s on a quiet 2-core machine, far more under a full suite
+# The zygote's start is bounded by its own CPU: its imports cost ~3 CPU-s whatever the load, while their wall time
+# stretches many-fold under a full suite. The wall bound is for a zygote that is alive but gets nowhere.
+START_CPU_SECONDS = 60.0
+START_TIMEOUT = 1200.0
+
+
+def _cpu_seconds(pid: int) -> float:
+    """The process's own CPU time (user + system) from /proc; 0.0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def enabled() -> bool:
-    """Where turned on (:data:`ENABLE_ENV` = 1) and there is fork(). Off by default until a whole test suite has run
-    green with it (issue 44): a machine then starts its interpreters as it always did."""
-    return hasattr(os, "fork") and os.environ.get(ENABLE_ENV, "0").strip().lower() in ("1", "true", "yes", "on")
+    """Unless turned off (:data:`ENABLE_ENV`), wherever there is fork()."""
+    return hasattr(os, "fork") and os.environ.get(ENABLE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 class Forked:
@@ -120,9 +131,10 @@ class ForkServer:
             log.close()
         deadline = time.monotonic() + START_TIMEOUT
         while wait and not self.ready():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
+            cpu = _cpu_seconds(self.proc.pid)
+            if self.proc.poll() is not None or cpu > START_CPU_SECONDS or time.monotonic() > deadline:
                 self.close()
-                raise RuntimeError(f"fork server did not start: {self.log_tail()}")
+                raise RuntimeError(f"fork server did not start ({cpu:.0f} CPU-s of its own): {self.log_tail()}")
             time.sleep(0.02)
 
     def ready(self) -> bool:

@@ -149,3 +149,16 @@ def test_only_what_the_zygote_imported_under_the_same_import_time_environment_is
     # the environment a fork gets: the request's, with what the imports set where it had the value from before
     got = imports.environ({**emu, "JAX_PLATFORMS": "cpu", "HOME": "/h"})
     assert got == {**emu, "JAX_PLATFORMS": "cpu", "HOME": "/h", "XLA_FLAGS": "--x"}
+
+
+def test_a_zygote_over_its_cpu_budget_is_stopped_and_machines_start_cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zygote's start is bounded by its own CPU, not a wall clock a loaded machine stretches: over its budget
+    (here a tenth of a CPU-second, less than its imports) it is stopped and the error says so (the shared path
+    then boots machines cold, as with it off: ForkServer._start_shared)."""
+    from interlude_localcloud.forkserver import client
+
+    monkeypatch.setattr(client, "START_CPU_SECONDS", 0.1)
+    monkeypatch.setenv(ENABLE_ENV, "1")
+    with pytest.raises(RuntimeError, match=r"fork server did not start \(\d+ CPU-s of its own\)"):
+        ForkServer()
+    assert client.START_TIMEOUT >= 600, "the wall bound is for a zygote that gets nowhere"
